@@ -1,0 +1,218 @@
+// Attention kernel benchmark on random data: prefill (causal, paged, FlashAttention-2-style) in TFLOP/s and
+// split-KV decode in TB/s of KV read, against a device-to-device copy measured in the same run.
+// Medians of CUDA-event-timed launches after warm-up; fixed seeds. Usage: attention_bench [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "attention/decode_attention.h"
+#include "attention/prefill_attention.h"
+
+using namespace tern::kernels;
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+__global__ void fill_random(__nv_bfloat16* out, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    out[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+
+template <typename T>
+T* device_alloc(size_t count) {
+  T* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)), "cudaMalloc");
+  return p;
+}
+
+__nv_bfloat16* random_bf16(size_t count, uint32_t seed) {
+  auto* p = device_alloc<__nv_bfloat16>(count);
+  fill_random<<<1024, 256>>>(p, count, seed);
+  check(cudaGetLastError(), "fill_random");
+  return p;
+}
+
+int32_t* upload(const std::vector<int32_t>& v) {
+  auto* p = device_alloc<int32_t>(v.size());
+  check(cudaMemcpy(p, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "upload");
+  return p;
+}
+
+template <typename Fn>
+double median_ms(Fn&& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start);
+    fn();
+    cudaEventRecord(stop);
+    check(cudaEventSynchronize(stop), "timed run");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  check(cudaGetLastError(), "timed launches");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// A paged cache holding `seq_lens` tokens per sequence, blocks of 16 in shuffled order.
+struct Batch {
+  PagedKv kv;
+  AttentionBatch batch;
+  std::vector<int32_t> cu, cached, token_seq, positions;
+  int num_tokens = 0;
+};
+
+Batch make_batch(const std::vector<int>& cached, const std::vector<int>& fresh, int kv_heads, int head_dim) {
+  const int block_size = 16;
+  Batch b;
+  std::vector<int32_t> tables, offsets;
+  int total_blocks = 0;
+  for (size_t s = 0; s < cached.size(); ++s) total_blocks += (cached[s] + fresh[s] + block_size - 1) / block_size;
+  std::vector<int32_t> order(total_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(1));
+  b.cu.push_back(0);
+  int next = 0;
+  for (size_t s = 0; s < cached.size(); ++s) {
+    offsets.push_back(static_cast<int32_t>(tables.size()));
+    for (int i = 0; i < (cached[s] + fresh[s] + block_size - 1) / block_size; ++i) tables.push_back(order[next++]);
+    b.cu.push_back(b.cu.back() + fresh[s]);
+    b.cached.push_back(cached[s]);
+    for (int i = 0; i < fresh[s]; ++i) {
+      b.token_seq.push_back(static_cast<int32_t>(s));
+      b.positions.push_back(cached[s] + i);
+    }
+  }
+  b.num_tokens = b.cu.back();
+  const size_t cache_elems = size_t(total_blocks) * block_size * kv_heads * head_dim;
+  b.kv.keys = random_bf16(cache_elems, 11);
+  b.kv.values = random_bf16(cache_elems, 12);
+  b.kv.block_size = block_size;
+  b.kv.block_tables = upload(tables);
+  b.kv.block_table_offsets = upload(offsets);
+  b.batch = {upload(b.cu), upload(b.cached), upload(b.token_seq), upload(b.positions)};
+  return b;
+}
+
+double copy_bandwidth_tbs() {
+  const size_t bytes = size_t{2} << 30;
+  char* src = device_alloc<char>(bytes);
+  char* dst = device_alloc<char>(bytes);
+  check(cudaMemset(src, 1, bytes), "memset");
+  const double ms = median_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); }, 3, 20);
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * bytes / (ms * 1e-3) / 1e12;
+}
+
+void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_dim, int reps) {
+  const std::vector<int> cached(num_seqs, 0), fresh(num_seqs, seq_len);
+  Batch b = make_batch(cached, fresh, kv_heads, head_dim);
+  std::vector<std::pair<int, int>> tiles;
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int r = 0; r < seq_len; r += kPrefillTileRows) tiles.emplace_back(s, r);
+  }
+  std::stable_sort(tiles.begin(), tiles.end(), [](auto x, auto y) { return x.second > y.second; });
+  std::vector<int32_t> tile_seq, tile_row;
+  for (auto [s, r] : tiles) {
+    tile_seq.push_back(s);
+    tile_row.push_back(r);
+  }
+  PrefillAttentionParams p;
+  p.query = random_bf16(size_t(b.num_tokens) * heads * head_dim, 13);
+  p.out = device_alloc<__nv_bfloat16>(size_t(b.num_tokens) * heads * head_dim);
+  p.kv = b.kv;
+  p.batch = b.batch;
+  p.shape = {heads, kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)), 0, nullptr};
+  p.tile_seq = upload(tile_seq);
+  p.tile_row = upload(tile_row);
+  p.num_tiles = static_cast<int>(tiles.size());
+  const double ms = median_ms([&] { launch_prefill_attention(p, nullptr); }, 3, reps);
+  // Causal: query i attends to i + 1 keys; 2 FLOPs per multiply-add, two matrix products (QK^T and PV).
+  const double pairs = double(num_seqs) * seq_len * (seq_len + 1) / 2.0;
+  const double tflops = 4.0 * pairs * head_dim * heads / (ms * 1e-3) / 1e12;
+  std::printf("prefill  seqs=%d len=%d heads=%d/%d d=%d causal: %.3f ms, %.1f TFLOP/s\n", num_seqs, seq_len, heads,
+              kv_heads, head_dim, ms, tflops);
+}
+
+void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps) {
+  const int chunk = 256;
+  const std::vector<int> cached(batch, context - 1), fresh(batch, 1);
+  Batch b = make_batch(cached, fresh, kv_heads, head_dim);
+  std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
+  for (int t = 0; t < b.num_tokens; ++t) {
+    tokens.push_back(t);
+    item_begin.push_back(static_cast<int32_t>(item_token.size()));
+    for (int c = 0; c * chunk < b.positions[t] + 1; ++c) {
+      item_token.push_back(t);
+      item_chunk.push_back(c);
+    }
+  }
+  item_begin.push_back(static_cast<int32_t>(item_token.size()));
+  DecodeAttentionParams p;
+  p.query = random_bf16(size_t(b.num_tokens) * heads * head_dim, 14);
+  p.out = device_alloc<__nv_bfloat16>(size_t(b.num_tokens) * heads * head_dim);
+  p.kv = b.kv;
+  p.batch = b.batch;
+  p.shape = {heads, kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)), 0, nullptr};
+  p.item_token = upload(item_token);
+  p.item_chunk = upload(item_chunk);
+  p.num_items = static_cast<int>(item_token.size());
+  p.chunk_tokens = chunk;
+  p.tokens = upload(tokens);
+  p.token_item_begin = upload(item_begin);
+  p.num_decode_tokens = b.num_tokens;
+  p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
+  p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
+  const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, reps);
+  const double kv_bytes = double(batch) * context * kv_heads * head_dim * 2 /*K,V*/ * 2 /*bf16*/;
+  const double tbs = kv_bytes / (ms * 1e-3) / 1e12;
+  std::printf("decode   batch=%d context=%d heads=%d/%d d=%d: %.3f ms, %.2f TB/s KV read (%.0f%% of copy)\n", batch,
+              context, heads, kv_heads, head_dim, ms, tbs, 100.0 * tbs / copy_tbs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int reps = quick ? 5 : 20;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device: %s, %d SMs, %.0f MB L2, compute %d.%d\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize / 1e6, prop.major, prop.minor);
+  const double copy_tbs = copy_bandwidth_tbs();
+  std::printf("baseline: device-to-device copy %.2f TB/s (bytes read + written)\n", copy_tbs);
+  bench_prefill(1, 8192, 32, 8, 128, reps);
+  bench_prefill(1, 8192, 32, 8, 64, reps);
+  bench_prefill(4, 2048, 32, 8, 128, reps);
+  bench_prefill(1, 16384, 16, 16, 128, reps);
+  for (int batch : {1, 8, 32}) bench_decode(batch, 32768, 32, 8, 128, copy_tbs, reps);
+  bench_decode(8, 32768, 64, 8, 128, copy_tbs, reps);
+  bench_decode(8, 32768, 8, 8, 128, copy_tbs, reps);
+  return 0;
+}

@@ -1,0 +1,218 @@
+#pragma once
+// The split-KV kernel: one block per (work item, KV head). The block streams its chunk of keys and values
+// through shared memory in tiles of 32 tokens (cp.async, NumStages deep); warp w owns query heads
+// [w * HeadsPerWarp, (w + 1) * HeadsPerWarp) of the GQA group, so every K/V byte is read from device memory once
+// per group. Lane i scores key i of the tile; for P.V each lane owns pairs of output dims.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "attention/decode_attention.h"
+#include "common/device_math.cuh"
+
+namespace tern::kernels {
+
+namespace decode {
+
+constexpr int kTileTokens = 32;
+constexpr int kNumWarps = 4;
+constexpr int kNumStages = 3;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int HeadDim>
+struct Layout {
+  static constexpr int kRowStride = HeadDim + 8;  // 16 bytes of padding keep the row reads conflict-free
+  static constexpr int kTileElems = kTileTokens * kRowStride;
+  static constexpr int kChunksPerRow = HeadDim / 8;
+  static constexpr int kPairsPerLane = HeadDim >= 64 ? HeadDim / 64 : 1;
+};
+
+template <int HeadDim, int HeadsPerWarp>
+constexpr size_t shared_bytes() {
+  return 2 * kNumStages * Layout<HeadDim>::kTileElems * sizeof(__nv_bfloat16) +
+         kNumWarps * HeadsPerWarp * HeadDim * sizeof(float);
+}
+
+template <int HeadDim, int HeadsPerWarp>
+__global__ void __launch_bounds__(kNumWarps * 32)
+    chunk_kernel(const DecodeAttentionParams p) {
+  using L = Layout<HeadDim>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* k_tiles = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* v_tiles = k_tiles + kNumStages * L::kTileElems;
+  float* q_smem = reinterpret_cast<float*>(v_tiles + kNumStages * L::kTileElems);
+
+  const int item = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const AttentionShape& s = p.shape;
+  const int group = s.num_heads / s.num_kv_heads;
+
+  const int token = p.item_token[item];
+  const int chunk = p.item_chunk[item];
+  const int seq = p.batch.token_seq[token];
+  const int position = p.batch.positions[token];
+  const int window_begin = s.sliding_window > 0 ? max(0, position - s.sliding_window + 1) : 0;
+  const int kv_begin = max(chunk * p.chunk_tokens, window_begin);
+  const int kv_end = min((chunk + 1) * p.chunk_tokens, position + 1);
+  const int num_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileTokens - 1) / kTileTokens : 0;
+
+  // Queries pre-scaled into the log2 domain, so that exp2 gives the softmax weights.
+  const float q_scale = s.scale * kLog2e;
+  for (int i = threadIdx.x; i < kNumWarps * HeadsPerWarp * HeadDim; i += blockDim.x) {
+    const int local_head = i / HeadDim;
+    const int d = i % HeadDim;
+    float v = 0.0f;
+    if (local_head < group) {
+      const int head = kv_head * group + local_head;
+      v = __bfloat162float(p.query[(static_cast<int64_t>(token) * s.num_heads + head) * HeadDim + d]) * q_scale;
+    }
+    q_smem[i] = v;
+  }
+
+  auto load_tile = [&](int tile, int stage) {
+    if (tile >= num_tiles) return;
+    const int first = kv_begin + tile * kTileTokens;
+    for (int i = threadIdx.x; i < 2 * kTileTokens * L::kChunksPerRow; i += blockDim.x) {
+      const bool is_value = i >= kTileTokens * L::kChunksPerRow;
+      const int j = is_value ? i - kTileTokens * L::kChunksPerRow : i;
+      const int r = j / L::kChunksPerRow;
+      const int c = j % L::kChunksPerRow;
+      const int pos = first + r;
+      const __nv_bfloat16* base = is_value ? p.kv.values : p.kv.keys;
+      const __nv_bfloat16* src = base;
+      int bytes = 0;
+      if (pos < kv_end) {
+        src = base + p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim + c * 8;
+        bytes = 16;
+      }
+      __nv_bfloat16* dst = (is_value ? v_tiles : k_tiles) + stage * L::kTileElems + r * L::kRowStride + c * 8;
+      cp_async_16(dst, src, bytes);
+    }
+  };
+
+  for (int t = 0; t < kNumStages - 1; ++t) {
+    load_tile(t, t);
+    cp_async_commit();
+  }
+
+  float m[HeadsPerWarp], l[HeadsPerWarp], acc[HeadsPerWarp][L::kPairsPerLane][2];
+#pragma unroll
+  for (int j = 0; j < HeadsPerWarp; ++j) {
+    m[j] = -INFINITY;
+    l[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < L::kPairsPerLane; ++i) acc[j][i][0] = acc[j][i][1] = 0.0f;
+  }
+  const float* my_q = q_smem + warp * HeadsPerWarp * HeadDim;
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait<kNumStages - 2>();
+    __syncthreads();
+    load_tile(tile + kNumStages - 1, (tile + kNumStages - 1) % kNumStages);
+    cp_async_commit();
+
+    const int stage = tile % kNumStages;
+    const __nv_bfloat16* k_tile = k_tiles + stage * L::kTileElems;
+    const __nv_bfloat16* v_tile = v_tiles + stage * L::kTileElems;
+    const bool key_valid = kv_begin + tile * kTileTokens + lane < kv_end;
+
+    float score[HeadsPerWarp];
+#pragma unroll
+    for (int j = 0; j < HeadsPerWarp; ++j) score[j] = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < L::kChunksPerRow; ++c) {
+      float k[8];
+      load_f32x8(k_tile + lane * L::kRowStride + c * 8, k);
+#pragma unroll
+      for (int j = 0; j < HeadsPerWarp; ++j) {
+        const float4 q0 = *reinterpret_cast<const float4*>(my_q + j * HeadDim + c * 8);
+        const float4 q1 = *reinterpret_cast<const float4*>(my_q + j * HeadDim + c * 8 + 4);
+        score[j] += q0.x * k[0] + q0.y * k[1] + q0.z * k[2] + q0.w * k[3] + q1.x * k[4] + q1.y * k[5] +
+                    q1.z * k[6] + q1.w * k[7];
+      }
+    }
+
+    float prob[HeadsPerWarp];
+#pragma unroll
+    for (int j = 0; j < HeadsPerWarp; ++j) {
+      const float sc = key_valid ? score[j] : -INFINITY;
+      const float m_new = fmaxf(m[j], warp_max(sc));
+      const float m_safe = m_new == -INFINITY ? 0.0f : m_new;
+      const float correction = fast_exp2(m[j] - m_safe);
+      prob[j] = fast_exp2(sc - m_safe);
+      l[j] = l[j] * correction + warp_sum(prob[j]);
+      m[j] = m_new;
+#pragma unroll
+      for (int i = 0; i < L::kPairsPerLane; ++i) {
+        acc[j][i][0] *= correction;
+        acc[j][i][1] *= correction;
+      }
+    }
+
+#pragma unroll 8
+    for (int r = 0; r < kTileTokens; ++r) {
+      float2 v[L::kPairsPerLane];
+#pragma unroll
+      for (int i = 0; i < L::kPairsPerLane; ++i) {
+        const int d = 2 * lane + 64 * i;
+        v[i] = d < HeadDim ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v_tile + r * L::kRowStride + d))
+                           : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int j = 0; j < HeadsPerWarp; ++j) {
+        const float pr = __shfl_sync(0xffffffffu, prob[j], r);
+#pragma unroll
+        for (int i = 0; i < L::kPairsPerLane; ++i) {
+          acc[j][i][0] += pr * v[i].x;
+          acc[j][i][1] += pr * v[i].y;
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int j = 0; j < HeadsPerWarp; ++j) {
+    const int local_head = warp * HeadsPerWarp + j;
+    if (local_head >= group) continue;
+    const int head = kv_head * group + local_head;
+    const float inv_l = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+    float* out = p.partial_out + (static_cast<int64_t>(item) * s.num_heads + head) * HeadDim;
+#pragma unroll
+    for (int i = 0; i < L::kPairsPerLane; ++i) {
+      const int d = 2 * lane + 64 * i;
+      if (d < HeadDim) *reinterpret_cast<float2*>(out + d) = make_float2(acc[j][i][0] * inv_l, acc[j][i][1] * inv_l);
+    }
+    if (lane == 0) p.partial_lse[item * s.num_heads + head] = l[j] > 0.0f ? m[j] + log2f(l[j]) : -INFINITY;
+  }
+}
+
+template <int HeadDim, int HeadsPerWarp>
+void launch_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
+  constexpr size_t smem = shared_bytes<HeadDim, HeadsPerWarp>();
+  auto kernel = chunk_kernel<HeadDim, HeadsPerWarp>;
+  if (smem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
+  }
+  const dim3 grid(params.num_items, params.shape.num_kv_heads);
+  kernel<<<grid, kNumWarps * 32, smem, stream>>>(params);
+}
+
+}  // namespace decode
+
+template <int HeadDim>
+void launch_decode_attention_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
+  const int group = params.shape.num_heads / params.shape.num_kv_heads;
+  if (group <= decode::kNumWarps) {
+    decode::launch_chunks<HeadDim, 1>(params, stream);
+  } else if (group <= 2 * decode::kNumWarps) {
+    decode::launch_chunks<HeadDim, 2>(params, stream);
+  } else {
+    decode::launch_chunks<HeadDim, 4>(params, stream);
+  }
+}
+
+}  // namespace tern::kernels

@@ -1,0 +1,130 @@
+#include <stdexcept>
+
+#include "common/device_math.cuh"
+#include "elementwise/pointwise.h"
+
+namespace tern::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t count) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+__global__ void silu_mul_vec_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width) {
+  const int64_t chunks_per_row = width / 8;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < num_rows * chunks_per_row;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / chunks_per_row;
+    const int64_t c = (i % chunks_per_row) * 8;
+    float g[8], u[8];
+    load_f32x8(gate_up + r * 2 * width + c, g);
+    load_f32x8(gate_up + r * 2 * width + width + c, u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g[j] = silu(g[j]) * u[j];
+    store_f32x8(out + r * width + c, g);
+  }
+}
+
+__global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < num_rows * width;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / width;
+    const int64_t c = i % width;
+    const float g = __bfloat162float(gate_up[r * 2 * width + c]);
+    out[i] = __float2bfloat16(silu(g) * __bfloat162float(gate_up[r * 2 * width + width + c]));
+  }
+}
+
+__global__ void add_kernel(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t count) {
+  const int64_t num_vec = count / 8;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < num_vec; i += int64_t{gridDim.x} * blockDim.x) {
+    float a[8], b[8];
+    load_f32x8(x + i * 8, a);
+    load_f32x8(y + i * 8, b);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[j] += b[j];
+    store_f32x8(x + i * 8, a);
+  }
+  for (int64_t i = num_vec * 8 + blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(y[i]));
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = __float2bfloat16(src[i]);
+  }
+}
+
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* src, float* dst, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = __bfloat162float(src[i]);
+  }
+}
+
+__global__ void gather_rows_kernel(const uint16_t* table, const int32_t* rows, uint16_t* out, int64_t row_elems) {
+  const int64_t r = blockIdx.x;
+  const uint16_t* src = table + rows[r] * row_elems;
+  uint16_t* dst = out + r * row_elems;
+  for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void gather_rows_vec_kernel(const uint4* table, const int32_t* rows, uint4* out, int64_t row_vecs) {
+  const int64_t r = blockIdx.x;
+  const uint4* src = table + rows[r] * row_vecs;
+  uint4* dst = out + r * row_vecs;
+  for (int64_t i = threadIdx.x; i < row_vecs; i += blockDim.x) dst[i] = src[i];
+}
+
+}  // namespace
+
+void launch_silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width,
+                     cudaStream_t stream) {
+  if (num_rows == 0 || width == 0) return;
+  if (width % 8 == 0) {
+    silu_mul_vec_kernel<<<blocks_for(num_rows * width / 8), kThreads, 0, stream>>>(gate_up, out, num_rows, width);
+  } else {
+    silu_mul_kernel<<<blocks_for(num_rows * width), kThreads, 0, stream>>>(gate_up, out, num_rows, width);
+  }
+}
+
+void launch_add(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  if (!aligned) throw std::invalid_argument("add: operands must be 16-byte aligned");
+  add_kernel<<<blocks_for((count + 7) / 8), kThreads, 0, stream>>>(x, y, count);
+}
+
+void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  f32_to_bf16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(src, dst, count);
+}
+
+void launch_bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  bf16_to_f32_kernel<<<blocks_for(count), kThreads, 0, stream>>>(src, dst, count);
+}
+
+void launch_gather_rows(const void* table, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
+                        cudaStream_t stream) {
+  if (row_bytes % 2 != 0) throw std::invalid_argument("gather_rows: rows must be a whole number of 2-byte elements");
+  if (num_rows == 0 || row_bytes == 0) return;
+  const bool vectorized = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(table) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (vectorized) {
+    gather_rows_vec_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const uint4*>(table), rows,
+                                                         static_cast<uint4*>(out), row_bytes / 16);
+  } else {
+    gather_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const uint16_t*>(table), rows,
+                                                     static_cast<uint16_t*>(out), row_bytes / 2);
+  }
+}
+
+}  // namespace tern::kernels

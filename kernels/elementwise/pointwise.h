@@ -1,0 +1,21 @@
+#pragma once
+// Memory-bound pointwise and row-copy kernels over bf16 activations.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tern::kernels {
+
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i]
+void launch_silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width,
+                     cudaStream_t stream);
+// x += y, element by element
+void launch_add(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t count, cudaStream_t stream);
+void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t count, cudaStream_t stream);
+void launch_bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t count, cudaStream_t stream);
+// out[r] = table[rows[r]] for rows of row_bytes bytes (a multiple of 2); rows are checked by the caller.
+void launch_gather_rows(const void* table, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
+                        cudaStream_t stream);
+
+}  // namespace tern::kernels

@@ -1,0 +1,49 @@
+#pragma once
+// Rotary position embedding (rotate-half layout, partial rotary) and the paged KV-cache write, separately or
+// fused: the fused form rotates the queries in place and writes rotated keys and plain values to their cache
+// slots in one launch, so rotated keys never make a round trip through device memory.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tern::kernels {
+
+struct RopeSpec {
+  const float* inv_freq = nullptr;  // [rotary_dim / 2]
+  int rotary_dim = 0;
+  float attention_scaling = 1.0f;
+};
+
+// Where each token's KV goes: slot = block_tables[offsets[seq] + position / block_size] * block_size + offset.
+struct KvSlots {
+  const int32_t* positions = nullptr;            // [num_tokens]
+  const int32_t* token_seq = nullptr;            // [num_tokens]
+  const int32_t* block_tables = nullptr;         // all sequences' tables back to back
+  const int32_t* block_table_offsets = nullptr;  // [num_seqs]
+  int block_size = 0;
+};
+
+// x [num_tokens, num_heads, head_dim], rotated in place.
+void launch_rope(__nv_bfloat16* x, int num_tokens, int num_heads, int head_dim, const RopeSpec& rope,
+                 const int32_t* positions, cudaStream_t stream);
+
+struct KvWriteParams {
+  const __nv_bfloat16* key = nullptr;    // [num_tokens, num_kv_heads, key_dim]
+  const __nv_bfloat16* value = nullptr;  // [num_tokens, num_kv_heads, value_dim] or null when value_dim is 0
+  __nv_bfloat16* key_cache = nullptr;    // [num_slots, num_kv_heads, key_dim]
+  __nv_bfloat16* value_cache = nullptr;  // [num_slots, num_kv_heads, value_dim]
+  int num_tokens = 0;
+  int num_kv_heads = 0;
+  int key_dim = 0;
+  int value_dim = 0;
+  KvSlots slots;
+};
+
+void launch_store_kv(const KvWriteParams& params, cudaStream_t stream);
+
+// Rotates query [num_tokens, num_heads, key_dim] in place, and writes rope(key) and value to the cache.
+void launch_rope_store_kv(__nv_bfloat16* query, int num_heads, const KvWriteParams& params, const RopeSpec& rope,
+                          cudaStream_t stream);
+
+}  // namespace tern::kernels

@@ -1,0 +1,367 @@
+// The reference backend: float32 compute over bf16 or float32 weights, multi-threaded with OpenMP.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/backend.h"
+#include "backend/cpu/host_tensor.h"
+#include "backend/cpu/matmul.h"
+#include "core/error.h"
+
+namespace tern {
+
+namespace {
+
+using cpu::host_tensor;
+
+void require_f32(const Tensor& t, const char* op) {
+  if (t.dtype != DType::F32) fail("cpu backend: {} expects float32 activations, got {}", op, dtype_name(t.dtype));
+}
+
+class CpuStepContext : public StepContext {
+ public:
+  CpuStepContext(const ForwardBatch& batch, std::vector<int32_t> positions)
+      : StepContext(batch), positions(std::move(positions)) {
+    int32_t start = 0;
+    for (size_t s = 0; s < batch.sequences.size(); ++s) {
+      for (int32_t i = 0; i < batch.sequences[s].num_new_tokens; ++i) token_sequence.push_back(static_cast<int32_t>(s));
+      sequence_start.push_back(start);
+      start += batch.sequences[s].num_new_tokens;
+    }
+  }
+  std::vector<int32_t> positions;       // [T]
+  std::vector<int32_t> token_sequence;  // [T]: which sequence each token belongs to
+  std::vector<int32_t> sequence_start;  // first token row of each sequence
+};
+
+const CpuStepContext& cpu_step(const StepContext& step) { return static_cast<const CpuStepContext&>(step); }
+
+float rms_scale(const float* x, int64_t n, float eps) {
+  double sum = 0.0;  // a double accumulator keeps long rows close to the float64 reference
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(1.0 / std::sqrt(sum / n + eps));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads) {
+    if (num_threads > 0) omp_set_num_threads(num_threads);
+  }
+
+  std::string name() const override { return std::string("cpu-") + cpu::matmul_isa(); }
+
+  Tensor load_weight(std::span<const TensorInfo* const> parts) override {
+    if (parts.empty()) fail("load_weight: no tensors given");
+    const TensorInfo& first = *parts[0];
+    std::vector<int64_t> shape = first.shape;
+    if (shape.empty()) shape = {1};
+    int64_t rows = 0;
+    for (const TensorInfo* part : parts) {
+      std::vector<int64_t> part_shape = part->shape.empty() ? std::vector<int64_t>{1} : part->shape;
+      if (part->dtype != first.dtype || !std::equal(part_shape.begin() + 1, part_shape.end(), shape.begin() + 1,
+                                                    shape.end()) || part_shape.size() != shape.size()) {
+        fail("{}: tensor '{}' cannot be concatenated with '{}' (dtype or trailing shape differs)",
+             part->file.string(), part->name, first.name);
+      }
+      rows += part_shape[0];
+    }
+    shape[0] = rows;
+    // bf16 and integer tensors keep their type; f16 and f32 become f32.
+    const DType stored = first.dtype == DType::F16 ? DType::F32 : first.dtype;
+    Tensor out = host_tensor(stored, shape);
+    char* dst = out.ptr<char>();
+    for (const TensorInfo* part : parts) {
+      if (part->dtype == DType::F16) {
+        convert_to_f32(DType::F16, part->data, reinterpret_cast<float*>(dst), part->numel());
+        dst += part->numel() * sizeof(float);
+      } else {
+        std::memcpy(dst, part->data, part->size_bytes);
+        dst += part->size_bytes;
+      }
+    }
+    return out;
+  }
+
+  Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) override {
+    Tensor out = host_tensor(DType::F32, std::move(shape));
+    if (static_cast<size_t>(out.numel()) != values.size()) fail("from_host_f32: shape does not match value count");
+    std::memcpy(out.data, values.data(), values.size_bytes());
+    return out;
+  }
+
+  std::vector<float> to_host_f32(const Tensor& t) override {
+    std::vector<float> out(t.numel());
+    convert_to_f32(t.dtype, t.data, out.data(), out.size());
+    return out;
+  }
+
+  std::vector<int32_t> to_host_i32(const Tensor& t) override {
+    if (t.dtype != DType::I32) fail("to_host_i32: tensor is {}", dtype_name(t.dtype));
+    return std::vector<int32_t>(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
+  }
+
+  KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
+    KvCache cache;
+    cache.num_blocks = num_blocks;
+    cache.block_size = block_size;
+    cache.layers = layers;
+    for (const auto& layer : layers) {
+      const int64_t slots = num_blocks * block_size;
+      cache.keys.push_back(host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.key_dim}));
+      cache.values.push_back(host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.value_dim}));
+    }
+    return cache;
+  }
+
+  std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {
+    auto positions = batch_positions(batch);
+    for (int32_t row : batch.logit_rows) {
+      if (row < 0 || row >= batch.num_tokens()) fail("forward batch: logit row {} out of range", row);
+    }
+    return std::make_unique<CpuStepContext>(batch, std::move(positions));
+  }
+
+  Tensor embedding(const Tensor& table, const StepContext& step) override {
+    const auto& ids = step.batch().token_ids;
+    const int64_t vocab = table.size(0);
+    const int64_t hidden = table.size(1);
+    Tensor out = host_tensor(DType::F32, {static_cast<int64_t>(ids.size()), hidden});
+    for (size_t t = 0; t < ids.size(); ++t) {
+      if (ids[t] < 0 || ids[t] >= vocab) fail("token id {} is outside the vocabulary of {}", ids[t], vocab);
+      const char* row = static_cast<const char*>(table.data) + ids[t] * hidden * dtype_size(table.dtype);
+      convert_to_f32(table.dtype, row, out.ptr<float>() + t * hidden, hidden);
+    }
+    return out;
+  }
+
+  Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override {
+    require_f32(x, "rms_norm");
+    const int64_t n = weight.numel();
+    const int64_t num_rows = x.numel() / n;
+    Tensor out = host_tensor(DType::F32, x.shape);
+    const std::vector<float> w = to_host_f32(weight);
+#pragma omp parallel for schedule(static) if (num_rows > 16)
+    for (int64_t r = 0; r < num_rows; ++r) {
+      const float* in = x.ptr<float>() + r * n;
+      float* o = out.ptr<float>() + r * n;
+      const float scale = rms_scale(in, n, eps);
+      for (int64_t i = 0; i < n; ++i) o[i] = in[i] * scale * w[i];
+    }
+    return out;
+  }
+
+  Tensor add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps) override {
+    add_in_place(residual, x);
+    return rms_norm(residual, weight, eps);
+  }
+
+  Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
+    require_f32(x, "linear");
+    const int64_t k = weight.size(-1);
+    const int64_t n = weight.size(0);
+    if (x.size(-1) != k) fail("linear: input has {} features, weight expects {}", x.size(-1), k);
+    const int64_t num_rows = x.numel() / k;
+    Tensor out = host_tensor(DType::F32, {num_rows, n});
+    std::vector<float> bias_f32;
+    if (bias) bias_f32 = to_host_f32(*bias);
+    const float* b = bias ? bias_f32.data() : nullptr;
+    cpu::matmul_rows(x.ptr<float>(), num_rows, k, weight, 0, n, b, out.ptr<float>());
+    return out;
+  }
+
+  void add_in_place(Tensor& x, const Tensor& y) override {
+    require_f32(x, "add");
+    if (x.numel() != y.numel()) fail("add: {} vs {} elements", x.numel(), y.numel());
+    float* a = x.ptr<float>();
+    const float* b = y.ptr<float>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) a[i] += b[i];
+  }
+
+  Tensor slice_columns(const Tensor& x, int64_t begin, int64_t count) override {
+    const int64_t width = x.size(-1);
+    if (begin < 0 || count < 0 || begin + count > width) fail("slice_columns: [{}, {}) outside {} columns", begin, begin + count, width);
+    const int64_t num_rows = x.numel() / width;
+    const size_t element = dtype_size(x.dtype);
+    Tensor out = host_tensor(x.dtype, {num_rows, count});
+    for (int64_t r = 0; r < num_rows; ++r) {
+      std::memcpy(out.ptr<char>() + r * count * element, x.ptr<char>() + (r * width + begin) * element, count * element);
+    }
+    return out;
+  }
+
+  Tensor concat_columns(const Tensor& a, const Tensor& b) override {
+    const int64_t num_rows = a.shape.empty() ? 1 : a.shape[0];
+    if (a.dtype != b.dtype || (b.shape.empty() ? 1 : b.shape[0]) != num_rows) {
+      fail("concat_columns: [{}] and [{}] do not share rows and dtype", shape_string(a.shape), shape_string(b.shape));
+    }
+    const size_t element = dtype_size(a.dtype);
+    const int64_t width_a = a.row_numel(), width_b = b.row_numel();
+    Tensor out = host_tensor(a.dtype, {num_rows, width_a + width_b});
+    for (int64_t r = 0; r < num_rows; ++r) {
+      char* o = out.ptr<char>() + r * (width_a + width_b) * element;
+      std::memcpy(o, a.ptr<char>() + r * width_a * element, width_a * element);
+      std::memcpy(o + width_a * element, b.ptr<char>() + r * width_b * element, width_b * element);
+    }
+    return out;
+  }
+
+  Tensor silu_mul(const Tensor& gate_up) override {
+    require_f32(gate_up, "silu_mul");
+    const int64_t width = gate_up.size(-1) / 2;
+    const int64_t num_rows = gate_up.numel() / (2 * width);
+    Tensor out = host_tensor(DType::F32, {num_rows, width});
+    for (int64_t r = 0; r < num_rows; ++r) {
+      const float* gate = gate_up.ptr<float>() + r * 2 * width;
+      const float* up = gate + width;
+      float* o = out.ptr<float>() + r * width;
+      for (int64_t i = 0; i < width; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    }
+    return out;
+  }
+
+  void rope(Tensor& x, const RopeTable& table, const StepContext& step) override {
+    cpu::rope_at(x, table, cpu_step(step).positions, false);
+  }
+
+  void rope_at(Tensor& x, const RopeTable& table, std::span<const int32_t> positions, bool inverse) override {
+    cpu::rope_at(x, table, positions, inverse);
+  }
+
+  Tensor gated_activation(const Tensor& gate_up, const GluActivation& activation) override {
+    return cpu::gated_activation(gate_up, activation);
+  }
+
+  Tensor grouped_linear(const Tensor& x, const Tensor& weight) override { return cpu::grouped_linear(x, weight); }
+
+  ExpertRouting route_experts(const Tensor& logits, const RouterParams& params, const StepContext& step) override {
+    return cpu::route_experts(logits, params, step.batch().token_ids);
+  }
+
+  Tensor moe_experts(const Tensor& x, const ExpertRouting& routing, const ExpertWeights& experts,
+                     const GluActivation& activation) override {
+    return cpu::moe_experts(x, routing, experts, activation);
+  }
+
+  void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) override {
+    const auto slots = batch_slots(step.batch(), cache.block_size);
+    const int64_t key_row = cache.keys[layer].row_numel();
+    const int64_t value_row = cache.values[layer].row_numel();
+    if (key.row_numel() != key_row || (value_row && value.row_numel() != value_row)) {
+      fail("store_kv: layer {} caches {}+{} values per token, got {}+{}", layer, key_row, value_row,
+           key.row_numel(), value_row ? value.row_numel() : 0);
+    }
+    for (size_t t = 0; t < slots.size(); ++t) {
+      std::memcpy(cache.keys[layer].ptr<float>() + slots[t] * key_row, key.ptr<float>() + t * key_row,
+                  key_row * sizeof(float));
+      if (value_row) {
+        std::memcpy(cache.values[layer].ptr<float>() + slots[t] * value_row, value.ptr<float>() + t * value_row,
+                    value_row * sizeof(float));
+      }
+    }
+  }
+
+  Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
+                   const StepContext& step) override {
+    require_f32(query, "attention");
+    const auto& ctx = cpu_step(step);
+    const auto& batch = step.batch();
+    const int64_t num_tokens = query.size(0);
+    const int64_t num_heads = query.size(1);
+    const int64_t key_dim = query.size(2);
+    const KvLayerSpec& spec = cache.layers[layer];
+    const int64_t num_kv_heads = spec.num_kv_heads;
+    // Keys-only layers (MLA latent, shared K=V) read each value from the leading dims of its key.
+    const bool values_in_keys = spec.value_dim == 0;
+    const int64_t value_dim = values_in_keys ? params.values_from_keys : spec.value_dim;
+    if (values_in_keys && (value_dim <= 0 || value_dim > spec.key_dim)) {
+      fail("attention: layer {} caches keys only; values_from_keys must be in (0, {}], got {}", layer, spec.key_dim,
+           value_dim);
+    }
+    if (key_dim != spec.key_dim || num_heads % num_kv_heads != 0) {
+      fail("attention: layer {} query of {} heads x {} does not fit the cache's {} heads x {}", layer, num_heads,
+           key_dim, num_kv_heads, spec.key_dim);
+    }
+    const int64_t value_stride = values_in_keys ? spec.key_dim : value_dim;
+    const int64_t group = num_heads / num_kv_heads;
+    const int64_t block_size = cache.block_size;
+    const float* keys = cache.keys[layer].ptr<float>();
+    const float* values = values_in_keys ? keys : cache.values[layer].ptr<float>();
+    const float* sinks = params.sinks ? params.sinks->ptr<float>() : nullptr;
+    Tensor out = host_tensor(DType::F32, {num_tokens, num_heads, value_dim});
+
+#pragma omp parallel
+    {
+      std::vector<float> scores;
+      std::vector<double> acc(value_dim);
+#pragma omp for collapse(2) schedule(dynamic, 4)
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        for (int64_t h = 0; h < num_heads; ++h) {
+          const auto& seq = batch.sequences[ctx.token_sequence[t]];
+          const int64_t pos = ctx.positions[t];
+          const int64_t first = params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
+          const int64_t kv_head = h / group;
+          const float* q = query.ptr<float>() + (t * num_heads + h) * key_dim;
+          // Scores and weighted sums accumulate in double; the softmax itself is float32, as in transformers'
+          // eager attention, which keeps this reference within float32 rounding of transformers' float64 runs.
+          scores.resize(pos - first + 1);
+          float max_score = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
+          for (int64_t j = first; j <= pos; ++j) {
+            const int64_t slot = static_cast<int64_t>(seq.block_table[j / block_size]) * block_size + j % block_size;
+            const float* k = keys + (slot * num_kv_heads + kv_head) * key_dim;
+            double dot = 0.0;
+            for (int64_t d = 0; d < key_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
+            scores[j - first] = static_cast<float>(dot * params.scale);
+            max_score = std::max(max_score, scores[j - first]);
+          }
+          float denominator = sinks ? std::exp(sinks[h] - max_score) : 0.0f;
+          for (float& score : scores) {
+            score = std::exp(score - max_score);
+            denominator += score;
+          }
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t j = first; j <= pos; ++j) {
+            const double p = scores[j - first] / denominator;
+            const int64_t slot = static_cast<int64_t>(seq.block_table[j / block_size]) * block_size + j % block_size;
+            const float* v = values + (slot * num_kv_heads + kv_head) * value_stride;
+            for (int64_t d = 0; d < value_dim; ++d) acc[d] += p * v[d];
+          }
+          float* o = out.ptr<float>() + (t * num_heads + h) * value_dim;
+          for (int64_t d = 0; d < value_dim; ++d) o[d] = static_cast<float>(acc[d]);
+        }
+      }
+    }
+    return out;
+  }
+
+  Tensor gather_logit_rows(const Tensor& x, const StepContext& step) override {
+    const auto& rows = step.batch().logit_rows;
+    const int64_t width = x.row_numel();
+    Tensor out = host_tensor(x.dtype, {static_cast<int64_t>(rows.size()), width});
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::memcpy(out.ptr<char>() + r * width * dtype_size(x.dtype),
+                  x.ptr<char>() + rows[r] * width * dtype_size(x.dtype), width * dtype_size(x.dtype));
+    }
+    return out;
+  }
+
+  Tensor argmax(const Tensor& logits) override {
+    require_f32(logits, "argmax");
+    const int64_t vocab = logits.size(-1);
+    const int64_t num_rows = logits.numel() / vocab;
+    Tensor out = host_tensor(DType::I32, {num_rows});
+    for (int64_t r = 0; r < num_rows; ++r) {
+      const float* row = logits.ptr<float>() + r * vocab;
+      out.ptr<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return std::make_unique<CpuBackend>(num_threads); }
+
+}  // namespace tern

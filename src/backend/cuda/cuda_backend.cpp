@@ -1,0 +1,500 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "attention/decode_attention.h"
+#include "attention/prefill_attention.h"
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_step.h"
+#include "backend/cuda/device_allocator.h"
+#include "backend/cuda/gemm.h"
+#include "elementwise/argmax.h"
+#include "elementwise/pointwise.h"
+#include "elementwise/rms_norm.h"
+#include "elementwise/rope_kv.h"
+
+namespace tern {
+
+bool cuda_device_available() {
+  int count = 0;
+  const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+namespace {
+
+using cuda::check;
+using cuda::launch;
+using bf16 = __nv_bfloat16;
+
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+
+const cuda::CudaStepContext& cuda_step(const StepContext& step) {
+  const auto* ctx = dynamic_cast<const cuda::CudaStepContext*>(&step);
+  if (!ctx) fail("cuda backend: the step context was not made by this backend's begin_step");
+  return *ctx;
+}
+
+int checked_int(int64_t v, const char* what) {
+  if (v < 0 || v > INT32_MAX) fail("cuda backend: {} = {} is outside the 32-bit range the kernels index with", what, v);
+  return static_cast<int>(v);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : allocator_(std::make_shared<cuda::DeviceAllocator>()) {
+    int count = 0;
+    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (device < 0 || device >= count) fail("cuda backend: device {} does not exist ({} found)", device, count);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    if (prop.major < 9) {
+      fail("cuda backend: device {} ({}) is compute capability {}.{}; this build targets Hopper (sm_90a)", device,
+           prop.name, prop.major, prop.minor);
+    }
+    device_name_ = prop.name;
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    staging_ = std::make_unique<cuda::PinnedStaging>();
+    gemm_workspace_ = allocator_->allocate(DType::I32, {static_cast<int64_t>(kGemmWorkspaceBytes / 4)});
+    gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_workspace_.data, kGemmWorkspaceBytes);
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    staging_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda-" + device_name_; }
+
+  // ---- Memory ----
+
+  Tensor load_weight(std::span<const TensorInfo* const> parts) override {
+    if (parts.empty()) fail("load_weight: no tensors given");
+    const TensorInfo& first = *parts[0];
+    std::vector<int64_t> shape = first.shape.empty() ? std::vector<int64_t>{1} : first.shape;
+    int64_t rows = 0;
+    for (const TensorInfo* part : parts) {
+      const std::vector<int64_t> part_shape = part->shape.empty() ? std::vector<int64_t>{1} : part->shape;
+      const bool float_types = part->dtype != DType::I32 && first.dtype != DType::I32;
+      if ((!float_types && part->dtype != first.dtype) || part_shape.size() != shape.size() ||
+          !std::equal(part_shape.begin() + 1, part_shape.end(), shape.begin() + 1)) {
+        fail("{}: tensor '{}' cannot be concatenated with '{}' (dtype or trailing shape differs)",
+             part->file.string(), part->name, first.name);
+      }
+      rows += part_shape[0];
+    }
+    shape[0] = rows;
+    // Weights live in bf16 (integers stay as they are): the GEMMs and kernels read bf16.
+    const DType stored = first.dtype == DType::I32 ? DType::I32 : DType::BF16;
+    Tensor out = allocator_->allocate(stored, shape);
+    std::vector<char> host(out.bytes());
+    char* dst = host.data();
+    for (const TensorInfo* part : parts) {
+      if (stored == DType::BF16 && part->dtype != DType::BF16) {
+        std::vector<float> f32(part->numel());
+        convert_to_f32(part->dtype, part->data, f32.data(), f32.size());
+        auto* bits = reinterpret_cast<uint16_t*>(dst);
+        for (size_t i = 0; i < f32.size(); ++i) bits[i] = f32_to_bf16(f32[i]);
+        dst += f32.size() * sizeof(uint16_t);
+      } else {
+        std::memcpy(dst, part->data, part->size_bytes);
+        dst += part->size_bytes;
+      }
+    }
+    check(cudaMemcpyAsync(out.data, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), "load_weight");
+    check(cudaStreamSynchronize(stream_), "load_weight");
+    return out;
+  }
+
+  Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) override {
+    Tensor out = allocator_->allocate(DType::F32, std::move(shape));
+    if (static_cast<size_t>(out.numel()) != values.size()) fail("from_host_f32: shape does not match value count");
+    check(cudaMemcpyAsync(out.data, values.data(), values.size_bytes(), cudaMemcpyHostToDevice, stream_),
+          "from_host_f32");
+    check(cudaStreamSynchronize(stream_), "from_host_f32");
+    return out;
+  }
+
+  std::vector<float> to_host_f32(const Tensor& t) override {
+    std::vector<char> raw(t.bytes());
+    copy_to_host(t, raw.data());
+    std::vector<float> out(t.numel());
+    convert_to_f32(t.dtype, raw.data(), out.data(), out.size());
+    return out;
+  }
+
+  std::vector<int32_t> to_host_i32(const Tensor& t) override {
+    if (t.dtype != DType::I32) fail("to_host_i32: tensor is {}", dtype_name(t.dtype));
+    std::vector<int32_t> out(t.numel());
+    copy_to_host(t, out.data());
+    return out;
+  }
+
+  KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
+    if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
+    KvCache cache;
+    cache.num_blocks = num_blocks;
+    cache.block_size = block_size;
+    cache.layers = layers;
+    const int64_t slots = num_blocks * block_size;
+    for (const auto& layer : layers) {
+      cache.keys.push_back(zeros(DType::BF16, {slots, layer.num_kv_heads, layer.key_dim}));
+      cache.values.push_back(zeros(DType::BF16, {slots, layer.num_kv_heads, layer.value_dim}));
+    }
+    return cache;
+  }
+
+  std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {
+    return std::make_unique<cuda::CudaStepContext>(batch, *allocator_, *staging_, stream_);
+  }
+
+  // ---- Ops ----
+
+  Tensor embedding(const Tensor& table, const StepContext& step) override {
+    const auto& ctx = cuda_step(step);
+    const auto& ids = step.batch().token_ids;
+    if (table.shape.size() != 2) fail("embedding: table must be [vocab, hidden], got {}", shape_string(table.shape));
+    const int64_t vocab = table.size(0);
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary of {}", id, vocab);
+    }
+    const Tensor weights = activation(table, "embedding");
+    Tensor out = allocator_->allocate(DType::BF16, {static_cast<int64_t>(ids.size()), table.size(1)});
+    launch("embedding", [&] {
+      kernels::launch_gather_rows(weights.data, ctx.token_ids(), out.data, out.size(0),
+                                  table.size(1) * sizeof(bf16), stream_);
+    });
+    return out;
+  }
+
+  Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override {
+    const Tensor in = activation(x, "rms_norm");
+    Tensor out = allocator_->allocate(DType::BF16, x.shape);
+    norm(in, nullptr, weight, eps, out, "rms_norm");
+    return out;
+  }
+
+  Tensor add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps) override {
+    require_bf16(residual, "add_rms_norm (residual)");
+    if (residual.numel() != x.numel()) fail("add_rms_norm: {} vs {} elements", residual.numel(), x.numel());
+    const Tensor in = activation(x, "add_rms_norm");
+    Tensor out = allocator_->allocate(DType::BF16, residual.shape);
+    norm(in, &residual, weight, eps, out, "add_rms_norm");
+    return out;
+  }
+
+  Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
+    if (weight.shape.size() != 2) fail("linear: weight must be [N, K], got {}", shape_string(weight.shape));
+    const int64_t n = weight.size(0);
+    const int64_t k = weight.size(1);
+    if (x.shape.empty() || x.size(-1) != k) fail("linear: input has {} features, weight expects {}", x.shape.empty() ? 0 : x.size(-1), k);
+    const Tensor in = activation(x, "linear");
+    const Tensor w = activation(weight, "linear (weight)");
+    std::optional<Tensor> b;
+    if (bias) {
+      if (bias->numel() != n) fail("linear: bias has {} values for {} outputs", bias->numel(), n);
+      b = activation(*bias, "linear (bias)");
+    }
+    const int64_t m = x.numel() / k;
+    Tensor out = allocator_->allocate(DType::BF16, {m, n});
+    gemm_->run(in.data, w.data, b ? b->data : nullptr, out.data, m, n, k);
+    return out;
+  }
+
+  void add_in_place(Tensor& x, const Tensor& y) override {
+    require_bf16(x, "add");
+    if (x.numel() != y.numel()) fail("add: {} vs {} elements", x.numel(), y.numel());
+    const Tensor other = activation(y, "add");
+    launch("add", [&] { kernels::launch_add(x.ptr<bf16>(), other.ptr<bf16>(), x.numel(), stream_); });
+  }
+
+  Tensor slice_columns(const Tensor& x, int64_t begin, int64_t count) override {
+    const int64_t width = x.size(-1);
+    if (begin < 0 || count < 0 || begin + count > width) {
+      fail("slice_columns: [{}, {}) outside {} columns", begin, begin + count, width);
+    }
+    const int64_t num_rows = width ? x.numel() / width : 0;
+    const size_t element = dtype_size(x.dtype);
+    Tensor out = allocator_->allocate(x.dtype, {num_rows, count});
+    if (num_rows > 0 && count > 0) {
+      check(cudaMemcpy2DAsync(out.data, count * element, x.ptr<char>() + begin * element, width * element,
+                              count * element, num_rows, cudaMemcpyDeviceToDevice, stream_),
+            "slice_columns");
+    }
+    return out;
+  }
+
+  Tensor silu_mul(const Tensor& gate_up) override {
+    const Tensor in = activation(gate_up, "silu_mul");
+    const int64_t width = gate_up.size(-1) / 2;
+    if (gate_up.size(-1) % 2 != 0) fail("silu_mul: width {} is odd", gate_up.size(-1));
+    const int64_t num_rows = width ? gate_up.numel() / (2 * width) : 0;
+    Tensor out = allocator_->allocate(DType::BF16, {num_rows, width});
+    launch("silu_mul", [&] { kernels::launch_silu_mul(in.ptr<bf16>(), out.ptr<bf16>(), num_rows, width, stream_); });
+    return out;
+  }
+
+  void rope(Tensor& x, const RopeTable& table, const StepContext& step) override {
+    require_bf16(x, "rope");
+    if (x.shape.size() != 3) fail("rope: expects [tokens, heads, head_dim], got {}", shape_string(x.shape));
+    check_tokens(x, step, "rope");
+    const kernels::RopeSpec spec = rope_spec(table);
+    launch("rope", [&] {
+      kernels::launch_rope(x.ptr<bf16>(), checked_int(x.size(0), "tokens"), checked_int(x.size(1), "heads"),
+                           checked_int(x.size(2), "head_dim"), spec, cuda_step(step).positions(), stream_);
+    });
+  }
+
+  void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) override {
+    const KvWrite write = kv_write(cache, layer, key, value, step);
+    launch("store_kv", [&] { kernels::launch_store_kv(write.params, stream_); });
+  }
+
+  void rope_store_kv(Tensor& query, Tensor& key, const Tensor& value, const RopeTable& table, KvCache& cache,
+                     int layer, const StepContext& step) override {
+    require_bf16(query, "rope_store_kv (query)");
+    if (query.shape.size() != 3 || query.size(2) != cache.layers.at(layer).key_dim) {
+      fail("rope_store_kv: query {} does not have the cache's key_dim {}", shape_string(query.shape),
+           cache.layers.at(layer).key_dim);
+    }
+    check_tokens(query, step, "rope_store_kv");
+    const KvWrite write = kv_write(cache, layer, key, value, step);
+    const kernels::RopeSpec spec = rope_spec(table);
+    launch("rope_store_kv", [&] {
+      kernels::launch_rope_store_kv(query.ptr<bf16>(), checked_int(query.size(1), "heads"), write.params, spec,
+                                    stream_);
+    });
+  }
+
+  Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
+                   const StepContext& step) override {
+    const auto& ctx = cuda_step(step);
+    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("attention: layer {} not in the cache", layer);
+    const KvLayerSpec& spec = cache.layers[layer];
+    if (query.shape.size() != 3) fail("attention: query must be [tokens, heads, dim], got {}", shape_string(query.shape));
+    check_tokens(query, step, "attention");
+    if (spec.value_dim != spec.key_dim || query.size(2) != spec.key_dim) {
+      fail("attention: the CUDA kernels need query dim = key_dim = value_dim; got {}, {}, {}", query.size(2),
+           spec.key_dim, spec.value_dim);
+    }
+    if (spec.num_kv_heads <= 0 || query.size(1) % spec.num_kv_heads != 0) {
+      fail("attention: {} query heads are not a multiple of {} KV heads", query.size(1), spec.num_kv_heads);
+    }
+    ctx.check_block_tables(cache.block_size);
+    const Tensor q = activation(query, "attention");
+    const int num_tokens = checked_int(query.size(0), "tokens");
+    const int num_heads = checked_int(query.size(1), "heads");
+    const int head_dim = checked_int(spec.key_dim, "head_dim");
+    Tensor out = allocator_->allocate(DType::BF16, {query.size(0), query.size(1), spec.value_dim});
+    if (num_tokens == 0) return out;
+
+    kernels::PagedKv kv;
+    kv.keys = cache.keys[layer].ptr<bf16>();
+    kv.values = cache.values[layer].ptr<bf16>();
+    kv.block_size = checked_int(cache.block_size, "block_size");
+    kv.block_tables = ctx.block_tables();
+    kv.block_table_offsets = ctx.block_table_offsets();
+    kernels::AttentionBatch batch{ctx.cu_seqlens(), ctx.num_cached(), ctx.token_seq(), ctx.positions()};
+    std::optional<Tensor> sinks;
+    if (params.sinks) {
+      if (params.sinks->numel() != num_heads) fail("attention: {} sinks for {} heads", params.sinks->numel(), num_heads);
+      sinks = f32(*params.sinks, "attention (sinks)");
+    }
+    kernels::AttentionShape shape{num_heads, static_cast<int>(spec.num_kv_heads), head_dim, params.scale,
+                                  checked_int(params.sliding_window, "sliding_window"),
+                                  sinks ? sinks->ptr<float>() : nullptr};
+
+    const bool with_prefill = kernels::prefill_attention_supports(head_dim);
+    const cuda::AttentionPlan& plan = ctx.attention_plan(with_prefill);
+    if (plan.num_tiles > 0) {
+      kernels::PrefillAttentionParams p;
+      p.query = q.ptr<bf16>();
+      p.out = out.ptr<bf16>();
+      p.kv = kv;
+      p.batch = batch;
+      p.shape = shape;
+      p.tile_seq = plan.tile_seq;
+      p.tile_row = plan.tile_row;
+      p.num_tiles = plan.num_tiles;
+      launch("attention (prefill)", [&] { kernels::launch_prefill_attention(p, stream_); });
+    }
+    if (plan.num_items > 0) {
+      const Tensor partial_out = allocator_->allocate(DType::F32, {plan.num_items, num_heads, head_dim});
+      const Tensor partial_lse = allocator_->allocate(DType::F32, {plan.num_items, num_heads});
+      kernels::DecodeAttentionParams p;
+      p.query = q.ptr<bf16>();
+      p.out = out.ptr<bf16>();
+      p.kv = kv;
+      p.batch = batch;
+      p.shape = shape;
+      p.item_token = plan.item_token;
+      p.item_chunk = plan.item_chunk;
+      p.num_items = plan.num_items;
+      p.chunk_tokens = cuda::kDecodeChunkTokens;
+      p.tokens = plan.decode_tokens;
+      p.token_item_begin = plan.token_item_begin;
+      p.num_decode_tokens = plan.num_decode_tokens;
+      p.partial_out = partial_out.ptr<float>();
+      p.partial_lse = partial_lse.ptr<float>();
+      launch("attention (decode)", [&] { kernels::launch_decode_attention(p, stream_); });
+    }
+    return out;
+  }
+
+  Tensor gather_logit_rows(const Tensor& x, const StepContext& step) override {
+    const auto& ctx = cuda_step(step);
+    const auto& rows = step.batch().logit_rows;
+    if (x.shape.empty() || x.size(0) != step.batch().num_tokens()) {
+      fail("gather_logit_rows: input has {} rows for a step of {} tokens", x.shape.empty() ? 0 : x.size(0),
+           step.batch().num_tokens());
+    }
+    const int64_t width = x.row_numel();
+    Tensor out = allocator_->allocate(x.dtype, {static_cast<int64_t>(rows.size()), width});
+    launch("gather_logit_rows", [&] {
+      kernels::launch_gather_rows(x.data, ctx.logit_rows(), out.data, out.size(0), width * dtype_size(x.dtype),
+                                  stream_);
+    });
+    return out;
+  }
+
+  Tensor argmax(const Tensor& logits) override {
+    if (logits.shape.empty()) fail("argmax: logits have no dimensions");
+    const int64_t vocab = logits.size(-1);
+    const int64_t num_rows = vocab ? logits.numel() / vocab : 0;
+    Tensor out = allocator_->allocate(DType::I32, {num_rows});
+    const int rows = checked_int(num_rows, "rows");
+    const int v = checked_int(vocab, "vocab");
+    if (logits.dtype == DType::BF16) {
+      launch("argmax", [&] { kernels::launch_argmax_bf16(logits.ptr<bf16>(), out.ptr<int32_t>(), rows, v, stream_); });
+    } else if (logits.dtype == DType::F32) {
+      launch("argmax", [&] { kernels::launch_argmax_f32(logits.ptr<float>(), out.ptr<int32_t>(), rows, v, stream_); });
+    } else {
+      fail("argmax: logits are {}", dtype_name(logits.dtype));
+    }
+    return out;
+  }
+
+ private:
+  void copy_to_host(const Tensor& t, void* dst) {
+    check(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
+    check(cudaStreamSynchronize(stream_), "copy to host");
+  }
+
+  Tensor zeros(DType dtype, std::vector<int64_t> shape) {
+    Tensor t = allocator_->allocate(dtype, std::move(shape));
+    check(cudaMemsetAsync(t.data, 0, t.bytes(), stream_), "cudaMemsetAsync");
+    return t;
+  }
+
+  static void require_bf16(const Tensor& t, const char* op) {
+    if (t.dtype != DType::BF16) fail("cuda backend: {} works in place on bf16 activations, got {}", op, dtype_name(t.dtype));
+  }
+
+  // A bf16 view of a float input: bf16 as it is, float32 converted (e.g. tensors made by from_host_f32).
+  Tensor activation(const Tensor& t, const char* op) {
+    if (t.dtype == DType::BF16) return t;
+    if (t.dtype != DType::F32) fail("cuda backend: {} expects bf16 or float32, got {}", op, dtype_name(t.dtype));
+    Tensor out = allocator_->allocate(DType::BF16, t.shape);
+    launch(op, [&] { kernels::launch_f32_to_bf16(t.ptr<float>(), out.ptr<bf16>(), t.numel(), stream_); });
+    return out;
+  }
+
+  Tensor f32(const Tensor& t, const char* op) {
+    if (t.dtype == DType::F32) return t;
+    if (t.dtype != DType::BF16) fail("cuda backend: {} expects bf16 or float32, got {}", op, dtype_name(t.dtype));
+    Tensor out = allocator_->allocate(DType::F32, t.shape);
+    launch(op, [&] { kernels::launch_bf16_to_f32(t.ptr<bf16>(), out.ptr<float>(), t.numel(), stream_); });
+    return out;
+  }
+
+  void norm(const Tensor& in, Tensor* residual, const Tensor& weight, float eps, Tensor& out, const char* op) {
+    const int64_t width = weight.numel();
+    if (width == 0 || in.numel() % width != 0 || in.size(-1) % width != 0) {
+      fail("{}: input of shape {} does not split into rows of the weight's {} values", op, shape_string(in.shape),
+           width);
+    }
+    const Tensor w = activation(weight, op);
+    kernels::RmsNormParams p;
+    p.x = in.ptr<bf16>();
+    p.residual = residual ? residual->ptr<bf16>() : nullptr;
+    p.weight = w.ptr<bf16>();
+    p.out = out.ptr<bf16>();
+    p.num_rows = checked_int(in.numel() / width, "rows");
+    p.width = checked_int(width, "width");
+    p.eps = eps;
+    launch(op, [&] { kernels::launch_rms_norm(p, stream_); });
+  }
+
+  static void check_tokens(const Tensor& x, const StepContext& step, const char* op) {
+    if (x.shape.empty() || x.size(0) != step.batch().num_tokens()) {
+      fail("{}: input has {} rows for a step of {} tokens", op, x.shape.empty() ? 0 : x.size(0),
+           step.batch().num_tokens());
+    }
+  }
+
+  kernels::RopeSpec rope_spec(const RopeTable& table) {
+    if (table.inv_freq.dtype != DType::F32 || table.inv_freq.numel() * 2 != table.rotary_dim) {
+      fail("rope: the table needs rotary_dim / 2 = {} float32 frequencies, has {} {}", table.rotary_dim / 2,
+           table.inv_freq.numel(), dtype_name(table.inv_freq.dtype));
+    }
+    return {table.inv_freq.ptr<float>(), checked_int(table.rotary_dim, "rotary_dim"), table.attention_scaling};
+  }
+
+  // The launch parameters and the bf16 inputs they point to, which must stay allocated until the launch is queued.
+  struct KvWrite {
+    kernels::KvWriteParams params;
+    Tensor key, value;
+  };
+
+  KvWrite kv_write(KvCache& cache, int layer, const Tensor& key, const Tensor& value,
+                                  const StepContext& step) {
+    const auto& ctx = cuda_step(step);
+    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("store_kv: layer {} not in the cache", layer);
+    const KvLayerSpec& spec = cache.layers[layer];
+    const int64_t key_row = spec.num_kv_heads * spec.key_dim;
+    const int64_t value_row = spec.num_kv_heads * spec.value_dim;
+    if (key.row_numel() != key_row || (value_row && value.row_numel() != value_row)) {
+      fail("store_kv: layer {} caches {}+{} values per token, got {}+{}", layer, key_row, value_row, key.row_numel(),
+           value_row ? value.row_numel() : 0);
+    }
+    check_tokens(key, step, "store_kv");
+    ctx.check_block_tables(cache.block_size);
+    KvWrite write;
+    write.key = activation(key, "store_kv (key)");
+    if (value_row) write.value = activation(value, "store_kv (value)");
+    kernels::KvWriteParams& p = write.params;
+    p.key = write.key.ptr<bf16>();
+    p.value = value_row ? write.value.ptr<bf16>() : nullptr;
+    p.key_cache = cache.keys[layer].ptr<bf16>();
+    p.value_cache = value_row ? cache.values[layer].ptr<bf16>() : nullptr;
+    p.num_tokens = checked_int(key.size(0), "tokens");
+    p.num_kv_heads = checked_int(spec.num_kv_heads, "kv heads");
+    p.key_dim = checked_int(spec.key_dim, "key_dim");
+    p.value_dim = checked_int(spec.value_dim, "value_dim");
+    p.slots = {ctx.positions(), ctx.token_seq(), ctx.block_tables(), ctx.block_table_offsets(),
+               checked_int(cache.block_size, "block_size")};
+    return write;
+  }
+
+  std::shared_ptr<cuda::DeviceAllocator> allocator_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::PinnedStaging> staging_;
+  Tensor gemm_workspace_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace tern

@@ -1,0 +1,71 @@
+#pragma once
+// One step's metadata in device memory, uploaded once per step through pinned memory, and the attention work
+// plans derived from it (made on first use and reused by every layer).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/device_allocator.h"
+
+namespace tern::cuda {
+
+// Sequences with more new tokens than this go through the tiled prefill kernel (when it is built for the head
+// size); the others, and every token of the other layers, through split-KV decode attention.
+constexpr int32_t kDecodeMaxNewTokens = 8;
+// Keys per split-KV work item.
+constexpr int32_t kDecodeChunkTokens = 256;
+
+struct AttentionPlan {
+  Tensor data;  // int32, everything below in one allocation
+  // Prefill tiles: (sequence, first row) pairs, longest first so that the heaviest tiles start first.
+  const int32_t* tile_seq = nullptr;
+  const int32_t* tile_row = nullptr;
+  int num_tiles = 0;
+  // Decode items: (token, chunk) pairs sorted by token; tokens with their first item.
+  const int32_t* item_token = nullptr;
+  const int32_t* item_chunk = nullptr;
+  int num_items = 0;
+  const int32_t* decode_tokens = nullptr;
+  const int32_t* token_item_begin = nullptr;
+  int num_decode_tokens = 0;
+};
+
+class CudaStepContext final : public StepContext {
+ public:
+  CudaStepContext(const ForwardBatch& batch, DeviceAllocator& allocator, PinnedStaging& staging,
+                  cudaStream_t stream);
+
+  // Device arrays, int32.
+  const int32_t* token_ids() const { return device(token_ids_at_); }
+  const int32_t* positions() const { return device(positions_at_); }
+  const int32_t* token_seq() const { return device(token_seq_at_); }
+  const int32_t* cu_seqlens() const { return device(cu_seqlens_at_); }
+  const int32_t* num_cached() const { return device(num_cached_at_); }
+  const int32_t* block_tables() const { return device(block_tables_at_); }
+  const int32_t* block_table_offsets() const { return device(block_table_offsets_at_); }
+  const int32_t* logit_rows() const { return device(logit_rows_at_); }
+
+  // Fails unless every sequence's block table covers its tokens for this block size (checked once per size).
+  void check_block_tables(int64_t block_size) const;
+  // with_prefill: sequences longer than kDecodeMaxNewTokens go to prefill tiles; otherwise all tokens decode.
+  const AttentionPlan& attention_plan(bool with_prefill) const;
+
+ private:
+  const int32_t* device(size_t offset) const { return metadata_.ptr<int32_t>() + offset; }
+  AttentionPlan make_plan(bool with_prefill) const;
+
+  DeviceAllocator& allocator_;
+  PinnedStaging& staging_;
+  cudaStream_t stream_;
+  std::vector<int32_t> positions_host_;
+  Tensor metadata_;
+  size_t token_ids_at_ = 0, positions_at_ = 0, token_seq_at_ = 0, cu_seqlens_at_ = 0, num_cached_at_ = 0,
+         block_tables_at_ = 0, block_table_offsets_at_ = 0, logit_rows_at_ = 0;
+  mutable std::vector<int64_t> checked_block_sizes_;
+  mutable std::optional<AttentionPlan> plans_[2];
+};
+
+}  // namespace tern::cuda

@@ -1,0 +1,92 @@
+#include "backend/cuda/gemm.h"
+
+#include "backend/cuda/cuda_check.h"
+
+namespace tern::cuda {
+
+namespace {
+
+int alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 2 && address % align != 0) align /= 2;
+  return align;
+}
+
+}  // namespace
+
+Gemm::Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
+    : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  check(cublasLtCreate(&handle_), "cublasLtCreate");
+}
+
+Gemm::~Gemm() {
+  for (auto& [key, p] : plans_) {
+    cublasLtMatrixLayoutDestroy(p.a);
+    cublasLtMatrixLayoutDestroy(p.b);
+    cublasLtMatrixLayoutDestroy(p.c);
+    cublasLtMatmulDescDestroy(p.desc);
+  }
+  cublasLtDestroy(handle_);
+}
+
+Gemm::Plan& Gemm::plan(const Key& key) {
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+  const auto [m, n, k, has_bias, align] = key;
+  Plan p;
+  // Column-major view: out^T [N, M] = weight [K, N]^T * x^T [K, M].
+  check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)), "transa");
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof(no_trans)), "transb");
+  if (has_bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_16BF;
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+          "epilogue");
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+          "bias type");
+  }
+  check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "layout A");
+  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "layout B");
+  check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, n, m, n), "layout C");
+
+  cublasLtMatmulPreference_t pref;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const uint64_t workspace = workspace_bytes_;
+  const uint32_t align_bytes = static_cast<uint32_t>(align);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_bytes, sizeof(align_bytes));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (status != CUBLAS_STATUS_SUCCESS || found_count == 0) {
+    fail("cuda backend: linear: cuBLASLt has no bf16 algorithm for [{}, {}] x [{}, {}]^T (status {})", m, k, n, k,
+         static_cast<int>(status));
+  }
+  p.algo = result.algo;
+  return plans_.emplace(key, p).first->second;
+}
+
+void Gemm::run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
+                              bias ? alignment_of(bias) : 256});
+  Plan& p = plan({m, n, k, bias != nullptr, align});
+  if (bias) {
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+          "bias pointer");
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(handle_, p.desc, &alpha, weight, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo, workspace_,
+                       workspace_bytes_, stream_),
+        "linear (cublasLtMatmul)");
+}
+
+}  // namespace tern::cuda

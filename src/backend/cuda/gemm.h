@@ -1,0 +1,38 @@
+#pragma once
+// bf16 GEMMs through cuBLASLt with float32 accumulation: out [M, N] = x [M, K] * weight [N, K]^T (+ bias [N]).
+// The algorithm for each shape (and pointer alignment) is chosen once, by cuBLASLt's heuristic, and reused.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace tern::cuda {
+
+class Gemm {
+ public:
+  Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, int>;  // m, n, k, bias, alignment bytes
+  Plan& plan(const Key& key);
+
+  cublasLtHandle_t handle_ = nullptr;
+  cudaStream_t stream_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace tern::cuda

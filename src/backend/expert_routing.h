@@ -1,0 +1,56 @@
+#pragma once
+// Mixture-of-experts data passed between the model's router and the backend's expert kernels: how a router turns
+// logits into (expert, weight) pairs per token, which experts each token uses, and the stacked expert weights.
+#include <cstdint>
+
+#include "backend/tensor.h"
+
+namespace tern {
+
+enum class RouterScoring {
+  softmax,       // Mixtral, Qwen3-MoE, gpt-oss
+  sigmoid,       // DeepSeek-V3
+  sqrt_softplus  // DeepSeek-V4: sqrt(softplus(logit))
+};
+
+struct RouterParams {
+  RouterScoring scoring = RouterScoring::softmax;
+  int64_t top_k = 1;
+  // Selected weights are divided by their sum (norm_topk_prob); softmax over only the selected logits (gpt-oss)
+  // is the same thing.
+  bool normalize = false;
+  float routed_scaling = 1.0f;  // multiplies the final weights (DeepSeek's routed_scaling_factor)
+  // Group-limited selection (DeepSeek-V3): experts form num_groups equal groups, each group is scored by the sum of
+  // its two best scores, and experts are picked only from the best top_k_groups groups.
+  int64_t num_groups = 1;
+  int64_t top_k_groups = 1;
+  const Tensor* selection_bias = nullptr;  // [E] float: added to scores for choosing only (e_score_correction_bias)
+  // [vocab, top_k] int32: hash routing (DeepSeek-V4), the experts come from the token id, not from the scores.
+  const Tensor* token_expert_table = nullptr;
+};
+
+struct ExpertRouting {
+  Tensor expert_ids;  // [T, top_k] int32
+  Tensor weights;     // [T, top_k] float32
+};
+
+// The gated activation between an expert's gate/up projection and its down projection.
+struct GluActivation {
+  enum class Kind {
+    silu,     // silu(gate) * up
+    gpt_oss   // (up + 1) * gate * sigmoid(alpha * gate)
+  };
+  Kind kind = Kind::silu;
+  float limit = 0.0f;  // > 0: gate clamped to (-inf, limit], up to [-limit, limit] before the activation
+  float alpha = 1.702f;
+};
+
+// E experts of intermediate size I over hidden size H, stacked along dimension 0.
+struct ExpertWeights {
+  Tensor gate_up;                      // [E, 2I, H]: per expert, rows [0, I) gate and [I, 2I) up
+  Tensor down;                         // [E, H, I]
+  const Tensor* gate_up_bias = nullptr;  // [E, 2I]
+  const Tensor* down_bias = nullptr;     // [E, H]
+};
+
+}  // namespace tern

@@ -1,0 +1,36 @@
+#include "backend/forward_batch.h"
+
+#include "core/error.h"
+
+namespace tern {
+
+std::vector<int32_t> batch_positions(const ForwardBatch& batch) {
+  std::vector<int32_t> positions;
+  positions.reserve(batch.token_ids.size());
+  for (const auto& seq : batch.sequences) {
+    for (int32_t i = 0; i < seq.num_new_tokens; ++i) positions.push_back(seq.num_cached_tokens + i);
+  }
+  if (positions.size() != batch.token_ids.size()) {
+    fail("forward batch: sequences hold {} new tokens but the batch has {} token ids", positions.size(),
+         batch.token_ids.size());
+  }
+  return positions;
+}
+
+std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size) {
+  std::vector<int64_t> slots;
+  slots.reserve(batch.token_ids.size());
+  for (const auto& seq : batch.sequences) {
+    const int64_t total = static_cast<int64_t>(seq.num_cached_tokens) + seq.num_new_tokens;
+    if (static_cast<int64_t>(seq.block_table.size()) * block_size < total) {
+      fail("forward batch: a sequence of {} tokens has only {} blocks of {}", total, seq.block_table.size(),
+           block_size);
+    }
+    for (int64_t pos = seq.num_cached_tokens; pos < total; ++pos) {
+      slots.push_back(static_cast<int64_t>(seq.block_table[pos / block_size]) * block_size + pos % block_size);
+    }
+  }
+  return slots;
+}
+
+}  // namespace tern

@@ -1,0 +1,28 @@
+#pragma once
+// One step's work for the model, as plain host data: the new tokens of every sequence back to back, where each
+// sequence's KV lives (block tables into the paged KV cache), and which rows need logits.
+// The engine builds it; the backend turns it into its own memory once per step (StepContext).
+#include <cstdint>
+#include <vector>
+
+namespace tern {
+
+struct SequenceChunk {
+  int32_t num_cached_tokens = 0;  // tokens of this sequence already in the KV cache (context before this chunk)
+  int32_t num_new_tokens = 0;     // tokens computed in this step; their KV is written to the cache
+  std::vector<int32_t> block_table;  // KV blocks covering cached + new tokens, in order
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;  // [num_tokens]: sequences' new tokens back to back
+  std::vector<SequenceChunk> sequences;
+  std::vector<int32_t> logit_rows;  // token rows whose logits are returned, in output order
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+};
+
+// Token positions ([num_tokens]) and KV cache slots (block * block_size + offset) of a batch's new tokens.
+std::vector<int32_t> batch_positions(const ForwardBatch& batch);
+std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size);
+
+}  // namespace tern

@@ -1,0 +1,37 @@
+#pragma once
+// The paged KV cache's storage: per layer, one key and one value tensor of num_blocks * block_size token slots.
+// Which blocks belong to which sequence is the engine's business (block tables in ForwardBatch); layers only
+// declare what one token costs them (KvLayerSpec).
+#include <cstdint>
+#include <vector>
+
+#include "backend/tensor.h"
+
+namespace tern {
+
+// How a layer uses its cached tokens, so the engine knows which blocks it may free: all of them stay readable
+// (full, MLA latent), or only the last `sliding_window_tokens` (sliding window), or the last
+// `sliding_window_tokens` plus compressed entries written every `compress_rate` tokens (DeepSeek-V4's CSA/HCA).
+enum class KvLayerKind { full, sliding_window, mla_latent, compressed };
+
+struct KvLayerSpec {
+  int64_t num_kv_heads = 0;
+  int64_t key_dim = 0;    // per head
+  int64_t value_dim = 0;  // per head; 0 when the layer caches keys only (e.g. MLA's shared latent)
+  KvLayerKind kind = KvLayerKind::full;
+  int64_t sliding_window_tokens = 0;  // sliding_window, compressed: how many recent tokens a query reads
+  int64_t compress_rate = 0;          // compressed: source tokens folded into one compressed entry
+};
+
+struct KvCache {
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  std::vector<KvLayerSpec> layers;
+  std::vector<Tensor> keys;    // per layer: [num_blocks * block_size, num_kv_heads, key_dim]
+  std::vector<Tensor> values;  // per layer: [num_blocks * block_size, num_kv_heads, value_dim]
+};
+
+// Bytes one token takes across all layers, for an element size of `element_bytes`.
+int64_t kv_bytes_per_token(const std::vector<KvLayerSpec>& layers, int64_t element_bytes);
+
+}  // namespace tern

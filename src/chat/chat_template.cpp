@@ -1,0 +1,135 @@
+#include "chat/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tern::chat {
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open {}", path.string());
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+nlohmann::ordered_json read_json_file(const std::filesystem::path& path) {
+  try {
+    return nlohmann::ordered_json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} is not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+// tokenizer_config.json stores special tokens as strings or as AddedToken objects {"content": ...}.
+std::optional<std::string> token_text(const nlohmann::ordered_json& token) {
+  if (token.is_string()) return token.get<std::string>();
+  if (token.is_object() && token.contains("content") && token["content"].is_string()) {
+    return token["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::string template_from_field(const nlohmann::ordered_json& field, const std::filesystem::path& where) {
+  if (field.is_string()) return field.get<std::string>();
+  if (field.is_array()) {
+    for (const auto& entry : field) {
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string()) {
+        return entry["template"].get<std::string>();
+      }
+    }
+    fail("{}: chat_template is a list without a template named \"default\"", where.string());
+  }
+  fail("{}: chat_template must be a string or a list of {{name, template}} objects", where.string());
+}
+
+}  // namespace
+
+ChatTemplateInput ChatTemplateInput::from_request(const nlohmann::ordered_json& request) {
+  if (!request.is_object()) fail("chat request must be a JSON object, got {}", request.type_name());
+  ChatTemplateInput input;
+  for (auto it = request.begin(); it != request.end(); ++it) {
+    const std::string& key = it.key();
+    const auto& value = it.value();
+    if (key == "messages") {
+      if (!value.is_array()) fail("chat request: \"messages\" must be an array, got {}", value.type_name());
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].is_object()) fail("chat request: messages[{}] must be an object, got {}", i, value[i].type_name());
+      }
+      input.messages = value;
+    } else if (key == "tools") {
+      if (!value.is_array() && !value.is_null()) {
+        fail("chat request: \"tools\" must be an array or null, got {}", value.type_name());
+      }
+      input.tools = value;
+    } else if (key == "add_generation_prompt") {
+      if (!value.is_boolean()) {
+        fail("chat request: \"add_generation_prompt\" must be a boolean, got {}", value.type_name());
+      }
+      input.add_generation_prompt = value.get<bool>();
+    } else {
+      input.extra_kwargs[key] = value;
+    }
+  }
+  if (!request.contains("messages")) fail("chat request: missing \"messages\"");
+  return input;
+}
+
+ChatTemplate::ChatTemplate(std::string source, nlohmann::ordered_json special_tokens)
+    : source_(std::move(source)), template_(source_) {
+  for (auto it = special_tokens.begin(); it != special_tokens.end(); ++it) {
+    if (auto text = token_text(it.value())) special_tokens_.set(it.key(), Value(*text));
+  }
+}
+
+ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& path) {
+  std::filesystem::path dir = std::filesystem::is_directory(path) ? path : path.parent_path();
+  std::filesystem::path config_path = std::filesystem::is_directory(path) ? dir / "tokenizer_config.json" : path;
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (std::filesystem::exists(config_path)) config = read_json_file(config_path);
+  if (!config.is_object()) fail("{}: expected a JSON object", config_path.string());
+
+  std::string source;
+  if (config.contains("chat_template") && !config["chat_template"].is_null()) {
+    source = template_from_field(config["chat_template"], config_path);
+  } else if (std::filesystem::exists(dir / "chat_template.jinja")) {
+    source = read_file(dir / "chat_template.jinja");
+  } else if (std::filesystem::exists(dir / "chat_template.json")) {
+    auto chat_template_json = read_json_file(dir / "chat_template.json");
+    if (!chat_template_json.is_object() || !chat_template_json.contains("chat_template")) {
+      fail("{}: missing \"chat_template\"", (dir / "chat_template.json").string());
+    }
+    source = template_from_field(chat_template_json["chat_template"], dir / "chat_template.json");
+  } else {
+    fail("no chat template in {}: tokenizer_config.json has no \"chat_template\" and there is no chat_template.jinja",
+         dir.string());
+  }
+
+  nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
+  for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
+    if (config.contains(name)) special_tokens[name] = config[name];
+  }
+  try {
+    return ChatTemplate(std::move(source), std::move(special_tokens));
+  } catch (const Error& e) {
+    fail("{}: {}", config_path.string(), e.what());
+  }
+}
+
+std::string ChatTemplate::render(const ChatTemplateInput& input) const {
+  ValueMap variables = special_tokens_;
+  variables.set("messages", Value::from_json(input.messages));
+  variables.set("tools", input.tools.is_null() ? Value::none() : Value::from_json(input.tools));
+  variables.set("documents", Value::none());
+  variables.set("add_generation_prompt", Value(input.add_generation_prompt));
+  for (auto it = input.extra_kwargs.begin(); it != input.extra_kwargs.end(); ++it) {
+    variables.set(it.key(), Value::from_json(it.value()));
+  }
+  return template_.render(variables);
+}
+
+}  // namespace tern::chat

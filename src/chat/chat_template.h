@@ -1,0 +1,48 @@
+#pragma once
+// Renders a conversation into a prompt with a model's chat template, as transformers' apply_chat_template does:
+// the template sees messages, tools (none when absent), add_generation_prompt, the special tokens of
+// tokenizer_config.json (bos_token, eos_token, ...) and any extra keyword arguments (enable_thinking, ...).
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "chat/template.h"
+
+namespace tern::chat {
+
+// The input of one render. Use nlohmann::ordered_json: the key order of tools and arguments reaches the prompt
+// through `tojson`, and nlohmann::json would sort the keys.
+struct ChatTemplateInput {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null: no tools (the template sees none)
+  bool add_generation_prompt = false;
+  nlohmann::ordered_json extra_kwargs = nlohmann::ordered_json::object();  // enable_thinking, documents, ...
+
+  // From a request object {"messages": [...], "tools": [...], "add_generation_prompt": bool, ...extra kwargs}.
+  // Throws tern::Error naming a missing or ill-typed field.
+  static ChatTemplateInput from_request(const nlohmann::ordered_json& request);
+};
+
+class ChatTemplate {
+ public:
+  // `special_tokens` maps names like "bos_token" to their text; a template sees each as a variable.
+  ChatTemplate(std::string source, nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object());
+
+  // Reads the template and special tokens of a model directory: tokenizer_config.json's "chat_template" (a string,
+  // or a list of {name, template} from which "default" is taken), else chat_template.jinja or chat_template.json.
+  // `path` is the directory or the tokenizer_config.json file itself.
+  static ChatTemplate from_tokenizer_dir(const std::filesystem::path& path);
+
+  // Throws tern::Error with the template's line and column when the template fails or raises.
+  std::string render(const ChatTemplateInput& input) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+  Template template_;
+  ValueMap special_tokens_;
+};
+
+}  // namespace tern::chat

@@ -1,0 +1,37 @@
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/sequence_runner.h"
+
+namespace tern::cli {
+
+void add_logits_command(CLI::App& app) {
+  struct Options {
+    std::string model;
+    std::string prompt_ids;
+    std::string out;
+    int threads = 0;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position to a safetensors file");
+  cmd->add_option("--model", options->model, "Hugging Face model directory")->required();
+  cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")->required();
+  cmd->add_option("--out", options->out, "Output file: one float32 tensor 'logits' of shape [T, vocab]")->required();
+  cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->callback([options] {
+    const auto prompt = parse_token_ids(options->prompt_ids);
+    auto backend = make_cpu_backend(options->threads);
+    auto model = load_model(options->model, *backend);
+    if (static_cast<int64_t>(prompt.size()) > model->config().max_position_embeddings) {
+      fail("prompt of {} tokens exceeds the model's context of {}", prompt.size(),
+           model->config().max_position_embeddings);
+    }
+    SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
+    const Tensor logits = runner.append(prompt, true);
+    write_safetensors_f32(options->out, {{"logits", logits.shape, backend->to_host_f32(logits)}});
+  });
+}
+
+}  // namespace tern::cli

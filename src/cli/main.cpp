@@ -1,0 +1,25 @@
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tern: LLM inference and serving engine"};
+  app.require_subcommand(1);
+  tern::cli::add_generate_command(app);
+  tern::cli::add_logits_command(app);
+  tern::cli::add_bench_command(app);
+  tern::cli::add_tokenize_command(app);
+  tern::cli::add_bench_tokenizer_command(app);
+  tern::cli::add_bench_grammar_command(app);
+  tern::cli::add_render_chat_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tern: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

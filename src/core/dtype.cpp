@@ -1,0 +1,83 @@
+#include "core/dtype.h"
+
+#include "core/error.h"
+
+namespace tern {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+  }
+  fail("unknown dtype {}", static_cast<int>(dtype));
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+  }
+  return "?";
+}
+
+float f16_to_f32(uint16_t bits) {
+  const uint32_t sign = (bits & 0x8000u) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1f;
+  uint32_t mantissa = bits & 0x3ffu;
+  uint32_t out;
+  if (exponent == 0x1f) {
+    out = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent == 0) {
+    if (mantissa == 0) {
+      out = sign;
+    } else {  // subnormal: renormalize
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400u) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      out = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+  } else {
+    out = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  float value;
+  std::memcpy(&value, &out, sizeof(value));
+  return value;
+}
+
+void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
+  switch (dtype) {
+    case DType::F32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::BF16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(in[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(in[i]);
+      return;
+    }
+    case DType::I32: {
+      const auto* in = static_cast<const int32_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
+      return;
+    }
+    case DType::I64: {
+      const auto* in = static_cast<const int64_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace tern

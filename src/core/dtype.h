@@ -1,0 +1,36 @@
+#pragma once
+// Element types of tensors in checkpoints and on backends, and their conversions to float32.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace tern {
+
+enum class DType : uint8_t { F32, F16, BF16, I32, I64 };
+
+size_t dtype_size(DType dtype);
+std::string_view dtype_name(DType dtype);
+
+inline float bf16_to_f32(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return value;
+}
+
+// Round to nearest even, as PyTorch does; NaN stays NaN.
+inline uint16_t f32_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float f16_to_f32(uint16_t bits);
+
+// Converts `count` elements of `src` (of type `dtype`) to float32.
+void convert_to_f32(DType dtype, const void* src, float* dst, size_t count);
+
+}  // namespace tern

@@ -1,0 +1,93 @@
+#pragma once
+// The in-process API that the HTTP server and tests use. The step loop runs on a thread of its own; submit and
+// cancel from any thread. Each request's outputs arrive through a RequestStream (a blocking queue) or a callback
+// invoked on the engine thread. Errors never cross threads: a failed step aborts the affected requests with the
+// error message in their final output.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_core.h"
+
+namespace tern {
+
+class Engine;
+
+// One request's outputs, in order; the last has request_finished set.
+class RequestStream {
+ public:
+  uint64_t request_id() const { return request_id_; }
+  // Waits for the next output; nullopt once the final output has been taken.
+  std::optional<RequestOutput> next();
+  // The next output if one is ready.
+  std::optional<RequestOutput> try_next();
+  // Asks the engine to abort the request (e.g. the client went away); its blocks are freed at the next step.
+  void cancel();
+
+ private:
+  friend class Engine;
+  RequestStream(uint64_t request_id, Engine& engine) : request_id_(request_id), engine_(engine) {}
+  void push(RequestOutput output);
+
+  uint64_t request_id_;
+  Engine& engine_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<RequestOutput> outputs_;
+  bool finished_ = false;  // the final output has been pushed
+};
+
+using OutputCallback = std::function<void(RequestOutput)>;
+
+class Engine {
+ public:
+  Engine(Model& model, Backend& backend, EngineConfig config, TextStreamFactory text_streams = {});
+  // Aborts whatever is unfinished and joins the loop.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates the request (throws tern::Error on bad input) and queues it. The stream must not outlive the engine.
+  std::shared_ptr<RequestStream> submit(GenerateRequest request);
+  // The same, delivering outputs to `callback` on the engine thread; returns the request id.
+  uint64_t submit(GenerateRequest request, OutputCallback callback);
+  void cancel(uint64_t request_id);
+
+  EngineStats stats() const;
+  const KvCacheBudget& kv_budget() const { return core_.kv_budget(); }
+
+ private:
+  struct Submission {
+    uint64_t id;
+    GenerateRequest request;
+    OutputCallback sink;
+  };
+  uint64_t enqueue(GenerateRequest request, OutputCallback sink);
+  void loop();
+  void deliver(std::vector<RequestOutput> outputs);
+
+  EngineCore core_;
+  std::atomic<uint64_t> next_request_id_{1};
+
+  std::mutex inbox_mutex_;
+  std::condition_variable inbox_ready_;
+  std::vector<Submission> submissions_;
+  std::vector<uint64_t> cancellations_;
+  bool stopping_ = false;
+
+  std::unordered_map<uint64_t, OutputCallback> sinks_;  // engine thread only
+
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_;
+
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+}  // namespace tern

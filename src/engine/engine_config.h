@@ -1,0 +1,41 @@
+#pragma once
+// Engine settings: KV pool size, batching limits, policies.
+#include <cstdint>
+
+#include "engine/scheduler.h"
+
+namespace tern {
+
+struct EngineConfig {
+  int32_t block_size = 16;  // tokens per KV block
+  // KV pool size, first that applies: an exact number of blocks (tests), a byte budget, or a fraction of the memory
+  // the backend has available (vLLM's --gpu-memory-utilization; the CPU backend reads MemAvailable).
+  int32_t num_kv_blocks = 0;
+  int64_t kv_cache_memory_bytes = 0;
+  double kv_cache_memory_fraction = 0.9;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_num_seqs = 256;
+  int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  bool enable_prefix_cache = true;
+  bool enable_chunked_prefill = true;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  bool log_kv_cache = true;  // print the KV pool's size on stderr at start
+};
+
+struct EngineStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int32_t num_kv_blocks = 0;
+  int32_t num_free_kv_blocks = 0;  // free or holding only cached prefixes
+  double kv_usage = 0.0;           // fraction of blocks held by sequences
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  double prefix_hit_rate = 0.0;
+  int64_t num_preemptions = 0;
+  int64_t num_computed_tokens = 0;   // fed to the model, recomputation included
+  int64_t num_generated_tokens = 0;
+  int64_t num_finished_requests = 0;
+  int64_t num_steps = 0;
+};
+
+}  // namespace tern

@@ -1,0 +1,50 @@
+#pragma once
+// The engine's step loop without threads: requests in, one step at a time, outputs out. Sizes the KV pool from
+// the config and the model's per-token KV bytes, then pairs a Scheduler (host bookkeeping) with a ModelRunner
+// (device work). The threaded Engine drives one; tests and the offline benchmark drive it directly.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/text_stream.h"
+#include "kvcache/kv_cache_budget.h"
+#include "kvcache/kv_cache_manager.h"
+#include "model/model.h"
+
+namespace tern {
+
+class EngineCore {
+ public:
+  EngineCore(Model& model, Backend& backend, EngineConfig config, TextStreamFactory text_streams = {});
+
+  // Throws tern::Error naming what is wrong with the request. Reads only immutable state: safe from any thread.
+  void validate(const GenerateRequest& request) const;
+  void add_request(uint64_t request_id, GenerateRequest request);
+  std::vector<RequestOutput> abort(uint64_t request_id, const std::string& error = {});
+  // Schedules, runs and applies one step; returns the outputs it produced.
+  std::vector<RequestOutput> step();
+  bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
+  std::vector<uint64_t> unfinished_request_ids() const { return scheduler_->unfinished_request_ids(); }
+
+  EngineStats stats() const;
+  const KvCacheBudget& kv_budget() const { return budget_; }
+  const KvCacheManager& kv_cache_manager() const { return *kv_; }
+  int64_t max_model_len() const { return max_model_len_; }
+
+ private:
+  Model& model_;
+  int64_t max_model_len_ = 0;
+  KvCacheBudget budget_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
+// Bytes of KV one token takes in `backend` for the model's layers, measured on a one-block allocation.
+int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size);
+
+}  // namespace tern

@@ -1,0 +1,180 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tern {
+
+namespace {
+
+int32_t argmax(std::span<const float> values) {
+  return static_cast<int32_t>(std::max_element(values.begin(), values.end()) - values.begin());
+}
+
+// Candidate tokens after top-k, top-p and min-p with their unnormalized probabilities exp(logit - max).
+struct Candidates {
+  std::vector<int32_t> ids;
+  std::vector<double> weights;
+};
+
+Candidates filter(std::span<const float> scaled, const SamplingParams& params) {
+  const int32_t vocab = static_cast<int32_t>(scaled.size());
+  Candidates c;
+  c.ids.resize(vocab);
+  std::iota(c.ids.begin(), c.ids.end(), 0);
+  const auto more_likely = [&](int32_t a, int32_t b) { return scaled[a] > scaled[b] || (scaled[a] == scaled[b] && a < b); };
+  if (params.top_k > 0 && params.top_k < vocab) {
+    std::nth_element(c.ids.begin(), c.ids.begin() + params.top_k, c.ids.end(), more_likely);
+    c.ids.resize(params.top_k);
+  }
+  const bool sorted = params.top_p < 1.0f;
+  if (sorted) std::sort(c.ids.begin(), c.ids.end(), more_likely);
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int32_t id : c.ids) max_logit = std::max(max_logit, scaled[id]);
+  c.weights.resize(c.ids.size());
+  double total = 0;
+  for (size_t i = 0; i < c.ids.size(); ++i) total += c.weights[i] = std::exp(static_cast<double>(scaled[c.ids[i]]) - max_logit);
+  if (sorted) {
+    // Keep the most likely tokens until their probability reaches top_p (the token that crosses it included).
+    double cumulative = 0;
+    size_t keep = 0;
+    while (keep < c.ids.size() && cumulative < params.top_p * total) cumulative += c.weights[keep++];
+    keep = std::max<size_t>(keep, 1);
+    c.ids.resize(keep);
+    c.weights.resize(keep);
+  }
+  if (params.min_p > 0.0f) {
+    // The most likely token has weight exp(0) = 1, so min_p * max_probability is min_p in weights.
+    size_t out = 0;
+    for (size_t i = 0; i < c.ids.size(); ++i) {
+      if (c.weights[i] >= params.min_p) {
+        c.ids[out] = c.ids[i];
+        c.weights[out++] = c.weights[i];
+      }
+    }
+    c.ids.resize(out);
+    c.weights.resize(out);
+  }
+  return c;
+}
+
+void scale(std::span<const float> logits, float temperature, std::vector<float>& out) {
+  out.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] / temperature;
+}
+
+TokenLogprob log_softmax_entry(std::span<const float> logits, int32_t token_id, int32_t num_top) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
+  const double log_sum = max_logit + std::log(sum);
+  const auto logprob_of = [&](int32_t id) { return static_cast<float>(logits[id] - log_sum); };
+  TokenLogprob entry{token_id, logprob_of(token_id), {}};
+  if (num_top > 0) {
+    std::vector<int32_t> ids(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    const auto k = std::min<size_t>(num_top, ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (size_t i = 0; i < k; ++i) entry.top.emplace_back(ids[i], logprob_of(ids[i]));
+  }
+  return entry;
+}
+
+}  // namespace
+
+uint64_t derive_seed(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::vector<double> sampling_distribution(std::span<const float> logits, const SamplingParams& params) {
+  if (params.is_greedy()) fail("sampling_distribution: greedy sampling has no distribution");
+  std::vector<float> scaled;
+  scale(logits, params.temperature, scaled);
+  const auto c = filter(scaled, params);
+  std::vector<double> probs(logits.size(), 0.0);
+  const double total = std::accumulate(c.weights.begin(), c.weights.end(), 0.0);
+  for (size_t i = 0; i < c.ids.size(); ++i) probs[c.ids[i]] = c.weights[i] / total;
+  return probs;
+}
+
+SequenceSampler::SequenceSampler(SamplingParams params, uint64_t seed, std::span<const int32_t> prompt_token_ids)
+    : params_(std::move(params)), rng_(seed) {
+  if (params_.repetition_penalty != 1.0f) {
+    prompt_token_ids_.assign(prompt_token_ids.begin(), prompt_token_ids.end());
+    std::sort(prompt_token_ids_.begin(), prompt_token_ids_.end());
+    prompt_token_ids_.erase(std::unique(prompt_token_ids_.begin(), prompt_token_ids_.end()), prompt_token_ids_.end());
+  }
+}
+
+bool SequenceSampler::is_plain_greedy() const {
+  return params_.is_greedy() && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
+         params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f && !params_.logprobs;
+}
+
+void SequenceSampler::record(int32_t token_id) { ++output_counts_[token_id]; }
+
+void SequenceSampler::apply_penalties(std::span<float> logits) const {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token < vocab) logits[token] += bias;
+  }
+  if (params_.repetition_penalty != 1.0f) {
+    const auto penalize = [&](int32_t token) {
+      if (token < 0 || token >= vocab) return;
+      float& v = logits[token];
+      v = v > 0 ? v / params_.repetition_penalty : v * params_.repetition_penalty;
+    };
+    for (int32_t token : prompt_token_ids_) penalize(token);
+    for (const auto& [token, count] : output_counts_) {
+      if (!std::binary_search(prompt_token_ids_.begin(), prompt_token_ids_.end(), token)) penalize(token);
+    }
+  }
+  if (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) {
+    for (const auto& [token, count] : output_counts_) {
+      if (token >= 0 && token < vocab) {
+        logits[token] -= params_.frequency_penalty * count + params_.presence_penalty;
+      }
+    }
+  }
+}
+
+double SequenceSampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t SequenceSampler::draw(std::span<const float> scaled_logits) {
+  const auto c = filter(scaled_logits, params_);
+  const double total = std::accumulate(c.weights.begin(), c.weights.end(), 0.0);
+  const double target = uniform() * total;
+  double cumulative = 0;
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    cumulative += c.weights[i];
+    if (target < cumulative) return c.ids[i];
+  }
+  return c.ids.back();
+}
+
+SampleOutcome SequenceSampler::sample(std::span<float> logits) {
+  if (logits.empty()) fail("sampler: empty logits row");
+  apply_penalties(logits);
+  SampleOutcome outcome;
+  if (params_.is_greedy()) {
+    outcome.token_id = argmax(logits);
+    if (params_.logprobs) outcome.logprob = log_softmax_entry(logits, outcome.token_id, *params_.logprobs);
+  } else {
+    std::vector<float> scaled;
+    scale(logits, params_.temperature, scaled);
+    outcome.token_id = draw(scaled);
+    if (params_.logprobs) outcome.logprob = log_softmax_entry(scaled, outcome.token_id, *params_.logprobs);
+  }
+  record(outcome.token_id);
+  return outcome;
+}
+
+}  // namespace tern

@@ -1,0 +1,39 @@
+#include "engine/sampling_params.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tern {
+
+void SamplingParams::validate(int64_t vocab_size) const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) fail("sampling: temperature {} must be >= 0", temperature);
+  if (top_k < 0) fail("sampling: top_k {} must be >= 0 (0 keeps every token)", top_k);
+  if (!(top_p > 0.0f && top_p <= 1.0f)) fail("sampling: top_p {} must be in (0, 1]", top_p);
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) fail("sampling: min_p {} must be in [0, 1]", min_p);
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    fail("sampling: repetition_penalty {} must be > 0", repetition_penalty);
+  }
+  if (!std::isfinite(frequency_penalty)) fail("sampling: frequency_penalty must be finite");
+  if (!std::isfinite(presence_penalty)) fail("sampling: presence_penalty must be finite");
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0 || token >= vocab_size) fail("sampling: logit_bias token {} outside the vocabulary of {}", token, vocab_size);
+    if (!std::isfinite(bias)) fail("sampling: logit_bias of token {} must be finite", token);
+  }
+  if (n < 1) fail("sampling: n {} must be >= 1", n);
+  if (logprobs && (*logprobs < 0 || *logprobs > vocab_size)) {
+    fail("sampling: logprobs {} must be in [0, {}]", *logprobs, vocab_size);
+  }
+}
+
+void StopConditions::validate(int64_t vocab_size) const {
+  if (max_tokens && *max_tokens < 1) fail("stop: max_tokens {} must be >= 1", *max_tokens);
+  for (int32_t id : stop_token_ids) {
+    if (id < 0 || id >= vocab_size) fail("stop: stop token {} outside the vocabulary of {}", id, vocab_size);
+  }
+  for (const auto& text : stop_strings) {
+    if (text.empty()) fail("stop: stop strings must not be empty");
+  }
+}
+
+}  // namespace tern

@@ -1,0 +1,345 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <tuple>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+
+namespace tern {
+
+namespace {
+
+bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+
+}  // namespace
+
+bool Scheduler::WaitingOrder::operator()(const Sequence* a, const Sequence* b) const {
+  const int32_t pa = policy == SchedulingPolicy::kPriority ? a->request->request.priority : 0;
+  const int32_t pb = policy == SchedulingPolicy::kPriority ? b->request->request.priority : 0;
+  return std::tie(pa, a->request->arrival, a->index) < std::tie(pb, b->request->arrival, b->index);
+}
+
+Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, TextStreamFactory text_streams)
+    : config_(std::move(config)), kv_(kv), text_streams_(std::move(text_streams)), waiting_(WaitingOrder{config_.policy}) {
+  if (config_.max_num_batched_tokens < 1) fail("scheduler: max_num_batched_tokens must be >= 1");
+  if (config_.max_num_seqs < 1) fail("scheduler: max_num_seqs must be >= 1");
+  if (config_.max_model_len < 2) fail("scheduler: max_model_len {} must be >= 2", config_.max_model_len);
+}
+
+Scheduler::~Scheduler() {
+  for (auto& [id, seq] : sequences_) kv_.free(seq->blocks);
+}
+
+int32_t Scheduler::blocks_for(int64_t num_tokens) const {
+  return static_cast<int32_t>((num_tokens + kv_.block_size() - 1) / kv_.block_size());
+}
+
+void Scheduler::validate(const GenerateRequest& request) const {
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt_token_ids.size());
+  if (prompt_len == 0) fail("request: the prompt is empty");
+  if (prompt_len >= config_.max_model_len) {
+    fail("request: prompt of {} tokens leaves no room to generate within the context of {}", prompt_len,
+         config_.max_model_len);
+  }
+  if (blocks_for(prompt_len + 1) > kv_.num_blocks()) {
+    fail("request: prompt of {} tokens needs {} KV blocks but the cache has {} of {} tokens; give the KV cache more "
+         "memory", prompt_len, blocks_for(prompt_len + 1), kv_.num_blocks(), kv_.block_size());
+  }
+  if (!request.stop.stop_strings.empty() && !text_streams_) {
+    fail("request: stop strings need detokenized text, and this engine runs without a tokenizer");
+  }
+}
+
+Sequence& Scheduler::new_sequence(RequestState& request, int32_t index) {
+  auto seq = std::make_unique<Sequence>();
+  seq->id = next_sequence_id_++;
+  seq->request = &request;
+  seq->index = index;
+  seq->seed = derive_seed(*request.seed, static_cast<uint64_t>(index));
+  seq->token_ids = request.request.prompt_token_ids;
+  seq->num_prompt_tokens = static_cast<int32_t>(seq->token_ids.size());
+  if (text_streams_) seq->text_stream = text_streams_();
+  if (!request.request.stop.stop_strings.empty()) seq->stop_matcher.emplace(request.request.stop.stop_strings);
+  Sequence& ref = *seq;
+  request.sequences.push_back(&ref);
+  sequences_.emplace(ref.id, std::move(seq));
+  return ref;
+}
+
+void Scheduler::add_request(uint64_t request_id, GenerateRequest request) {
+  validate(request);
+  if (requests_.count(request_id)) fail("scheduler: request id {} is already in use", request_id);
+  auto state = std::make_unique<RequestState>();
+  state->id = request_id;
+  state->arrival = next_arrival_++;
+  const int64_t room = config_.max_model_len - static_cast<int64_t>(request.prompt_token_ids.size());
+  state->max_output_tokens =
+      static_cast<int32_t>(std::min<int64_t>(request.stop.max_tokens.value_or(std::numeric_limits<int32_t>::max()), room));
+  state->seed = request.sampling.seed ? *request.sampling.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 |
+                                                                   std::random_device{}());
+  state->request = std::move(request);
+  RequestState& ref = *state;
+  requests_.emplace(request_id, std::move(state));
+  waiting_.insert(&new_sequence(ref, 0));
+}
+
+std::vector<uint64_t> Scheduler::unfinished_request_ids() const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, request] : requests_) ids.push_back(id);
+  return ids;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.step = static_cast<uint64_t>(counters_.num_steps++);
+  plan.finished_sequence_ids = std::move(finished_since_plan_);
+  finished_since_plan_.clear();
+  int32_t budget = config_.max_num_batched_tokens;
+  // Admitting new work in a step that had to preempt would only preempt again.
+  if (!schedule_running(plan, budget)) schedule_waiting(plan, budget);
+  return plan;
+}
+
+bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
+  bool preempted = false;
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Sequence& seq = *running_[i];
+    const int32_t num_new = std::min(seq.num_uncomputed_tokens(), budget);
+    bool preempted_self = false;
+    while (!kv_.allocate(seq.blocks, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
+      const size_t victim = pick_victim(i);
+      preempt(victim);
+      preempted = true;
+      if (victim == i) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) continue;  // running_[i] is now the next sequence
+    emit_chunk(plan, seq, num_new);
+    budget -= num_new;
+    ++i;
+  }
+  return preempted;
+}
+
+void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
+  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence& seq = **waiting_.begin();
+    // A fork arrives holding its prompt's shared blocks; anything else looks its prefix up in the cache.
+    const bool matched_now = seq.blocks.blocks.empty();
+    if (matched_now) seq.num_computed_tokens = kv_.match_prefix(seq.blocks, seq.token_ids);
+    const int32_t remaining = seq.num_uncomputed_tokens();
+    const int32_t num_new = std::min(remaining, budget);
+    // Without chunked prefill a prompt waits for a step with room for all of it, unless it exceeds any step.
+    const bool whole_or_alone = num_new == remaining || budget == config_.max_num_batched_tokens;
+    if ((!config_.enable_chunked_prefill && !whole_or_alone) ||
+        !kv_.allocate(seq.blocks, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
+      if (matched_now) {
+        kv_.free(seq.blocks);
+        seq.num_computed_tokens = 0;
+      }
+      break;
+    }
+    if (matched_now) {
+      kv_.record_prefix_query(static_cast<int64_t>(seq.token_ids.size()), seq.num_computed_tokens);
+      if (seq.index == 0 && !seq.request->num_cached_tokens) seq.request->num_cached_tokens = seq.num_computed_tokens;
+    }
+    waiting_.erase(waiting_.begin());
+    seq.status = SequenceStatus::kRunning;
+    running_.push_back(&seq);
+    emit_chunk(plan, seq, num_new);
+    budget -= num_new;
+  }
+}
+
+void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens) {
+  if (!seq.known_to_runner) {
+    plan.new_sequences.push_back({seq.id, seq.request->request.sampling, seq.seed,
+                                  std::vector<int32_t>(seq.token_ids.begin(), seq.token_ids.begin() + seq.num_prompt_tokens)});
+    seq.known_to_runner = true;
+  }
+  ScheduledChunk chunk;
+  chunk.sequence_id = seq.id;
+  chunk.num_cached_tokens = seq.num_computed_tokens;
+  chunk.token_ids.assign(seq.token_ids.begin() + seq.num_computed_tokens,
+                         seq.token_ids.begin() + seq.num_computed_tokens + num_new_tokens);
+  chunk.block_table = seq.blocks.blocks;
+  seq.num_computed_tokens += num_new_tokens;
+  chunk.sample = seq.num_computed_tokens == static_cast<int32_t>(seq.token_ids.size());
+  counters_.num_computed_tokens += num_new_tokens;
+  plan.chunks.push_back(std::move(chunk));
+}
+
+size_t Scheduler::pick_victim(size_t first) const {
+  size_t victim = first;
+  const auto key = [&](const Sequence* s) {
+    const int32_t priority = config_.policy == SchedulingPolicy::kPriority ? s->request->request.priority : 0;
+    return std::make_tuple(priority, s->request->arrival, s->index);
+  };
+  for (size_t i = first + 1; i < running_.size(); ++i) {
+    if (key(running_[i]) > key(running_[victim])) victim = i;
+  }
+  return victim;
+}
+
+void Scheduler::preempt(size_t running_index) {
+  Sequence& seq = *running_[running_index];
+  kv_.free(seq.blocks);
+  seq.num_computed_tokens = 0;
+  seq.status = SequenceStatus::kWaiting;
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
+  waiting_.insert(&seq);
+  ++counters_.num_preemptions;
+}
+
+void Scheduler::fork(Sequence& first) {
+  RequestState& request = *first.request;
+  request.forked = true;
+  // Whole blocks of the prompt, leaving each fork at least one prompt token to compute for its own first sample.
+  const int32_t num_shared_blocks = (first.num_prompt_tokens - 1) / kv_.block_size();
+  for (int32_t index = 1; index < request.request.sampling.n; ++index) {
+    Sequence& fork = new_sequence(request, index);
+    fork.blocks = kv_.fork(first.blocks, num_shared_blocks);
+    fork.num_computed_tokens = num_shared_blocks * kv_.block_size();
+    waiting_.insert(&fork);
+  }
+}
+
+std::vector<RequestOutput> Scheduler::update(const StepPlan& plan, const StepResult& result) {
+  for (const auto& chunk : plan.chunks) {
+    const auto it = sequences_.find(chunk.sequence_id);
+    if (it == sequences_.end() || it->second->status != SequenceStatus::kRunning) continue;
+    Sequence& seq = *it->second;
+    kv_.cache_blocks(seq.blocks, seq.token_ids, seq.num_computed_tokens);
+  }
+  std::vector<RequestOutput> outputs;
+  outputs.reserve(result.tokens.size());
+  for (const auto& sample : result.tokens) {
+    const auto it = sequences_.find(sample.sequence_id);
+    if (it == sequences_.end() || it->second->status != SequenceStatus::kRunning) continue;
+    outputs.push_back(append_token(*it->second, sample));
+  }
+  remove_finished_requests();
+  return outputs;
+}
+
+RequestOutput Scheduler::append_token(Sequence& seq, const SampledToken& sample) {
+  RequestState& request = *seq.request;
+  if (!request.forked && request.request.sampling.n > 1) fork(seq);
+  const int32_t token = sample.token_id;
+  seq.token_ids.push_back(token);
+  ++request.num_completion_tokens;
+  ++counters_.num_generated_tokens;
+
+  RequestOutput output;
+  output.request_id = request.id;
+  output.index = seq.index;
+  output.token_ids.push_back(token);
+  if (sample.logprob) output.logprobs.push_back(*sample.logprob);
+
+  const StopConditions& stop = request.request.stop;
+  if (contains(stop.stop_token_ids, token) || (!stop.ignore_eos && contains(config_.eos_token_ids, token))) {
+    finish(seq, FinishReason::kStop, true, output);
+  } else {
+    bool stopped_by_string = false;
+    if (seq.text_stream) {
+      std::string delta = seq.text_stream->push(token);
+      if (seq.stop_matcher) {
+        auto matched = seq.stop_matcher->push(delta);
+        output.text = std::move(matched.text);
+        stopped_by_string = matched.stopped;
+      } else {
+        output.text = std::move(delta);
+      }
+    }
+    if (stopped_by_string) {
+      finish(seq, FinishReason::kStop, false, output);
+    } else if (seq.num_output_tokens() >= request.max_output_tokens ||
+               blocks_for(static_cast<int64_t>(seq.token_ids.size())) > kv_.num_blocks()) {
+      // The second condition: the next token's KV would not fit even in an empty pool.
+      finish(seq, FinishReason::kLength, true, output);
+    }
+  }
+  output.usage = usage(request);
+  return output;
+}
+
+void Scheduler::finish(Sequence& seq, FinishReason reason, bool flush_text, RequestOutput& output) {
+  if (flush_text && seq.text_stream) {
+    std::string rest = seq.text_stream->flush();
+    if (seq.stop_matcher) {
+      auto matched = seq.stop_matcher->push(rest);
+      output.text += matched.text;
+      if (matched.stopped) reason = FinishReason::kStop;
+      else output.text += seq.stop_matcher->flush();
+    } else {
+      output.text += rest;
+    }
+  }
+  kv_.free(seq.blocks);
+  if (seq.status == SequenceStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  } else if (seq.status == SequenceStatus::kWaiting) {
+    waiting_.erase(&seq);
+  }
+  seq.status = SequenceStatus::kFinished;
+  if (seq.known_to_runner) finished_since_plan_.push_back(seq.id);
+  output.finish_reason = reason;
+  count_finished(*seq.request, output);
+}
+
+void Scheduler::count_finished(RequestState& request, RequestOutput& output) {
+  if (++request.num_finished_sequences == request.request.sampling.n) {
+    output.request_finished = true;
+    ++counters_.num_finished_requests;
+    finished_requests_.push_back(request.id);
+  }
+}
+
+void Scheduler::remove_finished_requests() {
+  for (uint64_t id : finished_requests_) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    for (Sequence* seq : it->second->sequences) sequences_.erase(seq->id);
+    requests_.erase(it);
+  }
+  finished_requests_.clear();
+}
+
+Usage Scheduler::usage(const RequestState& request) const {
+  return {static_cast<int32_t>(request.request.prompt_token_ids.size()), request.num_cached_tokens.value_or(0),
+          request.num_completion_tokens};
+}
+
+std::vector<RequestOutput> Scheduler::abort(uint64_t request_id, const std::string& error) {
+  std::vector<RequestOutput> outputs;
+  const auto it = requests_.find(request_id);
+  if (it == requests_.end()) return outputs;
+  RequestState& request = *it->second;
+  for (int32_t index = 0; index < request.request.sampling.n; ++index) {
+    RequestOutput output;
+    output.request_id = request_id;
+    output.index = index;
+    output.error = error;
+    if (index < static_cast<int32_t>(request.sequences.size())) {
+      Sequence& seq = *request.sequences[index];
+      if (seq.status == SequenceStatus::kFinished) continue;
+      finish(seq, FinishReason::kAbort, false, output);
+    } else {
+      // A fork that was never created: nothing to free.
+      output.finish_reason = FinishReason::kAbort;
+      count_finished(request, output);
+    }
+    outputs.push_back(std::move(output));
+  }
+  for (auto& output : outputs) output.usage = usage(request);
+  remove_finished_requests();
+  return outputs;
+}
+
+}  // namespace tern

@@ -1,0 +1,103 @@
+#pragma once
+// Continuous batching: each step decides how many tokens every request computes (vLLM v1). Running sequences go
+// first (a decode is one token, a prefill chunk up to the step's token budget), then waiting ones are admitted in
+// FCFS or priority order, reusing cached prefixes. When the KV pool runs dry the least important, newest running
+// sequence is preempted: its blocks are freed and it recomputes later from its tokens, losing nothing.
+// The scheduler works on host data only and hands the model runner a StepPlan.
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sequence.h"
+#include "engine/step_plan.h"
+#include "engine/text_stream.h"
+#include "kvcache/kv_cache_manager.h"
+
+namespace tern {
+
+enum class SchedulingPolicy { kFcfs, kPriority };
+
+struct SchedulerConfig {
+  int32_t max_num_batched_tokens = 2048;  // tokens per step over all sequences
+  int32_t max_num_seqs = 256;             // running sequences
+  int64_t max_model_len = 0;              // tokens per sequence, prompt included
+  bool enable_chunked_prefill = true;     // else a prompt is admitted only when all of it fits one step
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  std::vector<int32_t> eos_token_ids;
+};
+
+struct SchedulerCounters {
+  int64_t num_preemptions = 0;
+  int64_t num_computed_tokens = 0;  // tokens fed to the model: prompts, decodes and recomputation
+  int64_t num_generated_tokens = 0;
+  int64_t num_finished_requests = 0;
+  int64_t num_steps = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, KvCacheManager& kv, TextStreamFactory text_streams = {});
+  ~Scheduler();
+
+  // Checks what the scheduler can tell about a request (prompt length against the context and the pool, stop
+  // strings needing a detokenizer). Reads only immutable state: safe from any thread.
+  void validate(const GenerateRequest& request) const;
+  // Queues a request (validated here too); `request_id` must be new.
+  void add_request(uint64_t request_id, GenerateRequest request);
+  // Finishes every sequence of the request with "abort" and frees its blocks at once; returns the final outputs
+  // (none if the request is unknown or already finished).
+  std::vector<RequestOutput> abort(uint64_t request_id, const std::string& error = {});
+
+  StepPlan schedule();
+  // Applies the step's sampled tokens: appends them, checks stop conditions, streams outputs, frees finished
+  // sequences and offers newly full blocks to the prefix cache.
+  std::vector<RequestOutput> update(const StepPlan& plan, const StepResult& result);
+
+  bool has_unfinished_requests() const { return !requests_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  const SchedulerCounters& counters() const { return counters_; }
+  std::vector<uint64_t> unfinished_request_ids() const;
+
+ private:
+  struct WaitingOrder {
+    bool operator()(const Sequence* a, const Sequence* b) const;
+    SchedulingPolicy policy;
+  };
+
+  Sequence& new_sequence(RequestState& request, int32_t index);
+  bool schedule_running(StepPlan& plan, int32_t& budget);
+  void schedule_waiting(StepPlan& plan, int32_t& budget);
+  void emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
+  // The running sequence at or after `first` to preempt: lowest priority, then latest arrival.
+  size_t pick_victim(size_t first) const;
+  void preempt(size_t running_index);
+  void fork(Sequence& first);
+  // Appends one sampled token; returns its output.
+  RequestOutput append_token(Sequence& seq, const SampledToken& sample);
+  // Ends the sequence, frees its blocks, and completes `output`; `flush_text` emits the text still held back.
+  void finish(Sequence& seq, FinishReason reason, bool flush_text, RequestOutput& output);
+  // Marks one more of the request's sequences finished, completing `output` when it was the last.
+  void count_finished(RequestState& request, RequestOutput& output);
+  void remove_finished_requests();
+  int32_t blocks_for(int64_t num_tokens) const;
+  Usage usage(const RequestState& request) const;
+
+  SchedulerConfig config_;
+  KvCacheManager& kv_;
+  TextStreamFactory text_streams_;
+  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  std::vector<Sequence*> running_;  // admission order
+  std::set<Sequence*, WaitingOrder> waiting_;
+  std::vector<uint64_t> finished_since_plan_;  // told to the runner with the next plan
+  std::vector<uint64_t> finished_requests_;    // removed once their outputs are out
+  uint64_t next_sequence_id_ = 1;
+  uint64_t next_arrival_ = 0;
+  SchedulerCounters counters_;
+};
+
+}  // namespace tern

@@ -1,0 +1,52 @@
+#pragma once
+// The scheduler's state of one sequence (one of a request's n completions) and of the request they belong to.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/stop_string_matcher.h"
+#include "engine/text_stream.h"
+#include "kvcache/kv_cache_manager.h"
+
+namespace tern {
+
+struct RequestState;
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  uint64_t id = 0;
+  RequestState* request = nullptr;
+  int32_t index = 0;  // which of the request's n sequences
+  uint64_t seed = 0;
+  SequenceStatus status = SequenceStatus::kWaiting;
+  std::vector<int32_t> token_ids;  // prompt, then output
+  int32_t num_prompt_tokens = 0;
+  // Tokens whose KV is computed or scheduled to be. A preempted sequence drops back to 0 and recomputes its
+  // prompt and output (keeping the output it already streamed).
+  int32_t num_computed_tokens = 0;
+  SequenceBlocks blocks;
+  bool known_to_runner = false;
+  std::unique_ptr<TextStream> text_stream;
+  std::optional<StopStringMatcher> stop_matcher;
+
+  int32_t num_output_tokens() const { return static_cast<int32_t>(token_ids.size()) - num_prompt_tokens; }
+  int32_t num_uncomputed_tokens() const { return static_cast<int32_t>(token_ids.size()) - num_computed_tokens; }
+};
+
+struct RequestState {
+  uint64_t id = 0;
+  uint64_t arrival = 0;  // admission order among requests
+  GenerateRequest request;
+  int32_t max_output_tokens = 0;  // max_tokens bounded by the context left after the prompt
+  std::optional<uint64_t> seed;
+  std::vector<Sequence*> sequences;  // index order; the forks appear once the first sequence finished its prompt
+  bool forked = false;
+  int32_t num_finished_sequences = 0;
+  std::optional<int32_t> num_cached_tokens;  // set when the first sequence is admitted
+  int32_t num_completion_tokens = 0;
+};
+
+}  // namespace tern

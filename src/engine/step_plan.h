@@ -1,0 +1,53 @@
+#pragma once
+// The two plain-data messages between the scheduler and the model runner: what to compute this step (StepPlan)
+// and what came out (StepResult). The scheduler never touches device memory; the runner keeps per-sequence
+// sampling state, told about sequences as they appear and disappear (the diffs of vLLM v1).
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampling_params.h"
+
+namespace tern {
+
+struct ScheduledChunk {
+  uint64_t sequence_id = 0;
+  int32_t num_cached_tokens = 0;      // tokens whose KV is already in the cache
+  std::vector<int32_t> token_ids;     // the tokens computed this step
+  std::vector<int32_t> block_table;   // blocks covering cached + new tokens
+  bool sample = false;                // the chunk reaches the end of the sequence: sample its next token
+};
+
+// A sequence the runner has not seen: what its sampler needs.
+struct NewSequence {
+  uint64_t sequence_id = 0;
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  std::vector<int32_t> prompt_token_ids;  // for the repetition penalty
+};
+
+struct StepPlan {
+  uint64_t step = 0;
+  std::vector<NewSequence> new_sequences;
+  std::vector<uint64_t> finished_sequence_ids;  // the runner drops their state
+  std::vector<ScheduledChunk> chunks;
+
+  int64_t num_tokens() const {
+    int64_t total = 0;
+    for (const auto& chunk : chunks) total += static_cast<int64_t>(chunk.token_ids.size());
+    return total;
+  }
+};
+
+struct SampledToken {
+  uint64_t sequence_id = 0;
+  int32_t token_id = 0;
+  std::optional<TokenLogprob> logprob;
+};
+
+struct StepResult {
+  std::vector<SampledToken> tokens;  // one per chunk with `sample`, in chunk order
+};
+
+}  // namespace tern

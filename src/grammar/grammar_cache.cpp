@@ -1,0 +1,63 @@
+#include "grammar/grammar_cache.h"
+
+namespace tern::grammar {
+
+GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary, size_t max_entries, CompileOptions options)
+    : vocabulary_(std::move(vocabulary)), max_entries_(std::max<size_t>(max_entries, 1)), options_(options) {}
+
+std::shared_ptr<const CompiledGrammar> GrammarCache::get(GrammarKind kind, std::string_view source) {
+  // The full source is the key (not only its hash), so two sources can never share an entry.
+  std::string key = std::string(grammar_kind_name(kind)) + '\0' + std::string(source);
+  std::promise<std::shared_ptr<const CompiledGrammar>> promise;
+  Future future;
+  bool compile_here = false;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      ++hits_;
+      it->second.last_use = ++clock_;
+      future = it->second.compiled;
+    } else {
+      ++misses_;
+      if (entries_.size() >= max_entries_) {
+        auto oldest = entries_.begin();
+        for (auto e = entries_.begin(); e != entries_.end(); ++e) {
+          if (e->second.last_use < oldest->second.last_use) oldest = e;
+        }
+        entries_.erase(oldest);
+      }
+      future = promise.get_future().share();
+      entries_.emplace(key, Entry{future, ++clock_});
+      compile_here = true;
+    }
+  }
+  if (compile_here) {
+    // Compile outside the lock: other keys stay available, waiters for this key block on the future.
+    try {
+      promise.set_value(CompiledGrammar::compile(kind, source, vocabulary_, options_));
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+      std::lock_guard lock(mutex_);
+      entries_.erase(key);
+    }
+  }
+  return future.get();
+}
+
+size_t GrammarCache::size() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+size_t GrammarCache::num_hits() const {
+  std::lock_guard lock(mutex_);
+  return hits_;
+}
+
+size_t GrammarCache::num_misses() const {
+  std::lock_guard lock(mutex_);
+  return misses_;
+}
+
+}  // namespace tern::grammar

@@ -1,0 +1,46 @@
+#pragma once
+// Compiled grammars keyed by (kind, source, vocabulary): requests with the same response format share one compile.
+// Thread-safe; concurrent requests for the same key wait for a single compilation.
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "grammar/compiled_grammar.h"
+
+namespace tern::grammar {
+
+class GrammarCache {
+ public:
+  explicit GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary, size_t max_entries = 256,
+                        CompileOptions options = {});
+
+  // The compiled grammar for the source; compiles on a miss. Compile errors are rethrown to every waiter and are
+  // not cached.
+  std::shared_ptr<const CompiledGrammar> get(GrammarKind kind, std::string_view source);
+
+  size_t size() const;
+  size_t num_hits() const;
+  size_t num_misses() const;
+
+ private:
+  using Future = std::shared_future<std::shared_ptr<const CompiledGrammar>>;
+  struct Entry {
+    Future compiled;
+    uint64_t last_use = 0;
+  };
+
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  size_t max_entries_;
+  CompileOptions options_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, Entry> entries_;  // key: kind + '\0' + source
+  uint64_t clock_ = 0;
+  size_t hits_ = 0;
+  size_t misses_ = 0;
+};
+
+}  // namespace tern::grammar

@@ -1,0 +1,34 @@
+#pragma once
+// Per-node token classification computed once per compiled grammar (the "adaptive token mask" of xgrammar): for every
+// PDA node with byte edges, which tokens are accepted whatever the stack below is, which are rejected whatever it
+// is, and which (usually few) depend on it and must be checked against the real stack at run time.
+#include <cstdint>
+#include <vector>
+
+#include "grammar/pushdown_automaton.h"
+#include "grammar/token_vocabulary.h"
+
+namespace tern::grammar {
+
+struct NodeTokenMask {
+  // Accepted tokens: a bitmask over token ids when many, else a list of ids (whichever is smaller).
+  std::vector<uint32_t> accepted_bitmask;
+  std::vector<int32_t> accepted_ids;
+  // Sorted-vocabulary indices (ascending) of the tokens that depend on the stack.
+  std::vector<uint32_t> uncertain;
+};
+
+class TokenMaskCache {
+ public:
+  // Classifies all tokens for every scannable node, on up to num_threads threads.
+  TokenMaskCache(const PushdownAutomaton& pda, const TokenVocabulary& vocabulary, unsigned num_threads);
+
+  const NodeTokenMask& at(uint32_t node) const { return masks_[node]; }
+  size_t memory_bytes() const;
+  size_t num_uncertain() const;
+
+ private:
+  std::vector<NodeTokenMask> masks_;  // indexed by node; empty for nodes without byte edges
+};
+
+}  // namespace tern::grammar

@@ -1,0 +1,55 @@
+#include "model/layers/attention.h"
+
+#include <cmath>
+
+namespace tern {
+
+GqaAttention::GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config,
+                           const RopeTable& rope)
+    : config_(config), rope_(rope) {
+  const int64_t q_rows = config.num_heads * config.head_dim;
+  const int64_t kv_rows = config.num_kv_heads * config.head_dim;
+  const int64_t hidden = config.hidden_size;
+  qkv_weight_ = weights.load_concat({{prefix + ".q_proj.weight", {q_rows, hidden}},
+                                     {prefix + ".k_proj.weight", {kv_rows, hidden}},
+                                     {prefix + ".v_proj.weight", {kv_rows, hidden}}});
+  if (config.qkv_bias) {
+    qkv_bias_ = weights.load_concat({{prefix + ".q_proj.bias", {q_rows}},
+                                     {prefix + ".k_proj.bias", {kv_rows}},
+                                     {prefix + ".v_proj.bias", {kv_rows}}});
+  }
+  output_weight_ = weights.load(prefix + ".o_proj.weight", {hidden, q_rows});
+  if (config.output_bias) output_bias_ = weights.load(prefix + ".o_proj.bias", {hidden});
+  if (config.qk_norm) {
+    q_norm_ = weights.load(prefix + ".q_norm.weight", {config.head_dim});
+    k_norm_ = weights.load(prefix + ".k_norm.weight", {config.head_dim});
+  }
+  if (config.sinks) sinks_ = weights.load(prefix + ".sinks", {config.num_heads});
+}
+
+Tensor GqaAttention::forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+                             const StepContext& step) const {
+  const int64_t num_tokens = x.size(0);
+  const int64_t head_dim = config_.head_dim;
+  const int64_t q_width = config_.num_heads * head_dim;
+  const int64_t kv_width = config_.num_kv_heads * head_dim;
+  const Tensor qkv = backend.linear(x, qkv_weight_, qkv_bias_ ? &*qkv_bias_ : nullptr);
+  Tensor q = backend.slice_columns(qkv, 0, q_width).reshape({num_tokens, config_.num_heads, head_dim});
+  Tensor k = backend.slice_columns(qkv, q_width, kv_width).reshape({num_tokens, config_.num_kv_heads, head_dim});
+  const Tensor v = backend.slice_columns(qkv, q_width + kv_width, kv_width)
+                       .reshape({num_tokens, config_.num_kv_heads, head_dim});
+  if (q_norm_) {
+    q = backend.rms_norm(q, *q_norm_, config_.norm_eps);
+    k = backend.rms_norm(k, *k_norm_, config_.norm_eps);
+  }
+  backend.rope_store_kv(q, k, v, rope_, cache, layer, step);
+  AttentionParams params;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  params.sliding_window = config_.sliding_window;
+  params.sinks = sinks_ ? &*sinks_ : nullptr;
+  const Tensor attended = backend.attention(q, cache, layer, params, step);
+  return backend.linear(attended.reshape({num_tokens, q_width}), output_weight_,
+                        output_bias_ ? &*output_bias_ : nullptr);
+}
+
+}  // namespace tern

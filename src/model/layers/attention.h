@@ -1,0 +1,52 @@
+#pragma once
+// Grouped-query self-attention with rotary positions over the paged KV cache: fused q/k/v projection (optional
+// bias), optional per-head q/k RMSNorm (Qwen3), optional sliding window and sinks (gpt-oss), output projection.
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/weight_loader.h"
+
+namespace tern {
+
+struct AttentionConfig {
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  bool qkv_bias = false;
+  bool output_bias = false;
+  bool qk_norm = false;
+  float norm_eps = 1e-6f;
+  int64_t sliding_window = 0;
+  bool sinks = false;
+};
+
+class GqaAttention {
+ public:
+  // Loads `<prefix>.q_proj`, `k_proj`, `v_proj`, `o_proj` (and `q_norm`, `k_norm`, `sinks` when configured).
+  GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config, const RopeTable& rope);
+
+  KvLayerSpec kv_spec() const {
+    KvLayerSpec spec{config_.num_kv_heads, config_.head_dim, config_.head_dim};
+    if (config_.sliding_window > 0) {
+      spec.kind = KvLayerKind::sliding_window;
+      spec.sliding_window_tokens = config_.sliding_window;
+    }
+    return spec;
+  }
+  // x [T, hidden] -> [T, hidden]; writes the tokens' keys and values into layer `layer` of the cache.
+  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer, const StepContext& step) const;
+
+ private:
+  AttentionConfig config_;
+  const RopeTable& rope_;
+  Tensor qkv_weight_;  // [(heads + 2 * kv_heads) * head_dim, hidden]
+  std::optional<Tensor> qkv_bias_;
+  Tensor output_weight_;  // [hidden, heads * head_dim]
+  std::optional<Tensor> output_bias_;
+  std::optional<Tensor> q_norm_, k_norm_;  // [head_dim]
+  std::optional<Tensor> sinks_;            // [heads]
+};
+
+}  // namespace tern

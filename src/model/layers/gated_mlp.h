@@ -1,0 +1,31 @@
+#pragma once
+// The SwiGLU feed-forward block: down(silu(gate(x)) * up(x)), with gate and up fused into one projection.
+#include <string>
+
+#include "backend/backend.h"
+#include "model/weight_loader.h"
+
+namespace tern {
+
+// Checkpoint names of the three projections: gate_proj/up_proj/down_proj (Hugging Face) or w1/w3/w2 (Mixtral,
+// DeepSeek-V4).
+struct MlpNames {
+  std::string gate = "gate_proj";
+  std::string up = "up_proj";
+  std::string down = "down_proj";
+};
+
+class GatedMlp {
+ public:
+  // Loads `<prefix>.<names.gate>`, `<names.up>`, `<names.down>`; `activation` may clamp (DeepSeek-V4's swiglu_limit).
+  GatedMlp(WeightLoader& weights, const std::string& prefix, int64_t hidden_size, int64_t intermediate_size,
+           const MlpNames& names = {}, const GluActivation& activation = {});
+  Tensor forward(Backend& backend, const Tensor& x) const;  // [T, hidden] -> [T, hidden]
+
+ private:
+  Tensor gate_up_weight_;  // [2 * intermediate, hidden]
+  Tensor down_weight_;     // [hidden, intermediate]
+  GluActivation activation_;
+};
+
+}  // namespace tern

@@ -1,0 +1,26 @@
+#pragma once
+// A loaded model: what it caches per token and layer, and one forward step over a batch.
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+
+namespace tern {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // What each layer keeps in the KV cache per token (sizes the block pool).
+  virtual std::vector<KvLayerSpec> kv_layers() const = 0;
+  // Computes the step's new tokens, writing their KV into `cache`; returns logits [R, vocab] for the batch's
+  // logit_rows.
+  virtual Tensor forward(const StepContext& step, KvCache& cache) = 0;
+};
+
+// Reads config.json and the weights of a Hugging Face model directory and builds the model for its architecture.
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend);
+
+}  // namespace tern

@@ -1,0 +1,34 @@
+#pragma once
+// Runs one sequence through a model with a KV cache of its own: the path of `tern logits` and of the
+// single-request benchmark. Serving goes through the engine's scheduler instead.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace tern {
+
+class SequenceRunner {
+ public:
+  // Reserves KV blocks for up to `max_tokens` tokens.
+  SequenceRunner(Model& model, Backend& backend, int64_t max_tokens, int64_t block_size = 16);
+
+  // Appends `tokens` to the sequence; returns logits [tokens.size(), vocab] if all_logits, else [1, vocab]
+  // for the last token.
+  Tensor append(std::span<const int32_t> tokens, bool all_logits);
+  int64_t num_tokens() const { return num_tokens_; }
+
+ private:
+  Model& model_;
+  Backend& backend_;
+  KvCache cache_;
+  std::vector<int32_t> block_table_;
+  int64_t num_tokens_ = 0;
+};
+
+// Greedy decoding of `max_new_tokens` tokens after `prompt`.
+std::vector<int32_t> greedy_generate(Model& model, Backend& backend, std::span<const int32_t> prompt,
+                                     int64_t max_new_tokens);
+
+}  // namespace tern

@@ -1,0 +1,243 @@
+// CPU backend ops against naive double-precision definitions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace tern {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+TensorInfo host_view(const std::vector<uint16_t>& data, std::vector<int64_t> shape) {
+  TensorInfo info;
+  info.name = "w";
+  info.dtype = DType::BF16;
+  info.shape = std::move(shape);
+  info.data = reinterpret_cast<const std::byte*>(data.data());
+  info.size_bytes = data.size() * 2;
+  return info;
+}
+
+class CpuOpsTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+};
+
+TEST_F(CpuOpsTest, LinearMatchesNaiveForOddShapesAndBf16Weights) {
+  for (auto [rows, k, n] : {std::tuple{1, 7, 3}, {5, 33, 17}, {9, 64, 40}, {3, 130, 5}}) {
+    const auto x = random_values(rows * k, 1);
+    const auto w_f32 = random_values(n * k, 2);
+    std::vector<uint16_t> w_bf16(w_f32.size());
+    for (size_t i = 0; i < w_f32.size(); ++i) w_bf16[i] = f32_to_bf16(w_f32[i]);
+    const auto bias = random_values(n, 3);
+    const TensorInfo info = host_view(w_bf16, {n, k});
+    const TensorInfo* parts[] = {&info};
+    const Tensor weight = backend->load_weight(parts);
+    const Tensor bias_t = backend->from_host_f32(bias, {n});
+    const Tensor y = backend->linear(backend->from_host_f32(x, {rows, k}), weight, &bias_t);
+    const auto out = backend->to_host_f32(y);
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < n; ++c) {
+        double expected = bias[c];
+        for (int i = 0; i < k; ++i) expected += double(x[r * k + i]) * bf16_to_f32(w_bf16[c * k + i]);
+        EXPECT_NEAR(out[r * n + c], expected, 1e-4 * (1 + std::abs(expected))) << rows << "x" << k << "x" << n;
+      }
+    }
+  }
+}
+
+TEST_F(CpuOpsTest, LinearRowDoesNotDependOnBatch) {
+  const int k = 100, n = 37, rows = 11;
+  const auto x = random_values(rows * k, 4);
+  const auto w = random_values(n * k, 5);
+  const Tensor weight = backend->from_host_f32(w, {n, k});
+  const auto batched = backend->to_host_f32(backend->linear(backend->from_host_f32(x, {rows, k}), weight, nullptr));
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
+    const auto alone = backend->to_host_f32(backend->linear(backend->from_host_f32(row, {1, k}), weight, nullptr));
+    for (int c = 0; c < n; ++c) ASSERT_EQ(alone[c], batched[r * n + c]) << "row " << r << " col " << c;
+  }
+}
+
+TEST_F(CpuOpsTest, RmsNormAndFusedResidualAdd) {
+  const int rows = 3, n = 50;
+  const auto x = random_values(rows * n, 6);
+  const auto delta = random_values(rows * n, 7);
+  const auto w = random_values(n, 8);
+  const Tensor weight = backend->from_host_f32(w, {n});
+  Tensor residual = backend->from_host_f32(x, {rows, n});
+  const auto normed = backend->to_host_f32(backend->add_rms_norm(residual, backend->from_host_f32(delta, {rows, n}), weight, 1e-5f));
+  const auto summed = backend->to_host_f32(residual);
+  for (int r = 0; r < rows; ++r) {
+    double sum_sq = 0;
+    for (int i = 0; i < n; ++i) {
+      const double v = double(x[r * n + i]) + delta[r * n + i];
+      EXPECT_NEAR(summed[r * n + i], v, 1e-6);
+      sum_sq += v * v;
+    }
+    const double scale = 1.0 / std::sqrt(sum_sq / n + 1e-5);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_NEAR(normed[r * n + i], (double(x[r * n + i]) + delta[r * n + i]) * scale * w[i], 1e-5);
+    }
+  }
+}
+
+TEST_F(CpuOpsTest, SiluMul) {
+  const auto gu = random_values(2 * 6, 9);
+  const auto out = backend->to_host_f32(backend->silu_mul(backend->from_host_f32(gu, {1, 12})));
+  for (int i = 0; i < 6; ++i) {
+    const double g = gu[i];
+    EXPECT_NEAR(out[i], g / (1 + std::exp(-g)) * gu[6 + i], 1e-6);
+  }
+}
+
+// Dense reference attention for one sequence: causal, GQA, optional sliding window and sinks.
+std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                    const std::vector<float>& v, int num_tokens, int num_heads, int num_kv_heads,
+                                    int dim, int first_query_pos, int window, const std::vector<float>* sinks) {
+  std::vector<double> out;
+  const int group = num_heads / num_kv_heads;
+  for (int t = 0; t < num_tokens; ++t) {
+    const int pos = first_query_pos + t;
+    for (int h = 0; h < num_heads; ++h) {
+      const int kvh = h / group;
+      std::vector<double> scores;
+      const int first = window ? std::max(0, pos - window + 1) : 0;
+      for (int j = first; j <= pos; ++j) {
+        double dot = 0;
+        for (int d = 0; d < dim; ++d) dot += double(q[(t * num_heads + h) * dim + d]) * k[(j * num_kv_heads + kvh) * dim + d];
+        scores.push_back(dot / std::sqrt(double(dim)));
+      }
+      double max_score = *std::max_element(scores.begin(), scores.end());
+      if (sinks) max_score = std::max(max_score, double((*sinks)[h]));
+      double denominator = sinks ? std::exp((*sinks)[h] - max_score) : 0.0;
+      for (double& s : scores) denominator += (s = std::exp(s - max_score));
+      for (int d = 0; d < dim; ++d) {
+        double acc = 0;
+        for (int j = first; j <= pos; ++j) acc += scores[j - first] / denominator * v[(j * num_kv_heads + kvh) * dim + d];
+        out.push_back(acc);
+      }
+    }
+  }
+  return out;
+}
+
+struct AttentionCase {
+  int window;
+  bool sinks;
+};
+
+class CpuAttentionTest : public CpuOpsTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+// Two sequences in one step, one with a prefix already cached and shuffled block tables, checked against dense
+// attention over the full sequence.
+TEST_P(CpuAttentionTest, PagedGqaMatchesDenseAttention) {
+  const int num_heads = 4, num_kv_heads = 2, dim = 8, block_size = 4;
+  const int cached[] = {6, 0};
+  const int fresh[] = {3, 5};
+  const int total[] = {9, 5};
+  const auto [window, use_sinks] = GetParam();
+  KvCache cache = backend->allocate_kv_cache({{num_kv_heads, dim, dim}}, 8, block_size);
+  const std::vector<std::vector<int32_t>> tables = {{5, 1, 6}, {3, 0}};
+  const auto sinks_values = random_values(num_heads, 99);
+  const Tensor sinks = backend->from_host_f32(sinks_values, {num_heads});
+
+  std::vector<std::vector<float>> full_k(2), full_v(2), queries(2);
+  for (int s = 0; s < 2; ++s) {
+    full_k[s] = random_values(total[s] * num_kv_heads * dim, 10 + s);
+    full_v[s] = random_values(total[s] * num_kv_heads * dim, 20 + s);
+    queries[s] = random_values(fresh[s] * num_heads * dim, 30 + s);
+  }
+  // Step 1: write the cached prefix of sequence 0.
+  {
+    ForwardBatch batch;
+    batch.token_ids.assign(cached[0], 0);
+    batch.sequences.push_back({0, cached[0], tables[0]});
+    auto step = backend->begin_step(batch);
+    std::vector<float> k(full_k[0].begin(), full_k[0].begin() + cached[0] * num_kv_heads * dim);
+    std::vector<float> v(full_v[0].begin(), full_v[0].begin() + cached[0] * num_kv_heads * dim);
+    backend->store_kv(cache, 0, backend->from_host_f32(k, {cached[0], num_kv_heads, dim}),
+                      backend->from_host_f32(v, {cached[0], num_kv_heads, dim}), *step);
+  }
+  // Step 2: both sequences' new tokens.
+  ForwardBatch batch;
+  std::vector<float> k, v, q;
+  for (int s = 0; s < 2; ++s) {
+    batch.token_ids.insert(batch.token_ids.end(), fresh[s], 0);
+    batch.sequences.push_back({cached[s], fresh[s], tables[s]});
+    k.insert(k.end(), full_k[s].begin() + cached[s] * num_kv_heads * dim, full_k[s].end());
+    v.insert(v.end(), full_v[s].begin() + cached[s] * num_kv_heads * dim, full_v[s].end());
+    q.insert(q.end(), queries[s].begin(), queries[s].end());
+  }
+  auto step = backend->begin_step(batch);
+  const int num_tokens = fresh[0] + fresh[1];
+  backend->store_kv(cache, 0, backend->from_host_f32(k, {num_tokens, num_kv_heads, dim}),
+                    backend->from_host_f32(v, {num_tokens, num_kv_heads, dim}), *step);
+  AttentionParams params;
+  params.scale = 1.0f / std::sqrt(float(dim));
+  params.sliding_window = window;
+  params.sinks = use_sinks ? &sinks : nullptr;
+  const auto out = backend->to_host_f32(
+      backend->attention(backend->from_host_f32(q, {num_tokens, num_heads, dim}), cache, 0, params, *step));
+  size_t offset = 0;
+  for (int s = 0; s < 2; ++s) {
+    const auto expected = naive_attention(queries[s], full_k[s], full_v[s], fresh[s], num_heads, num_kv_heads, dim,
+                                          cached[s], window, use_sinks ? &sinks_values : nullptr);
+    for (size_t i = 0; i < expected.size(); ++i) ASSERT_NEAR(out[offset + i], expected[i], 1e-5) << "seq " << s;
+    offset += expected.size();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CpuAttentionTest,
+                         ::testing::Values(AttentionCase{0, false}, AttentionCase{3, false}, AttentionCase{0, true},
+                                           AttentionCase{4, true}));
+
+TEST_F(CpuOpsTest, RopeRotatesHalvesByPosition) {
+  const int heads = 2, dim = 8, rotary = 4;
+  const std::vector<float> inv_freq = {1.0f, 0.25f};
+  RopeTable table{backend->from_host_f32(inv_freq, {2}), rotary, 1.0f};
+  ForwardBatch batch;
+  batch.token_ids = {0, 0, 0};
+  batch.sequences.push_back({5, 3, {0}});  // positions 5, 6, 7
+  auto step = backend->begin_step(batch);
+  const auto x = random_values(3 * heads * dim, 11);
+  Tensor t = backend->from_host_f32(x, {3, heads, dim});
+  backend->rope(t, table, *step);
+  const auto out = backend->to_host_f32(t);
+  for (int tok = 0; tok < 3; ++tok) {
+    for (int h = 0; h < heads; ++h) {
+      const float* in = &x[(tok * heads + h) * dim];
+      const float* o = &out[(tok * heads + h) * dim];
+      for (int i = 0; i < 2; ++i) {
+        const double angle = (5 + tok) * inv_freq[i];
+        EXPECT_NEAR(o[i], in[i] * std::cos(angle) - in[i + 2] * std::sin(angle), 1e-5);
+        EXPECT_NEAR(o[i + 2], in[i + 2] * std::cos(angle) + in[i] * std::sin(angle), 1e-5);
+      }
+      for (int i = rotary; i < dim; ++i) EXPECT_EQ(o[i], in[i]);  // partial rotary leaves the rest alone
+    }
+  }
+}
+
+TEST_F(CpuOpsTest, EmbeddingRejectsOutOfVocabularyIds) {
+  const std::vector<float> table(4 * 3, 1.0f);
+  ForwardBatch batch;
+  batch.token_ids = {7};
+  batch.sequences.push_back({0, 1, {0}});
+  auto step = backend->begin_step(batch);
+  EXPECT_THROW(backend->embedding(backend->from_host_f32(table, {4, 3}), *step), Error);
+}
+
+}  // namespace
+}  // namespace tern

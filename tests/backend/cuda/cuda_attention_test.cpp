@@ -1,0 +1,102 @@
+// Paged attention on the GPU against the CPU reference: mixed prefill/decode batches in one step, prefix-cached
+// context, GQA, sliding windows, sinks, long contexts split over several KV chunks, and every head size built
+// (the tiled prefill kernel for 64/128, split-KV for all).
+#include <numeric>
+
+#include "cuda_test_util.h"
+
+namespace tern {
+namespace {
+
+using testing::random_bf16_values;
+using testing::relative_error;
+
+struct AttentionCase {
+  int heads, kv_heads, head_dim;
+  int sliding_window;
+  bool sinks;
+  std::vector<std::pair<int, int>> sequences;  // (cached tokens, new tokens)
+};
+
+class CudaAttentionTest : public testing::CudaVsCpuTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttentionTest, MatchesCpu) {
+  const AttentionCase& c = GetParam();
+  const int block_size = 16;
+  // Blocks handed out in a shuffled order, so that block tables are not the identity.
+  int total_blocks = 0;
+  for (auto [cached, fresh] : c.sequences) total_blocks += (cached + fresh + block_size - 1) / block_size;
+  std::vector<int32_t> blocks(total_blocks + 3);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
+
+  ForwardBatch fill, step_batch;  // fill writes every position's KV; step_batch is the step under test
+  size_t next_block = 0;
+  for (auto [cached, fresh] : c.sequences) {
+    SequenceChunk seq{cached, fresh, {}};
+    for (int b = 0; b < (cached + fresh + block_size - 1) / block_size; ++b) seq.block_table.push_back(blocks[next_block++]);
+    step_batch.sequences.push_back(seq);
+    step_batch.token_ids.insert(step_batch.token_ids.end(), fresh, 0);
+    fill.sequences.push_back({0, cached + fresh, seq.block_table});
+    fill.token_ids.insert(fill.token_ids.end(), cached + fresh, 0);
+  }
+  const std::vector<KvLayerSpec> layers = {{c.kv_heads, c.head_dim, c.head_dim}};
+  KvCache cpu_cache = cpu->allocate_kv_cache(layers, static_cast<int64_t>(blocks.size()), block_size);
+  KvCache gpu_cache = gpu->allocate_kv_cache(layers, static_cast<int64_t>(blocks.size()), block_size);
+  const int64_t fill_tokens = fill.num_tokens();
+  const auto k = input(random_bf16_values(fill_tokens * c.kv_heads * c.head_dim, 1), {fill_tokens, c.kv_heads, c.head_dim});
+  const auto v = input(random_bf16_values(fill_tokens * c.kv_heads * c.head_dim, 2), {fill_tokens, c.kv_heads, c.head_dim});
+  {
+    const auto cpu_fill = cpu->begin_step(fill);
+    const auto gpu_fill = gpu->begin_step(fill);
+    cpu->store_kv(cpu_cache, 0, k.cpu, v.cpu, *cpu_fill);
+    gpu->store_kv(gpu_cache, 0, k.gpu, v.gpu, *gpu_fill);
+  }
+
+  const int64_t tokens = step_batch.num_tokens();
+  // Queries scaled so that softmax is peaked enough for errors in the weights to show.
+  const auto q = input(random_bf16_values(tokens * c.heads * c.head_dim, 3, 2.0f), {tokens, c.heads, c.head_dim});
+  const auto sinks = weight(random_bf16_values(c.heads, 4, 2.0f), {c.heads});
+  AttentionParams cpu_params, gpu_params;
+  cpu_params.scale = gpu_params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cpu_params.sliding_window = gpu_params.sliding_window = c.sliding_window;
+  if (c.sinks) {
+    cpu_params.sinks = &sinks.cpu;
+    gpu_params.sinks = &sinks.gpu;
+  }
+  const auto cpu_step = cpu->begin_step(step_batch);
+  const auto gpu_step = gpu->begin_step(step_batch);
+  const auto expected = cpu->to_host_f32(cpu->attention(q.cpu, cpu_cache, 0, cpu_params, *cpu_step));
+  const auto actual = gpu->to_host_f32(gpu->attention(q.gpu, gpu_cache, 0, gpu_params, *gpu_step));
+  ASSERT_EQ(actual.size(), expected.size());
+  EXPECT_LE(relative_error(actual, expected), 2e-2);
+  // Row by row too, so that a wrong row of small values cannot hide behind the global maximum.
+  const int64_t row = c.head_dim;
+  for (int64_t r = 0; r < tokens * c.heads; ++r) {
+    const std::vector<float> a(actual.begin() + r * row, actual.begin() + (r + 1) * row);
+    const std::vector<float> b(expected.begin() + r * row, expected.begin() + (r + 1) * row);
+    ASSERT_LE(relative_error(a, b), 5e-2) << "token " << r / c.heads << " head " << r % c.heads;
+  }
+}
+
+// Mixed batches: a long prefill, a prefill over cached context, decodes with short and long contexts (several
+// KV chunks), a short chunk that takes the decode path.
+const std::vector<std::pair<int, int>> kMixed = {{0, 200}, {100, 37}, {300, 1}, {700, 1}, {5, 3}, {0, 1}};
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionTest,
+    ::testing::Values(AttentionCase{4, 2, 16, 0, false, kMixed},       // the fixture models' shape
+                      AttentionCase{8, 4, 32, 0, false, kMixed},       // tern-py-13m's shape
+                      AttentionCase{8, 8, 64, 0, false, kMixed},       // MHA
+                      AttentionCase{32, 8, 128, 0, false, kMixed},     // Llama-3-8B
+                      AttentionCase{16, 2, 128, 0, false, kMixed},     // group of 8
+                      AttentionCase{16, 1, 64, 0, false, kMixed},      // group of 16 (MQA)
+                      AttentionCase{8, 2, 256, 0, false, kMixed},      // Gemma-sized heads
+                      AttentionCase{8, 2, 64, 50, true, kMixed},       // gpt-oss: window and sinks
+                      AttentionCase{8, 2, 128, 130, false, kMixed},    // window over tile boundaries
+                      AttentionCase{4, 2, 16, 7, true, kMixed},
+                      AttentionCase{4, 1, 128, 0, false, {{0, 300}}},  // prefill only, tiles of two sizes
+                      AttentionCase{4, 2, 128, 0, false, {{1000, 1}, {2000, 1}, {17, 1}}}));  // decode only
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,204 @@
+// Every CUDA op against the CPU reference on random inputs of many shapes (llama.cpp's test-backend-ops idea).
+// Inputs are bf16 values on both sides; CUDA outputs are bf16, hence the tolerances of a few bf16 ulps.
+#include <numeric>
+
+#include "cuda_test_util.h"
+
+namespace tern {
+namespace {
+
+using testing::random_bf16_values;
+using testing::relative_error;
+
+class CudaOpsTest : public testing::CudaVsCpuTest {
+ protected:
+  void expect_close(const Tensor& gpu_out, const Tensor& cpu_out, double tolerance, const std::string& what) {
+    ASSERT_EQ(gpu_out.shape, cpu_out.shape) << what;
+    const auto a = gpu->to_host_f32(gpu_out);
+    const auto b = cpu->to_host_f32(cpu_out);
+    EXPECT_LE(relative_error(a, b), tolerance) << what;
+  }
+
+  ForwardBatch one_sequence_batch(int num_tokens, int num_cached, int vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    ForwardBatch batch;
+    for (int i = 0; i < num_tokens; ++i) batch.token_ids.push_back(static_cast<int32_t>(rng() % vocab));
+    SequenceChunk seq{num_cached, num_tokens, {}};
+    for (int b = 0; b < (num_cached + num_tokens + 15) / 16; ++b) seq.block_table.push_back(b);
+    batch.sequences.push_back(seq);
+    return batch;
+  }
+};
+
+TEST_F(CudaOpsTest, Embedding) {
+  for (auto [vocab, hidden, tokens] : {std::tuple{50, 16, 7}, {512, 64, 40}, {1000, 136, 3}, {97, 36, 1}}) {
+    const auto table = weight(random_bf16_values(vocab * hidden, 1), {vocab, hidden});
+    const ForwardBatch batch = one_sequence_batch(tokens, 0, vocab, 2);
+    const auto cpu_step = cpu->begin_step(batch);
+    const auto gpu_step = gpu->begin_step(batch);
+    expect_close(gpu->embedding(table.gpu, *gpu_step), cpu->embedding(table.cpu, *cpu_step), 0,
+                 fmt::format("embedding {}x{}", vocab, hidden));
+  }
+}
+
+TEST_F(CudaOpsTest, EmbeddingRejectsTokenOutsideVocabulary) {
+  const auto table = weight(random_bf16_values(10 * 8, 1), {10, 8});
+  ForwardBatch batch;
+  batch.token_ids = {3, 10};
+  batch.sequences.push_back({0, 2, {0}});
+  const auto step = gpu->begin_step(batch);
+  EXPECT_THROW(gpu->embedding(table.gpu, *step), Error);
+}
+
+TEST_F(CudaOpsTest, RmsNormAndAddRmsNorm) {
+  for (auto [rows, width] : {std::pair{1, 64}, {7, 16}, {33, 4096}, {5, 100}, {130, 256}, {3, 1000}}) {
+    const auto x = input(random_bf16_values(rows * width, 3), {rows, width});
+    const auto w = weight(random_bf16_values(width, 4, 0.5f), {width});
+    const std::string what = fmt::format("{}x{}", rows, width);
+    expect_close(gpu->rms_norm(x.gpu, w.gpu, 1e-5f), cpu->rms_norm(x.cpu, w.cpu, 1e-5f), 1e-2, "rms_norm " + what);
+    auto residual = input(random_bf16_values(rows * width, 5), {rows, width});
+    const Tensor gpu_out = gpu->add_rms_norm(residual.gpu, x.gpu, w.gpu, 1e-6f);
+    const Tensor cpu_out = cpu->add_rms_norm(residual.cpu, x.cpu, w.cpu, 1e-6f);
+    expect_close(residual.gpu, residual.cpu, 1e-2, "add_rms_norm residual " + what);
+    expect_close(gpu_out, cpu_out, 1e-2, "add_rms_norm " + what);
+  }
+}
+
+TEST_F(CudaOpsTest, RmsNormOverHeads) {
+  // q/k norms normalize each head of [T, heads, head_dim] with a [head_dim] weight.
+  const auto x = input(random_bf16_values(5 * 4 * 16, 6), {5, 4, 16});
+  const auto w = weight(random_bf16_values(16, 7), {16});
+  expect_close(gpu->rms_norm(x.gpu, w.gpu, 1e-6f), cpu->rms_norm(x.cpu, w.cpu, 1e-6f), 1e-2, "per-head rms_norm");
+}
+
+TEST_F(CudaOpsTest, LinearWithAndWithoutBias) {
+  for (auto [rows, k, n] : {std::tuple{1, 64, 512}, {7, 64, 192}, {40, 256, 1024}, {3, 128, 40}, {300, 512, 768},
+                            {1, 4096, 4096}, {17, 96, 8}}) {
+    const auto x = input(random_bf16_values(rows * k, 8), {rows, k});
+    const auto w = weight(random_bf16_values(n * k, 9, 0.1f), {n, k});
+    const auto b = weight(random_bf16_values(n, 10), {n});
+    const std::string what = fmt::format("{}x{}x{}", rows, k, n);
+    expect_close(gpu->linear(x.gpu, w.gpu, nullptr), cpu->linear(x.cpu, w.cpu, nullptr), 1e-2, "linear " + what);
+    expect_close(gpu->linear(x.gpu, w.gpu, &b.gpu), cpu->linear(x.cpu, w.cpu, &b.cpu), 1e-2, "linear+bias " + what);
+  }
+}
+
+TEST_F(CudaOpsTest, LinearRejectsMismatchedFeatures) {
+  const auto x = input(random_bf16_values(4 * 8, 1), {4, 8});
+  const auto w = weight(random_bf16_values(3 * 9, 2), {3, 9});
+  EXPECT_THROW(gpu->linear(x.gpu, w.gpu, nullptr), Error);
+}
+
+TEST_F(CudaOpsTest, AddInPlaceSliceColumnsSiluMul) {
+  for (auto [rows, width] : {std::pair{1, 8}, {9, 30}, {64, 1024}, {3, 7}}) {
+    auto x = input(random_bf16_values(rows * width, 11), {rows, width});
+    const auto y = input(random_bf16_values(rows * width, 12), {rows, width});
+    gpu->add_in_place(x.gpu, y.gpu);
+    cpu->add_in_place(x.cpu, y.cpu);
+    const std::string what = fmt::format("{}x{}", rows, width);
+    expect_close(x.gpu, x.cpu, 1e-2, "add " + what);
+    const int64_t begin = width / 3, count = width - width / 3 - 1;
+    expect_close(gpu->slice_columns(x.gpu, begin, count), cpu->slice_columns(x.cpu, begin, count), 0, "slice " + what);
+    const auto gate_up = input(random_bf16_values(rows * 2 * width, 13, 2.0f), {rows, 2 * width});
+    expect_close(gpu->silu_mul(gate_up.gpu), cpu->silu_mul(gate_up.cpu), 1e-2, "silu_mul " + what);
+  }
+  auto x = input(random_bf16_values(4, 1), {2, 2});
+  EXPECT_THROW(gpu->slice_columns(x.gpu, 1, 2), Error);
+}
+
+TEST_F(CudaOpsTest, RopeFullAndPartialWithScaling) {
+  for (auto [tokens, cached, heads, head_dim, rotary, scaling] :
+       {std::tuple{5, 0, 4, 16, 16, 1.0f}, {1, 700, 8, 128, 128, 1.0f}, {33, 20, 2, 64, 32, 1.2f}, {9, 3000, 3, 256, 64, 1.0f}}) {
+    std::vector<float> inv_freq(rotary / 2);
+    for (int i = 0; i < rotary / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary);
+    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling};
+    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling};
+    auto x = input(random_bf16_values(tokens * heads * head_dim, 14), {tokens, heads, head_dim});
+    const ForwardBatch batch = one_sequence_batch(tokens, cached, 100, 15);
+    const auto cpu_step = cpu->begin_step(batch);
+    const auto gpu_step = gpu->begin_step(batch);
+    cpu->rope(x.cpu, cpu_table, *cpu_step);
+    gpu->rope(x.gpu, gpu_table, *gpu_step);
+    expect_close(x.gpu, x.cpu, 1e-2, fmt::format("rope {} tokens at {}, dim {} rotary {}", tokens, cached, head_dim, rotary));
+  }
+}
+
+TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {
+  const int kv_heads = 2, head_dim = 32, heads = 4, block_size = 16, num_blocks = 12;
+  // Two sequences with scattered blocks, one with cached context.
+  ForwardBatch batch;
+  batch.sequences.push_back({0, 21, {7, 2}});
+  batch.sequences.push_back({40, 9, {0, 11, 5, 9}});
+  batch.token_ids.assign(30, 1);
+  const std::vector<KvLayerSpec> layers = {{kv_heads, head_dim, head_dim}};
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  RopeTable cpu_table{cpu->from_host_f32(inv_freq, {head_dim / 2}), head_dim, 1.0f};
+  RopeTable gpu_table{gpu->from_host_f32(inv_freq, {head_dim / 2}), head_dim, 1.0f};
+  for (bool fused : {false, true}) {
+    KvCache cpu_cache = cpu->allocate_kv_cache(layers, num_blocks, block_size);
+    KvCache gpu_cache = gpu->allocate_kv_cache(layers, num_blocks, block_size);
+    auto q = input(random_bf16_values(30 * heads * head_dim, 16), {30, heads, head_dim});
+    auto k = input(random_bf16_values(30 * kv_heads * head_dim, 17), {30, kv_heads, head_dim});
+    const auto v = input(random_bf16_values(30 * kv_heads * head_dim, 18), {30, kv_heads, head_dim});
+    const auto cpu_step = cpu->begin_step(batch);
+    const auto gpu_step = gpu->begin_step(batch);
+    cpu->rope_store_kv(q.cpu, k.cpu, v.cpu, cpu_table, cpu_cache, 0, *cpu_step);
+    if (fused) {
+      gpu->rope_store_kv(q.gpu, k.gpu, v.gpu, gpu_table, gpu_cache, 0, *gpu_step);
+    } else {
+      gpu->rope(q.gpu, gpu_table, *gpu_step);
+      gpu->rope(k.gpu, gpu_table, *gpu_step);
+      gpu->store_kv(gpu_cache, 0, k.gpu, v.gpu, *gpu_step);
+    }
+    const std::string what = fused ? "fused" : "separate";
+    expect_close(q.gpu, q.cpu, 1e-2, "query " + what);
+    expect_close(gpu_cache.keys[0], cpu_cache.keys[0], 1e-2, "key cache " + what);
+    expect_close(gpu_cache.values[0], cpu_cache.values[0], 0, "value cache " + what);
+  }
+}
+
+TEST_F(CudaOpsTest, StoreKvRejectsShortBlockTable) {
+  KvCache cache = gpu->allocate_kv_cache({{1, 8, 8}}, 4, 16);
+  ForwardBatch batch;
+  batch.sequences.push_back({10, 10, {0}});  // 20 tokens need 2 blocks
+  batch.token_ids.assign(10, 0);
+  const auto step = gpu->begin_step(batch);
+  const auto k = input(random_bf16_values(10 * 8, 1), {10, 1, 8});
+  EXPECT_THROW(gpu->store_kv(cache, 0, k.gpu, k.gpu, *step), Error);
+}
+
+TEST_F(CudaOpsTest, GatherLogitRowsAndArgmax) {
+  const int tokens = 12, hidden = 40, vocab = 32000;
+  ForwardBatch batch;
+  batch.token_ids.assign(tokens, 0);
+  batch.sequences.push_back({0, 5, {0}});
+  batch.sequences.push_back({0, 7, {1}});
+  batch.logit_rows = {4, 11, 0};
+  const auto x = input(random_bf16_values(tokens * hidden, 19), {tokens, hidden});
+  const auto cpu_step = cpu->begin_step(batch);
+  const auto gpu_step = gpu->begin_step(batch);
+  expect_close(gpu->gather_logit_rows(x.gpu, *gpu_step), cpu->gather_logit_rows(x.cpu, *cpu_step), 0, "gather");
+
+  for (int rows : {1, 3, 17}) {
+    auto values = random_bf16_values(rows * vocab, 20 + rows);
+    values[vocab - 1] = 100.0f;  // a maximum in the last column
+    if (rows > 1) values[vocab + 5] = values[vocab + 9] = 50.0f;  // a tie: the first index wins
+    const auto logits = input(values, {rows, vocab});
+    EXPECT_EQ(gpu->to_host_i32(gpu->argmax(logits.gpu)), cpu->to_host_i32(cpu->argmax(logits.cpu))) << rows;
+    // float32 logits (e.g. from from_host_f32) work too
+    EXPECT_EQ(gpu->to_host_i32(gpu->argmax(gpu->from_host_f32(values, {rows, vocab}))),
+              cpu->to_host_i32(cpu->argmax(logits.cpu)));
+  }
+}
+
+TEST_F(CudaOpsTest, BeginStepRejectsBadLogitRow) {
+  ForwardBatch batch;
+  batch.token_ids = {1};
+  batch.sequences.push_back({0, 1, {0}});
+  batch.logit_rows = {1};
+  EXPECT_THROW(gpu->begin_step(batch), Error);
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,71 @@
+#pragma once
+// Shared by the CUDA backend tests: the CPU reference and the CUDA backend side by side, inputs rounded to bf16
+// so that both backends see exactly the same values, and a skip when no GPU is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace tern::testing {
+
+inline std::vector<float> random_bf16_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = bf16_to_f32(f32_to_bf16(dist(rng)));
+  return v;
+}
+
+// max |a - b| / max |b|
+inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(double(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::abs(double(b[i])));
+    if (std::isnan(a[i])) return INFINITY;
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+class CudaVsCpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    cpu = make_cpu_backend(2);
+    gpu = make_cuda_backend(0);
+  }
+
+  // The same bf16 values on both backends: a float32 tensor on the CPU, a bf16 tensor (as the CUDA ops make
+  // them) on the GPU.
+  struct Pair {
+    Tensor cpu, gpu;
+  };
+  Pair input(const std::vector<float>& values, std::vector<int64_t> shape) {
+    return {cpu->from_host_f32(values, shape), weight_on(*gpu, values, shape)};
+  }
+  Pair weight(const std::vector<float>& values, std::vector<int64_t> shape) {
+    return {weight_on(*cpu, values, shape), weight_on(*gpu, values, shape)};
+  }
+  static Tensor weight_on(Backend& backend, const std::vector<float>& values, std::vector<int64_t> shape) {
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+    TensorInfo info;
+    info.name = "test";
+    info.dtype = DType::BF16;
+    info.shape = std::move(shape);
+    info.data = reinterpret_cast<const std::byte*>(bits.data());
+    info.size_bytes = bits.size() * 2;
+    const TensorInfo* parts[] = {&info};
+    return backend.load_weight(parts);
+  }
+
+  std::unique_ptr<Backend> cpu, gpu;
+};
+
+}  // namespace tern::testing
