@@ -161,7 +161,7 @@ void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_
 }
 
 void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps) {
-  const int chunk = 256;
+  const int chunk = 512;  // as the CUDA backend plans (kDecodeChunkTokens)
   const std::vector<int> cached(batch, context - 1), fresh(batch, 1);
   Batch b = make_batch(cached, fresh, kv_heads, head_dim);
   std::vector<int32_t> item_token, item_chunk, tokens, item_begin;

@@ -71,24 +71,20 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     q_smem[i] = v;
   }
 
+  // Four threads per key row: the row's slot (a block-table lookup and a division) is computed once per tile
+  // and thread, and each thread copies every fourth 16-byte chunk of the row's key and value.
+  constexpr int kThreadsPerRow = kNumWarps * 32 / kTileTokens;
   auto load_tile = [&](int tile, int stage) {
     if (tile >= num_tiles) return;
-    const int first = kv_begin + tile * kTileTokens;
-    for (int i = threadIdx.x; i < 2 * kTileTokens * L::kChunksPerRow; i += blockDim.x) {
-      const bool is_value = i >= kTileTokens * L::kChunksPerRow;
-      const int j = is_value ? i - kTileTokens * L::kChunksPerRow : i;
-      const int r = j / L::kChunksPerRow;
-      const int c = j % L::kChunksPerRow;
-      const int pos = first + r;
-      const __nv_bfloat16* base = is_value ? p.kv.values : p.kv.keys;
-      const __nv_bfloat16* src = base;
-      int bytes = 0;
-      if (pos < kv_end) {
-        src = base + p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim + c * 8;
-        bytes = 16;
-      }
-      __nv_bfloat16* dst = (is_value ? v_tiles : k_tiles) + stage * L::kTileElems + r * L::kRowStride + c * 8;
-      cp_async_16(dst, src, bytes);
+    const int r = threadIdx.x / kThreadsPerRow;
+    const int pos = kv_begin + tile * kTileTokens + r;
+    const bool valid = pos < kv_end;
+    const int64_t row = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim : 0;
+    const int dst = stage * L::kTileElems + r * L::kRowStride;
+#pragma unroll
+    for (int c = threadIdx.x % kThreadsPerRow; c < L::kChunksPerRow; c += kThreadsPerRow) {
+      cp_async_16(k_tiles + dst + c * 8, p.kv.keys + row + c * 8, valid ? 16 : 0);
+      cp_async_16(v_tiles + dst + c * 8, p.kv.values + row + c * 8, valid ? 16 : 0);
     }
   };
 

@@ -68,17 +68,18 @@ __global__ void __launch_bounds__(kNumWarps * 32, 1) tile_kernel(const PrefillAt
               : p.query;
     cp_async_16(q_smem + r * L::kRowStride + c * 8, src, valid ? 16 : 0);
   }
+  // Four threads per key row: one block-table lookup per row and thread, then every fourth 16-byte chunk.
+  constexpr int kThreadsPerRow = kNumWarps * 32 / kTileKeys;
   auto load_kv_tile = [&](int kv_tile, int stage) {
-    const int first = kv_tile * kTileKeys;
-    for (int i = threadIdx.x; i < kTileKeys * L::kChunksPerRow; i += blockDim.x) {
-      const int r = i / L::kChunksPerRow;
-      const int c = i % L::kChunksPerRow;
-      const int pos = first + r;
-      const bool valid = pos < kv_end;
-      const int64_t offset = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim + c * 8 : 0;
-      const int dst = stage * L::kKvElems + r * L::kRowStride + c * 8;
-      cp_async_16(k_smem + dst, p.kv.keys + offset, valid ? 16 : 0);
-      cp_async_16(v_smem + dst, p.kv.values + offset, valid ? 16 : 0);
+    const int r = threadIdx.x / kThreadsPerRow;
+    const int pos = kv_tile * kTileKeys + r;
+    const bool valid = pos < kv_end;
+    const int64_t row = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim : 0;
+    const int dst = stage * L::kKvElems + r * L::kRowStride;
+#pragma unroll
+    for (int c = threadIdx.x % kThreadsPerRow; c < L::kChunksPerRow; c += kThreadsPerRow) {
+      cp_async_16(k_smem + dst + c * 8, p.kv.keys + row + c * 8, valid ? 16 : 0);
+      cp_async_16(v_smem + dst + c * 8, p.kv.values + row + c * 8, valid ? 16 : 0);
     }
   };
   load_kv_tile(first_kv_tile, 0);

@@ -63,6 +63,8 @@ class Backend {
   virtual std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) = 0;
 
   // Ops. Shapes: T tokens of the step, H hidden size, heads x dims for attention tensors.
+  // The ops of MoE, MLA and DeepSeek-V4 models (concat_columns .. moe_experts, rope_at) have defaults that fail
+  // naming the backend and op, so a backend without them still serves the dense models.
   virtual Tensor embedding(const Tensor& table, const StepContext& step) = 0;        // -> [T, H]
   virtual Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) = 0;     // over the last dim
   // residual += x, then returns rms_norm(residual).
@@ -73,22 +75,22 @@ class Backend {
   // Columns [begin, begin + count) of x [T, N] as a new [T, count] tensor.
   virtual Tensor slice_columns(const Tensor& x, int64_t begin, int64_t count) = 0;
   // [R, A] and [R, B] (trailing dims flattened) side by side -> [R, A + B].
-  virtual Tensor concat_columns(const Tensor& a, const Tensor& b) = 0;
+  virtual Tensor concat_columns(const Tensor& a, const Tensor& b);
   virtual Tensor silu_mul(const Tensor& gate_up) = 0;  // [T, 2I]: silu(first half) * second half -> [T, I]
   // [T, 2I] (gate half, up half) -> [T, I] with the given activation (clamped SwiGLU, gpt-oss's GLU).
-  virtual Tensor gated_activation(const Tensor& gate_up, const GluActivation& activation) = 0;
+  virtual Tensor gated_activation(const Tensor& gate_up, const GluActivation& activation);
   // Per-group linear: x [T, G, K] times weight [G, N, K] transposed -> [T, G, N] (MLA's absorbed per-head
   // projections, DeepSeek-V4's grouped output projection).
-  virtual Tensor grouped_linear(const Tensor& x, const Tensor& weight) = 0;
+  virtual Tensor grouped_linear(const Tensor& x, const Tensor& weight);
   // Picks top_k experts per token from router logits [T, E].
-  virtual ExpertRouting route_experts(const Tensor& logits, const RouterParams& params, const StepContext& step) = 0;
+  virtual ExpertRouting route_experts(const Tensor& logits, const RouterParams& params, const StepContext& step);
   // Sum over each token's routed experts of weight * down(activation(gate_up(x))): x [T, H] -> [T, H].
   virtual Tensor moe_experts(const Tensor& x, const ExpertRouting& routing, const ExpertWeights& experts,
-                             const GluActivation& activation) = 0;
+                             const GluActivation& activation);
   // Rotates the first rotary_dim dims of each head of x [T, heads, head_dim] in place (rotate-half layout).
   virtual void rope(Tensor& x, const RopeTable& table, const StepContext& step) = 0;
   // The same rotation at explicit positions ([T] host values); `inverse` rotates by the negative angle.
-  virtual void rope_at(Tensor& x, const RopeTable& table, std::span<const int32_t> positions, bool inverse) = 0;
+  virtual void rope_at(Tensor& x, const RopeTable& table, std::span<const int32_t> positions, bool inverse);
   // Writes this step's keys/values [T, kv_heads, dim] into the cache slots of layer `layer`.
   virtual void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value,
                         const StepContext& step) = 0;

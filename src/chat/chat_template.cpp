@@ -47,6 +47,23 @@ std::string template_from_field(const nlohmann::ordered_json& field, const std::
   fail("{}: chat_template must be a string or a list of {{name, template}} objects", where.string());
 }
 
+std::string template_from_dir(const nlohmann::ordered_json& config, const std::filesystem::path& config_path,
+                              const std::filesystem::path& dir) {
+  if (config.contains("chat_template") && !config["chat_template"].is_null()) {
+    return template_from_field(config["chat_template"], config_path);
+  }
+  if (std::filesystem::exists(dir / "chat_template.jinja")) return read_file(dir / "chat_template.jinja");
+  if (std::filesystem::exists(dir / "chat_template.json")) {
+    auto chat_template_json = read_json_file(dir / "chat_template.json");
+    if (!chat_template_json.is_object() || !chat_template_json.contains("chat_template")) {
+      fail("{}: missing \"chat_template\"", (dir / "chat_template.json").string());
+    }
+    return template_from_field(chat_template_json["chat_template"], dir / "chat_template.json");
+  }
+  fail("no chat template in {}: tokenizer_config.json has no \"chat_template\" and there is no chat_template.jinja",
+       dir.string());
+}
+
 }  // namespace
 
 ChatTemplateInput ChatTemplateInput::from_request(const nlohmann::ordered_json& request) {
@@ -86,28 +103,14 @@ ChatTemplate::ChatTemplate(std::string source, nlohmann::ordered_json special_to
   }
 }
 
-ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& path) {
+ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& path, const std::string& template_override) {
   std::filesystem::path dir = std::filesystem::is_directory(path) ? path : path.parent_path();
   std::filesystem::path config_path = std::filesystem::is_directory(path) ? dir / "tokenizer_config.json" : path;
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   if (std::filesystem::exists(config_path)) config = read_json_file(config_path);
   if (!config.is_object()) fail("{}: expected a JSON object", config_path.string());
 
-  std::string source;
-  if (config.contains("chat_template") && !config["chat_template"].is_null()) {
-    source = template_from_field(config["chat_template"], config_path);
-  } else if (std::filesystem::exists(dir / "chat_template.jinja")) {
-    source = read_file(dir / "chat_template.jinja");
-  } else if (std::filesystem::exists(dir / "chat_template.json")) {
-    auto chat_template_json = read_json_file(dir / "chat_template.json");
-    if (!chat_template_json.is_object() || !chat_template_json.contains("chat_template")) {
-      fail("{}: missing \"chat_template\"", (dir / "chat_template.json").string());
-    }
-    source = template_from_field(chat_template_json["chat_template"], dir / "chat_template.json");
-  } else {
-    fail("no chat template in {}: tokenizer_config.json has no \"chat_template\" and there is no chat_template.jinja",
-         dir.string());
-  }
+  std::string source = template_override.empty() ? template_from_dir(config, config_path, dir) : template_override;
 
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
   for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {

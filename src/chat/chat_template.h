@@ -31,8 +31,9 @@ class ChatTemplate {
 
   // Reads the template and special tokens of a model directory: tokenizer_config.json's "chat_template" (a string,
   // or a list of {name, template} from which "default" is taken), else chat_template.jinja or chat_template.json.
-  // `path` is the directory or the tokenizer_config.json file itself.
-  static ChatTemplate from_tokenizer_dir(const std::filesystem::path& path);
+  // `path` is the directory or the tokenizer_config.json file itself. A non-empty `template_override` replaces
+  // the directory's template (the special tokens still come from tokenizer_config.json).
+  static ChatTemplate from_tokenizer_dir(const std::filesystem::path& path, const std::string& template_override = "");
 
   // Throws tern::Error with the template's line and column when the template fails or raises.
   std::string render(const ChatTemplateInput& input) const;

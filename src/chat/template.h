@@ -16,7 +16,7 @@ namespace tern::chat {
 struct RenderLimits {
   int max_call_depth = 100;                  // nested macro calls
   size_t max_output_bytes = size_t{64} << 20;
-  size_t max_loop_iterations = 10'000'000;  // across all loops of the render
+  size_t max_loop_iterations = 1'000'000;  // across all loops of the render
 };
 
 class Template {

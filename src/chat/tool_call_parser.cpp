@@ -77,14 +77,14 @@ class HermesToolCallParser : public ToolCallParser {
         return;
       }
       ParsedToolCall call;
-      if (parse_tool_call_json(std::string_view(buffer_).substr(0, end), call)) {
+      after_call_ = parse_tool_call_json(std::string_view(buffer_).substr(0, end), call);
+      if (after_call_) {
         delta.calls.push_back(std::move(call));
       } else {
         delta.content += std::string(kStart) + buffer_.substr(0, end + kEnd.size());
       }
       buffer_.erase(0, end + kEnd.size());
       in_call_ = false;
-      after_call_ = true;
     }
   }
 

@@ -146,6 +146,7 @@ void add_bench_grammar_command(CLI::App& app) {
     size_t max_walk_tokens = 256;
     int compile_repeat = 3;
     unsigned threads = 0;
+    bool precompute_all = false;
     uint64_t seed = 1;
   };
   auto options = std::make_shared<Options>();
@@ -163,6 +164,8 @@ void add_bench_grammar_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", options->threads, "Threads of the token precomputation (0: up to 8 cores)");
   cmd->add_option("--seed", options->seed, "Seed of the random walks");
+  cmd->add_flag("--precompute-all", options->precompute_all,
+                "Classify tokens for every automaton node at compile time (default: on first use)");
   cmd->callback([options] {
     std::string schema = options->schema.empty() ? kDefaultSchema : read_text_file(options->schema);
     const std::vector<std::pair<grammar::GrammarKind, std::string>> grammars = {
@@ -174,12 +177,13 @@ void add_bench_grammar_command(CLI::App& app) {
         {"machine", {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
         {"config",
          {{"masks", options->num_masks}, {"walk_tokens", options->max_walk_tokens}, {"seed", options->seed},
-          {"threads", options->threads}, {"schema", options->schema.empty() ? "built-in" : options->schema},
+          {"threads", options->threads}, {"precompute_all", options->precompute_all}, {"schema", options->schema.empty() ? "built-in" : options->schema},
           {"regex", options->regex}}},
         {"results", nlohmann::json::array()},
     };
     grammar::CompileOptions compile_options;
     compile_options.num_threads = options->threads;
+    compile_options.precompute_all = options->precompute_all;
     for (const auto& dir : options->tokenizers) {
       auto vocabulary = grammar_vocabulary(Tokenizer::load(dir));
       for (const auto& [kind, source] : grammars) {

@@ -13,6 +13,7 @@ void add_logits_command(CLI::App& app) {
     std::string prompt_ids;
     std::string out;
     int threads = 0;
+    std::string backend = "cpu";
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position to a safetensors file");
@@ -20,9 +21,10 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")->required();
   cmd->add_option("--out", options->out, "Output file: one float32 tensor 'logits' of shape [T, vocab]")->required();
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", options->backend, "cpu or cuda");
   cmd->callback([options] {
     const auto prompt = parse_token_ids(options->prompt_ids);
-    auto backend = make_cpu_backend(options->threads);
+    auto backend = make_backend(options->backend, options->threads);
     auto model = load_model(options->model, *backend);
     if (static_cast<int64_t>(prompt.size()) > model->config().max_position_embeddings) {
       fail("prompt of {} tokens exceeds the model's context of {}", prompt.size(),

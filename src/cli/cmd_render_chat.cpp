@@ -1,5 +1,4 @@
 // `tern render-chat`: renders a conversation with a model's chat template, as transformers' apply_chat_template.
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -20,21 +19,14 @@ struct RenderChatOptions {
 };
 
 void run_render_chat(const RenderChatOptions& options) {
-  chat::ChatTemplate chat_template = chat::ChatTemplate::from_tokenizer_dir(options.tokenizer_dir);
+  std::string template_override;
   if (!options.template_file.empty()) {
     std::ifstream in(options.template_file, std::ios::binary);
     if (!in) fail("cannot open template file {}", options.template_file);
-    std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // Special tokens still come from the tokenizer directory.
-    auto config = nlohmann::ordered_json::object();
-    std::ifstream config_in(std::filesystem::path(options.tokenizer_dir) / "tokenizer_config.json");
-    if (config_in) config = nlohmann::ordered_json::parse(config_in, nullptr, false);
-    auto special_tokens = nlohmann::ordered_json::object();
-    for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
-      if (config.is_object() && config.contains(name)) special_tokens[name] = config[name];
-    }
-    chat_template = chat::ChatTemplate(std::move(source), std::move(special_tokens));
+    template_override.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (template_override.empty()) fail("template file {} is empty", options.template_file);
   }
+  chat::ChatTemplate chat_template = chat::ChatTemplate::from_tokenizer_dir(options.tokenizer_dir, template_override);
   std::string input_text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   auto request = nlohmann::ordered_json::parse(input_text, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) fail("render-chat: standard input is not valid JSON");

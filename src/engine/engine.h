@@ -62,6 +62,7 @@ class Engine {
 
   EngineStats stats() const;
   const KvCacheBudget& kv_budget() const { return core_.kv_budget(); }
+  int64_t max_model_len() const { return core_.max_model_len(); }
 
  private:
   struct Submission {

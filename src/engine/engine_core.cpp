@@ -1,5 +1,6 @@
 #include "engine/engine_core.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "core/error.h"
@@ -84,9 +85,19 @@ std::vector<RequestOutput> EngineCore::abort(uint64_t request_id, const std::str
 }
 
 std::vector<RequestOutput> EngineCore::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   const StepPlan plan = scheduler_->schedule();
+  const auto scheduled = Clock::now();
   const StepResult result = runner_->execute(plan);
-  return scheduler_->update(plan, result);
+  const auto executed = Clock::now();
+  auto outputs = scheduler_->update(plan, result);
+  const auto updated = Clock::now();
+  last_step_timing_ = {std::chrono::duration<double>(scheduled - start).count(),
+                       std::chrono::duration<double>(executed - scheduled).count(),
+                       std::chrono::duration<double>(updated - executed).count(), plan.num_tokens(),
+                       static_cast<int32_t>(plan.chunks.size())};
+  return outputs;
 }
 
 EngineStats EngineCore::stats() const {

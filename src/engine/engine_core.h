@@ -17,6 +17,15 @@
 
 namespace tern {
 
+// Where one step's time went: the scheduler's host work (schedule + update) and the model runner's.
+struct StepTiming {
+  double schedule_s = 0.0;
+  double execute_s = 0.0;
+  double update_s = 0.0;
+  int64_t num_tokens = 0;
+  int32_t num_sequences = 0;
+};
+
 class EngineCore {
  public:
   EngineCore(Model& model, Backend& backend, EngineConfig config, TextStreamFactory text_streams = {});
@@ -31,6 +40,7 @@ class EngineCore {
   std::vector<uint64_t> unfinished_request_ids() const { return scheduler_->unfinished_request_ids(); }
 
   EngineStats stats() const;
+  const StepTiming& last_step_timing() const { return last_step_timing_; }
   const KvCacheBudget& kv_budget() const { return budget_; }
   const KvCacheManager& kv_cache_manager() const { return *kv_; }
   int64_t max_model_len() const { return max_model_len_; }
@@ -42,6 +52,7 @@ class EngineCore {
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  StepTiming last_step_timing_;
 };
 
 // Bytes of KV one token takes in `backend` for the model's layers, measured on a one-block allocation.

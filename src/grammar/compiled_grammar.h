@@ -26,7 +26,9 @@ enum class GrammarKind {
 std::string_view grammar_kind_name(GrammarKind kind);
 
 struct CompileOptions {
-  unsigned num_threads = 0;  // for the token precomputation; 0 = hardware concurrency (at most 8)
+  // Classify the tokens of every automaton node at compile time; otherwise on first use (see TokenMaskCache).
+  bool precompute_all = false;
+  unsigned num_threads = 0;  // for precompute_all; 0 = hardware concurrency (at most 8)
   PdaLimits limits;
 };
 

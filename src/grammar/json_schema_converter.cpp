@@ -177,11 +177,13 @@ class SchemaConverter {
 
   // allOf: the sub-schemas' keywords combined (properties and required united, later keywords otherwise win).
   json merge_all_of(const json& schema, const std::string& path) {
+    DepthGuard guard(*this, path);
     json merged = json::object();
     auto merge_in = [&](const json& part, const std::string& part_path) {
       const json* sub = &part;
       std::set<std::string> seen_refs;
       while (sub->is_object() && sub->contains("$ref")) {
+        if (!(*sub)["$ref"].is_string()) error(part_path, "$ref must be a string");
         std::string ref = (*sub)["$ref"].get<std::string>();
         if (!seen_refs.insert(ref).second) error(part_path, "allOf through a $ref cycle");
         sub = &resolve_pointer(ref, part_path);
@@ -221,7 +223,17 @@ class SchemaConverter {
     return merged;
   }
 
+  // Bounds recursion through nesting, allOf and $ref chains (a cycle of allOf through $ref never ends otherwise).
+  struct DepthGuard {
+    explicit DepthGuard(SchemaConverter& c, const std::string& path) : converter(c) {
+      if (++converter.depth_ > 100) converter.error(path, "schema nested too deeply (over 100 levels, or an allOf/$ref cycle)");
+    }
+    ~DepthGuard() { --converter.depth_; }
+    SchemaConverter& converter;
+  };
+
   std::string visit(const json& schema, const std::string& path) {
+    DepthGuard guard(*this, path);
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) error(path, "schema 'false' matches nothing");
       return primitive("json-value");
@@ -554,11 +566,19 @@ class SchemaConverter {
   std::set<std::string> defined_;
   std::unordered_map<std::string, std::string> rule_by_body_;
   std::unordered_map<std::string, std::string> ref_rules_;
+  int depth_ = 0;
 };
 
 }  // namespace
 
-std::string json_schema_to_ebnf(const nlohmann::json& schema) { return SchemaConverter(schema).convert(); }
+std::string json_schema_to_ebnf(const nlohmann::json& schema) {
+  try {
+    return SchemaConverter(schema).convert();
+  } catch (const nlohmann::json::exception& e) {
+    // A keyword with a value of the wrong JSON type somewhere the converter did not check explicitly.
+    fail("invalid JSON schema: {}", e.what());
+  }
+}
 
 std::string json_schema_to_ebnf(std::string_view schema_json) {
   nlohmann::json schema;

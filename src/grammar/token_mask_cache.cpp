@@ -43,24 +43,32 @@ NodeTokenMask classify_node(const PushdownAutomaton& pda, const TokenVocabulary&
 
 }  // namespace
 
-TokenMaskCache::TokenMaskCache(const PushdownAutomaton& pda, const TokenVocabulary& vocabulary, unsigned num_threads) {
-  masks_.resize(pda.nodes.size());
+TokenMaskCache::TokenMaskCache(const PushdownAutomaton& pda, const TokenVocabulary& vocabulary, bool precompute_all,
+                               unsigned num_threads)
+    : pda_(pda), vocabulary_(vocabulary), classified_(new std::once_flag[pda.nodes.size()]), masks_(pda.nodes.size()) {
+  if (!precompute_all) return;
   std::vector<uint32_t> scannable;
   for (uint32_t node = 0; node < pda.nodes.size(); ++node) {
     if (pda.scannable(node)) scannable.push_back(node);
   }
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    TokenPrefixWalker walker(pda);
-    for (size_t k = next++; k < scannable.size(); k = next++) {
-      masks_[scannable[k]] = classify_node(pda, vocabulary, scannable[k], walker);
-    }
+    for (size_t k = next++; k < scannable.size(); k = next++) at(scannable[k]);
   };
   unsigned threads = std::max(1u, std::min<unsigned>(num_threads, static_cast<unsigned>(scannable.size() / 4)));
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& thread : pool) thread.join();
+}
+
+const NodeTokenMask& TokenMaskCache::at(uint32_t node) const {
+  std::call_once(classified_[node], [&] {
+    if (!pda_.scannable(node)) return;
+    TokenPrefixWalker walker(pda_);
+    masks_[node] = classify_node(pda_, vocabulary_, node, walker);
+  });
+  return masks_[node];
 }
 
 size_t TokenMaskCache::memory_bytes() const {

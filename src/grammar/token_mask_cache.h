@@ -3,6 +3,8 @@
 // PDA node with byte edges, which tokens are accepted whatever the stack below is, which are rejected whatever it
 // is, and which (usually few) depend on it and must be checked against the real stack at run time.
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "grammar/pushdown_automaton.h"
@@ -20,15 +22,21 @@ struct NodeTokenMask {
 
 class TokenMaskCache {
  public:
-  // Classifies all tokens for every scannable node, on up to num_threads threads.
-  TokenMaskCache(const PushdownAutomaton& pda, const TokenVocabulary& vocabulary, unsigned num_threads);
+  // With precompute_all, classifies every scannable node now (on up to num_threads threads); otherwise each node
+  // is classified the first time a matcher reaches it (thread-safe), which keeps compiles of large grammars cheap.
+  TokenMaskCache(const PushdownAutomaton& pda, const TokenVocabulary& vocabulary, bool precompute_all,
+                 unsigned num_threads);
 
-  const NodeTokenMask& at(uint32_t node) const { return masks_[node]; }
+  const NodeTokenMask& at(uint32_t node) const;
+  // Statistics over the nodes classified so far; call when no matcher is computing masks.
   size_t memory_bytes() const;
   size_t num_uncertain() const;
 
  private:
-  std::vector<NodeTokenMask> masks_;  // indexed by node; empty for nodes without byte edges
+  const PushdownAutomaton& pda_;
+  const TokenVocabulary& vocabulary_;
+  std::unique_ptr<std::once_flag[]> classified_;
+  mutable std::vector<NodeTokenMask> masks_;  // indexed by node; each written once, under its once_flag
 };
 
 }  // namespace tern::grammar

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tern {
@@ -35,6 +36,7 @@ RopeConfig RopeConfig::from_config(const nlohmann::json& config) {
   else if (auto it2 = params.find("type"); it2 != params.end() && it2->is_string()) type = *it2;
   rope.type = type;
   rope.factor = number_or(params, "factor", 1.0);
+  rope.factor_given = params.contains("factor") && params["factor"].is_number();
   rope.low_freq_factor = number_or(params, "low_freq_factor", 1.0);
   rope.high_freq_factor = number_or(params, "high_freq_factor", 4.0);
   rope.original_max_position_embeddings =
@@ -45,6 +47,12 @@ RopeConfig RopeConfig::from_config(const nlohmann::json& config) {
   rope.mscale_all_dim = number_or(params, "mscale_all_dim", 0.0);
   rope.attention_factor = number_or(params, "attention_factor", 0.0);
   if (auto it = params.find("truncate"); it != params.end() && it->is_boolean()) rope.truncate = *it;
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    if (auto it = config.find(key); it != config.end() && it->is_string()) {
+      rope.bf16_frequencies = *it == "bfloat16";
+      break;
+    }
+  }
   rope.partial_rotary_factor =
       number_or(params, "partial_rotary_factor", number_or(config, "partial_rotary_factor", 1.0));
   if (type != "default" && type != "linear" && type != "dynamic" && type != "llama3" && type != "yarn") {
@@ -80,13 +88,12 @@ RopeFrequencies rope_frequencies(const RopeConfig& rope, int rotary_dim, int64_t
       out.inv_freq[i] = static_cast<float>(freq);
     }
   } else {  // yarn
+    // transformers 5 takes `factor` as given and derives it from max_position_embeddings /
+    // original_max_position_embeddings only when the config leaves it out.
     double factor = rope.factor;
     int64_t original_len = rope.original_max_position_embeddings;
-    if (original_len > 0) {
-      factor = static_cast<double>(max_position_embeddings) / static_cast<double>(original_len);
-    } else {
-      original_len = max_position_embeddings;
-    }
+    if (original_len <= 0) original_len = max_position_embeddings;
+    if (!rope.factor_given) factor = static_cast<double>(max_position_embeddings) / static_cast<double>(original_len);
     double attention_factor = rope.attention_factor;
     if (attention_factor == 0.0) {
       attention_factor = (rope.mscale != 0.0 && rope.mscale_all_dim != 0.0)
@@ -113,6 +120,9 @@ RopeFrequencies rope_frequencies(const RopeConfig& rope, int rotary_dim, int64_t
       out.inv_freq[i] = static_cast<float>(interpolated * (1.0 - extrapolation_weight) + base[i] * extrapolation_weight);
     }
     out.attention_scaling = static_cast<float>(attention_factor);
+  }
+  if (rope.bf16_frequencies) {
+    for (float& f : out.inv_freq) f = bf16_to_f32(f32_to_bf16(f));
   }
   return out;
 }

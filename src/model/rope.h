@@ -11,6 +11,7 @@ struct RopeConfig {
   std::string type = "default";
   double theta = 10000.0;
   double factor = 1.0;
+  bool factor_given = false;  // whether the config names `factor` (yarn derives it otherwise)
   // llama3
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -24,6 +25,9 @@ struct RopeConfig {
   double attention_factor = 0.0;  // 0: derived from factor and mscale
   bool truncate = true;
   double partial_rotary_factor = 1.0;
+  // transformers keeps the inverse frequencies in a buffer of the checkpoint's dtype, so a bf16 checkpoint rotates
+  // by bf16-rounded frequencies; matching its outputs needs the same rounding (config.json "dtype": "bfloat16").
+  bool bf16_frequencies = false;
 
   // Reads `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling` (transformers 4) from config.json.
   static RopeConfig from_config(const nlohmann::json& config);

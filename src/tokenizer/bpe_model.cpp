@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <queue>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -51,10 +52,7 @@ BpeModel::BpeModel(const json& config, std::vector<std::pair<std::string, int64_
     seen[id] = true;
     id_to_token_[id] = std::move(token);
   }
-  token_to_id_.reserve(id_to_token_.size());
-  for (std::size_t id = 0; id < id_to_token_.size(); ++id) {
-    if (seen[id]) token_to_id_.emplace(id_to_token_[id], static_cast<int32_t>(id));
-  }
+  token_to_id_.build(id_to_token_, seen);
 
   continuing_subword_prefix_ = optional_string(config, "continuing_subword_prefix");
   end_of_word_suffix_ = optional_string(config, "end_of_word_suffix");
@@ -71,34 +69,62 @@ BpeModel::BpeModel(const json& config, std::vector<std::pair<std::string, int64_
     byte_level_ids_[byte] = token_to_id(byte_level::byte_to_char()[byte]);
   }
   if (raw_byte_input_ && ignore_merges_) {
+    id_to_raw_bytes_.resize(id_to_token_.size());
+    std::vector<bool> decodable(id_to_token_.size(), false);
     for (std::size_t id = 0; id < id_to_token_.size(); ++id) {
       if (auto bytes = byte_level::decode(id_to_token_[id]); bytes && seen[id]) {
-        raw_bytes_to_id_.emplace(std::move(*bytes), static_cast<int32_t>(id));
+        id_to_raw_bytes_[id] = std::move(*bytes);
+        decodable[id] = true;
       }
     }
+    raw_bytes_to_id_.build(id_to_raw_bytes_, decodable);
+  }
+
+  resolve_merges(merges);
+}
+
+void BpeModel::resolve_merges(const std::vector<std::pair<std::string, std::string>>& merges) {
+  // Turning merge strings into ids is hundreds of thousands of independent, cache-missing lookups: spread them
+  // over a few threads, then fill the table in rank order on this one.
+  struct Resolved {
+    int32_t left, right, merged;  // merged < 0: some token is missing from the vocabulary
+  };
+  std::vector<Resolved> resolved(merges.size());
+  const std::size_t prefix_len = continuing_subword_prefix_.size();
+  const auto resolve_range = [&](std::size_t begin, std::size_t end) {
+    std::string merged;
+    for (std::size_t rank = begin; rank < end; ++rank) {
+      const auto& [left, right] = merges[rank];
+      merged.assign(left);
+      if (right.size() >= prefix_len) merged.append(right, prefix_len);
+      const auto left_id = token_to_id(left), right_id = token_to_id(right), merged_id = token_to_id(merged);
+      resolved[rank] = left_id && right_id && merged_id ? Resolved{*left_id, *right_id, *merged_id} : Resolved{-1, -1, -1};
+    }
+  };
+  constexpr std::size_t kMergesPerThread = 32768;
+  const std::size_t num_threads =
+      std::clamp<std::size_t>(merges.size() / kMergesPerThread, 1, std::max(1u, std::min(8u, std::thread::hardware_concurrency())));
+  {
+    std::vector<std::jthread> workers;
+    const std::size_t chunk = (merges.size() + num_threads - 1) / num_threads;
+    for (std::size_t t = 1; t < num_threads; ++t) {
+      workers.emplace_back(resolve_range, std::min(merges.size(), t * chunk), std::min(merges.size(), (t + 1) * chunk));
+    }
+    resolve_range(0, std::min(merges.size(), chunk));
   }
 
   merges_.reserve(merges.size());
-  const std::size_t prefix_len = continuing_subword_prefix_.size();
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [left, right] = merges[rank];
-    const auto left_id = token_to_id(left);
-    const auto right_id = token_to_id(right);
-    if (!left_id || !right_id) {
-      fail("tokenizer.json: merge #{} '{} {}' uses a token missing from model.vocab", rank, left, right);
+    const Resolved& merge = resolved[rank];
+    if (merge.merged < 0) {
+      const auto& [left, right] = merges[rank];
+      fail("tokenizer.json: merge #{} '{} {}' uses or makes a token missing from model.vocab", rank, left, right);
     }
-    const std::string merged = left + (right.size() >= prefix_len ? right.substr(prefix_len) : std::string());
-    const auto merged_id = token_to_id(merged);
-    if (!merged_id) fail("tokenizer.json: merge #{} '{} {}' makes '{}', which is not in model.vocab", rank, left, right, merged);
-    merges_.insert(*left_id, *right_id, Merge{static_cast<int32_t>(rank), *merged_id});
+    merges_.insert(merge.left, merge.right, Merge{static_cast<int32_t>(rank), merge.merged});
   }
 }
 
-std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  const auto it = token_to_id_.find(token);
-  if (it == token_to_id_.end()) return std::nullopt;
-  return it->second;
-}
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const { return token_to_id_.find(token); }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
@@ -107,10 +133,10 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     return;
   }
   const std::size_t hash = std::hash<std::string_view>{}(word);
-  CacheShard& shard = cache_[hash % kNumCacheShards];
+  CacheShard& shard = cache_[(hash >> 8) % kNumCacheShards];
   {
     std::lock_guard lock(shard.mutex);
-    if (const auto it = shard.words.find(std::string(word)); it != shard.words.end()) {
+    if (const auto it = shard.words.find(CacheKey{word, hash}); it != shard.words.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -119,15 +145,15 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   encode_uncached(word, out);
   std::lock_guard lock(shard.mutex);
   if (shard.words.size() < kMaxCachedWordsPerShard) {
-    shard.words.emplace(std::string(word), std::vector<int32_t>(out.begin() + first, out.end()));
+    shard.words.emplace(BasicCacheKey<std::string>{std::string(word), hash}, std::vector<int32_t>(out.begin() + first, out.end()));
   }
 }
 
 void BpeModel::encode_uncached(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     if (raw_byte_input_) {
-      if (const auto it = raw_bytes_to_id_.find(std::string(word)); it != raw_bytes_to_id_.end()) {
-        out.push_back(it->second);
+      if (const auto id = raw_bytes_to_id_.find(word)) {
+        out.push_back(*id);
         return;
       }
     } else if (const auto id = token_to_id(word)) {

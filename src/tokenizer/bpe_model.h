@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/merge_table.h"
+#include "tokenizer/string_id_map.h"
 
 namespace tern {
 
@@ -26,6 +27,9 @@ class BpeModel {
   // the token of its byte-level character.
   BpeModel(const nlohmann::json& model_config, std::vector<std::pair<std::string, int64_t>> vocab,
            const std::vector<std::pair<std::string, std::string>>& merges, bool raw_byte_input);
+  // The maps point into this object's own vectors.
+  BpeModel(const BpeModel&) = delete;
+  BpeModel& operator=(const BpeModel&) = delete;
 
   // Appends the ids of one word. Thread-safe.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
@@ -35,6 +39,7 @@ class BpeModel {
   std::optional<int32_t> token_to_id(std::string_view token) const;
 
  private:
+  void resolve_merges(const std::vector<std::pair<std::string, std::string>>& merges);
   void encode_uncached(std::string_view word, std::vector<int32_t>& out) const;
   // The starting symbols of a word: one per character (or byte), with byte fallback and unk handling.
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
@@ -43,7 +48,7 @@ class BpeModel {
   void merge_all(std::vector<int32_t>& symbols) const;
 
   std::vector<std::string> id_to_token_;
-  std::unordered_map<std::string_view, int32_t> token_to_id_;  // views into id_to_token_
+  StringIdMap token_to_id_;  // over id_to_token_
   MergeTable merges_;
   std::optional<int32_t> unk_id_;
   std::string continuing_subword_prefix_;
@@ -54,12 +59,33 @@ class BpeModel {
   bool ignore_merges_ = false;
   bool raw_byte_input_ = false;
   std::array<std::optional<int32_t>, 256> byte_level_ids_{};  // raw byte -> token of its byte-level character
-  std::unordered_map<std::string, int32_t> raw_bytes_to_id_;  // for ignore_merges on raw-byte input
+  // For ignore_merges on raw-byte input: each token's bytes, and the map from them to ids.
+  std::vector<std::string> id_to_raw_bytes_;
+  StringIdMap raw_bytes_to_id_;
 
   // Words seen before, sharded so that threads encoding in parallel rarely wait on one another.
+  // Lookups hash the word once and compare without copying it; stored keys own their bytes.
+  template <typename Text>
+  struct BasicCacheKey {
+    Text word;
+    std::size_t hash;
+  };
+  struct CacheKeyHash {
+    using is_transparent = void;
+    template <typename Text>
+    std::size_t operator()(const BasicCacheKey<Text>& key) const { return key.hash; }
+  };
+  struct CacheKeyEqual {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const BasicCacheKey<A>& a, const BasicCacheKey<B>& b) const {
+      return a.hash == b.hash && std::string_view(a.word) == std::string_view(b.word);
+    }
+  };
+  using CacheKey = BasicCacheKey<std::string_view>;
   struct CacheShard {
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>> words;
+    std::unordered_map<BasicCacheKey<std::string>, std::vector<int32_t>, CacheKeyHash, CacheKeyEqual> words;
   };
   static constexpr std::size_t kNumCacheShards = 64;
   static constexpr std::size_t kMaxCachedWordsPerShard = 4096;

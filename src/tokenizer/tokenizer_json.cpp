@@ -1,9 +1,11 @@
 #include "tokenizer/tokenizer_json.h"
 
+#include <charconv>
 #include <cstdio>
 #include <memory>
 
 #include "core/error.h"
+#include "tokenizer/utf8.h"
 
 namespace tern {
 
@@ -12,6 +14,7 @@ namespace {
 using json = nlohmann::json;
 
 // Builds a DOM like nlohmann's own SAX DOM parser, except for model.vocab and model.merges.
+// Its callbacks throw tern::Error on content it cannot take, so they never return false.
 class TokenizerJsonSax : public nlohmann::json_sax<json> {
  public:
   explicit TokenizerJsonSax(TokenizerJson& out, const std::string& source) : out_(out), source_(source) {}
@@ -166,12 +169,240 @@ class TokenizerJsonSax : public nlohmann::json_sax<json> {
   std::vector<std::string> merge_parts_;
 };
 
+// A JSON parser that drives a SAX handler. nlohmann's own lexer reads one character at a time through an input
+// adapter, which made it most of the load time; this one scans strings in bulk. It accepts exactly RFC 8259 JSON.
+class JsonReader {
+ public:
+  JsonReader(std::string_view text, nlohmann::json_sax<json>& sax, const std::string& source)
+      : text_(text), sax_(sax), source_(source) {}
+
+  void parse() {
+    if (const auto invalid = utf8::first_invalid_offset(text_)) error_at(*invalid, "invalid UTF-8");
+    skip_whitespace();
+    parse_value(0);
+    skip_whitespace();
+    if (pos_ != text_.size()) error("unexpected content after the top-level value");
+  }
+
+ private:
+  static constexpr int kMaxDepth = 256;
+
+  [[noreturn]] void error_at(std::size_t at, std::string_view what) const {
+    fail("{}: invalid JSON at byte {}: {}", source_, at, what);
+  }
+  [[noreturn]] void error(std::string_view what) const { error_at(pos_, what); }
+
+  void skip_whitespace() {
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
+      ++pos_;
+    }
+  }
+  void expect(char c) {
+    if (pos_ >= text_.size() || text_[pos_] != c) error(fmt::format("expected '{}'", c));
+    ++pos_;
+  }
+
+  void parse_value(int depth) {
+    if (depth > kMaxDepth) error("nesting deeper than 256 levels");
+    if (pos_ >= text_.size()) error("unexpected end of input");
+    switch (text_[pos_]) {
+      case '{': return parse_object(depth);
+      case '[': return parse_array(depth);
+      case '"': {
+        std::string value = parse_string();
+        sax_.string(value);
+        return;
+      }
+      case 't': return parse_literal("true", [&] { sax_.boolean(true); });
+      case 'f': return parse_literal("false", [&] { sax_.boolean(false); });
+      case 'n': return parse_literal("null", [&] { sax_.null(); });
+      default: return parse_number();
+    }
+  }
+
+  template <typename Emit>
+  void parse_literal(std::string_view literal, Emit&& emit) {
+    if (text_.substr(pos_, literal.size()) != literal) error("invalid literal");
+    pos_ += literal.size();
+    emit();
+  }
+
+  void parse_object(int depth) {
+    ++pos_;
+    sax_.start_object(static_cast<std::size_t>(-1));
+    skip_whitespace();
+    if (pos_ < text_.size() && text_[pos_] == '}') {
+      ++pos_;
+      sax_.end_object();
+      return;
+    }
+    while (true) {
+      skip_whitespace();
+      if (pos_ >= text_.size() || text_[pos_] != '"') error("expected a string key");
+      std::string key = parse_string();
+      sax_.key(key);
+      skip_whitespace();
+      expect(':');
+      skip_whitespace();
+      parse_value(depth + 1);
+      skip_whitespace();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      expect('}');
+      sax_.end_object();
+      return;
+    }
+  }
+
+  void parse_array(int depth) {
+    ++pos_;
+    sax_.start_array(static_cast<std::size_t>(-1));
+    skip_whitespace();
+    if (pos_ < text_.size() && text_[pos_] == ']') {
+      ++pos_;
+      sax_.end_array();
+      return;
+    }
+    while (true) {
+      skip_whitespace();
+      parse_value(depth + 1);
+      skip_whitespace();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      expect(']');
+      sax_.end_array();
+      return;
+    }
+  }
+
+  unsigned parse_hex4() {
+    if (pos_ + 4 > text_.size()) error("truncated \\u escape");
+    unsigned value = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = text_[pos_++];
+      value <<= 4;
+      if (c >= '0' && c <= '9') {
+        value |= static_cast<unsigned>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        value |= static_cast<unsigned>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        value |= static_cast<unsigned>(c - 'A' + 10);
+      } else {
+        error("invalid \\u escape");
+      }
+    }
+    return value;
+  }
+
+  std::string parse_string() {
+    ++pos_;  // opening quote
+    std::string out;
+    while (true) {
+      std::size_t run = pos_;
+      while (run < text_.size() && text_[run] != '"' && text_[run] != '\\' &&
+             static_cast<unsigned char>(text_[run]) >= 0x20) {
+        ++run;
+      }
+      out.append(text_, pos_, run - pos_);
+      pos_ = run;
+      if (pos_ >= text_.size()) error("unterminated string");
+      const char c = text_[pos_++];
+      if (c == '"') return out;
+      if (c != '\\') error_at(pos_ - 1, "control character in string");
+      if (pos_ >= text_.size()) error("unterminated string");
+      switch (text_[pos_++]) {
+        case '"': out.push_back('"'); break;
+        case '\\': out.push_back('\\'); break;
+        case '/': out.push_back('/'); break;
+        case 'b': out.push_back('\b'); break;
+        case 'f': out.push_back('\f'); break;
+        case 'n': out.push_back('\n'); break;
+        case 'r': out.push_back('\r'); break;
+        case 't': out.push_back('\t'); break;
+        case 'u': {
+          char32_t cp = parse_hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (text_.substr(pos_, 2) != "\\u") error("unpaired UTF-16 surrogate");
+            pos_ += 2;
+            const unsigned low = parse_hex4();
+            if (low < 0xDC00 || low > 0xDFFF) error("unpaired UTF-16 surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            error("unpaired UTF-16 surrogate");
+          }
+          utf8::append_codepoint(out, cp);
+          break;
+        }
+        default: error_at(pos_ - 1, "invalid escape");
+      }
+    }
+  }
+
+  void parse_number() {
+    const std::size_t start = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
+    const auto digits = [&] {
+      const std::size_t first = pos_;
+      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+      return pos_ - first;
+    };
+    const std::size_t int_start = pos_;
+    const std::size_t num_int_digits = digits();
+    if (num_int_digits == 0) error_at(start, "expected a value");
+    if (num_int_digits > 1 && text_[int_start] == '0') error_at(start, "leading zero in number");
+    bool is_integer = true;
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      ++pos_;
+      if (digits() == 0) error("expected digits after '.'");
+      is_integer = false;
+    }
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      ++pos_;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
+      if (digits() == 0) error("expected digits in exponent");
+      is_integer = false;
+    }
+    const char* first = text_.data() + start;
+    const char* last = text_.data() + pos_;
+    if (is_integer) {
+      if (*first == '-') {
+        int64_t value = 0;
+        if (std::from_chars(first, last, value).ec == std::errc()) {
+          sax_.number_integer(value);
+          return;
+        }
+      } else {
+        uint64_t value = 0;
+        if (std::from_chars(first, last, value).ec == std::errc()) {
+          sax_.number_unsigned(value);
+          return;
+        }
+      }
+    }
+    double value = 0;
+    if (std::from_chars(first, last, value).ec != std::errc()) error_at(start, "number out of range");
+    std::string spelling(first, last);
+    sax_.number_float(value, spelling);
+  }
+
+  std::string_view text_;
+  std::size_t pos_ = 0;
+  nlohmann::json_sax<json>& sax_;
+  const std::string& source_;
+};
+
 }  // namespace
 
 TokenizerJson parse_tokenizer_json(std::string_view text, const std::string& source) {
   TokenizerJson out;
   TokenizerJsonSax sax(out, source);
-  json::sax_parse(text.begin(), text.end(), &sax);
+  JsonReader(text, sax, source).parse();
   if (!out.document.is_object()) fail("{}: expected a JSON object at the top level", source);
   return out;
 }

@@ -1,5 +1,7 @@
 #include "tokenizer/utf8.h"
 
+#include <cstring>
+
 namespace tern::utf8 {
 
 namespace {
@@ -56,6 +58,14 @@ std::size_t valid_sequence_len(std::string_view text, std::size_t pos) {
 std::optional<std::size_t> first_invalid_offset(std::string_view text) {
   std::size_t pos = 0;
   while (pos < text.size()) {
+    // Most text is ASCII: check eight bytes at a time.
+    while (pos + 8 <= text.size()) {
+      uint64_t word;
+      std::memcpy(&word, text.data() + pos, 8);
+      if (word & 0x8080808080808080ull) break;
+      pos += 8;
+    }
+    if (pos >= text.size()) break;
     if (static_cast<unsigned char>(text[pos]) < 0x80) {
       ++pos;
       continue;

@@ -289,7 +289,12 @@ class CpuBackend final : public Backend {
     const int64_t block_size = cache.block_size;
     const float* keys = cache.keys[layer].ptr<float>();
     const float* values = values_in_keys ? keys : cache.values[layer].ptr<float>();
-    const float* sinks = params.sinks ? params.sinks->ptr<float>() : nullptr;
+    // Sinks may be checkpoint weights in bf16.
+    const std::vector<float> sink_values = params.sinks ? to_host_f32(*params.sinks) : std::vector<float>{};
+    if (params.sinks && static_cast<int64_t>(sink_values.size()) != num_heads) {
+      fail("attention: {} sinks for {} heads", sink_values.size(), num_heads);
+    }
+    const float* sinks = params.sinks ? sink_values.data() : nullptr;
     Tensor out = host_tensor(DType::F32, {num_tokens, num_heads, value_dim});
 
 #pragma omp parallel

@@ -16,7 +16,7 @@ namespace tern::cuda {
 // size); the others, and every token of the other layers, through split-KV decode attention.
 constexpr int32_t kDecodeMaxNewTokens = 8;
 // Keys per split-KV work item.
-constexpr int32_t kDecodeChunkTokens = 256;
+constexpr int32_t kDecodeChunkTokens = 512;
 
 struct AttentionPlan {
   Tensor data;  // int32, everything below in one allocation

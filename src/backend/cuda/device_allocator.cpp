@@ -1,8 +1,10 @@
 #include "backend/cuda/device_allocator.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/tensor_info.h"
 
 namespace tern::cuda {
 

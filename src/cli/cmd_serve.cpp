@@ -1,0 +1,102 @@
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "server/serve.h"
+
+namespace tern::cli {
+
+namespace {
+
+// "512MiB", "2GiB", "1.5GB" or a plain number of bytes.
+int64_t parse_memory_size(const std::string& text) {
+  size_t end = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    fail("--kv-cache-memory '{}': expected a size such as 512MiB, 4GiB or a number of bytes", text);
+  }
+  const std::string unit = text.substr(end);
+  double scale = 0.0;
+  if (unit.empty() || unit == "B") scale = 1.0;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "MiB") scale = 1024.0 * 1024.0;
+  else if (unit == "GiB") scale = 1024.0 * 1024.0 * 1024.0;
+  else if (unit == "KB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  if (scale == 0.0 || !(value > 0.0)) {
+    fail("--kv-cache-memory '{}': expected a size such as 512MiB, 4GiB or a number of bytes", text);
+  }
+  return static_cast<int64_t>(value * scale);
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  struct Options {
+    server::ServeConfig config;
+    std::string api_key;
+    std::string kv_cache_memory;
+    double header_timeout_s = 30.0;
+    double drain_timeout_s = 30.0;
+    int64_t max_body_mib = 32;
+    bool disable_log_requests = false;
+  };
+  auto options = std::make_shared<Options>();
+  auto& config = options->config;
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("--model", config.model.model_dir, "Hugging Face model directory (weights, tokenizer, template)")
+      ->required();
+  cmd->add_option("--host", config.http.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", config.http.port, "Port to listen on (0: any free port, printed on stderr)")
+      ->capture_default_str();
+  cmd->add_option("--api-key", options->api_key,
+                  "Require 'Authorization: Bearer <key>' (default: $TERN_API_KEY; none if unset)");
+  cmd->add_option("--served-model-name", config.served_model_name, "Model name in the API (default: the --model path)");
+  cmd->add_option("--backend", config.model.backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--threads", config.model.num_threads, "CPU backend threads (0: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-num-seqs", config.model.engine.max_num_seqs, "Sequences running at once")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", config.model.engine.max_num_batched_tokens, "Tokens per engine step")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-model-len", config.model.engine.max_model_len,
+                  "Tokens per sequence, prompt included (0: the model's context)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-cache-memory", options->kv_cache_memory,
+                  "KV cache size, e.g. 512MiB (default: 90% of the memory available)");
+  cmd->add_option("--num-kv-blocks", config.model.engine.num_kv_blocks, "KV cache size in blocks (overrides memory)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--http-threads", config.http.num_io_threads, "Threads serving connections")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--worker-threads", config.http.num_worker_threads,
+                  "Threads parsing, templating and tokenizing requests")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--header-timeout", options->header_timeout_s,
+                  "Seconds a client has to send a request head (and again its body)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--drain-timeout", options->drain_timeout_s,
+                  "Seconds to let in-flight requests finish after SIGTERM before cancelling them")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--max-body-size", options->max_body_mib, "Largest request body in MiB (larger: 413)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_flag("--disable-log-requests", options->disable_log_requests, "No per-request log lines on stderr");
+  cmd->callback([options] {
+    auto& config = options->config;
+    if (!options->api_key.empty()) {
+      config.api_key = options->api_key;
+    } else if (const char* env = std::getenv("TERN_API_KEY"); env && *env) {
+      config.api_key = std::string(env);
+    }
+    if (!options->kv_cache_memory.empty()) {
+      config.model.engine.kv_cache_memory_bytes = parse_memory_size(options->kv_cache_memory);
+    }
+    config.http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->header_timeout_s * 1e3));
+    config.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->drain_timeout_s * 1e3));
+    config.http.max_body_bytes = static_cast<uint64_t>(options->max_body_mib) << 20;
+    config.http.log_requests = !options->disable_log_requests;
+    server::serve(config);
+  });
+}
+
+}  // namespace tern::cli

@@ -1,0 +1,68 @@
+#include "cli/engine_options.h"
+
+#include "core/error.h"
+#include "kvcache/kv_cache_budget.h"
+
+namespace tern::cli {
+
+void EngineFlags::add_to(CLI::App& cmd) {
+  cmd.add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 2GiB or 512MiB");
+  cmd.add_option("--kv-cache-fraction", kv_cache_fraction,
+                 "KV cache size as a fraction of available device memory (host memory on the CPU)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--block-size", block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
+  cmd.add_option("--max-num-batched-tokens", max_num_batched_tokens, "Token budget of one step")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--max-num-seqs", max_num_seqs, "Most sequences running at once")->check(CLI::PositiveNumber);
+  cmd.add_option("--max-model-len", max_model_len, "Context length (0: the model's)")->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--no-prefix-cache", no_prefix_cache, "Do not reuse cached prompt prefixes");
+  cmd.add_flag("--no-chunked-prefill", no_chunked_prefill, "Admit a prompt only when all of it fits one step");
+  cmd.add_option("--scheduling-policy", policy, "fcfs or priority")->check(CLI::IsMember({"fcfs", "priority"}));
+}
+
+EngineConfig EngineFlags::to_config(const std::string& default_memory) const {
+  EngineConfig config;
+  config.block_size = block_size;
+  if (!kv_cache_memory.empty()) {
+    config.kv_cache_memory_bytes = parse_byte_size(kv_cache_memory, "--kv-cache-memory");
+    if (config.kv_cache_memory_bytes <= 0) fail("--kv-cache-memory: '{}' must be more than 0 bytes", kv_cache_memory);
+  } else if (kv_cache_fraction > 0.0) {
+    config.kv_cache_memory_fraction = kv_cache_fraction;
+  } else {
+    config.kv_cache_memory_bytes = parse_byte_size(default_memory, "default KV cache memory");
+  }
+  config.max_num_batched_tokens = max_num_batched_tokens;
+  config.max_num_seqs = max_num_seqs;
+  config.max_model_len = max_model_len;
+  config.enable_prefix_cache = !no_prefix_cache;
+  config.enable_chunked_prefill = !no_chunked_prefill;
+  config.policy = policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+  return config;
+}
+
+void SamplingFlags::add_to(CLI::App& cmd) {
+  cmd.add_option("--temperature", temperature, "Sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--top-p", top_p, "Nucleus sampling probability mass")->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--min-p", min_p, "Drop tokens below min_p times the most likely")->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--repetition-penalty", repetition_penalty, "Penalty on prompt and output tokens (1: none)");
+  cmd.add_option("--frequency-penalty", frequency_penalty, "Penalty per occurrence in the output");
+  cmd.add_option("--presence-penalty", presence_penalty, "Penalty for appearing in the output");
+  cmd.add_option("--seed", seed, "Per-request random seed");
+  cmd.add_flag("--ignore-eos", ignore_eos, "Keep generating past the model's EOS token");
+}
+
+SamplingParams SamplingFlags::to_params() const {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.top_k = top_k;
+  params.top_p = top_p;
+  params.min_p = min_p;
+  params.repetition_penalty = repetition_penalty;
+  params.frequency_penalty = frequency_penalty;
+  params.presence_penalty = presence_penalty;
+  params.seed = seed;
+  return params;
+}
+
+}  // namespace tern::cli

@@ -1,0 +1,59 @@
+#include "server/generation_response.h"
+
+#include "server/sse.h"
+
+namespace tern::server {
+
+GenerationResponse::GenerationResponse(ResponseContext context)
+    : context_(std::move(context)), usage_per_prompt_(context_.num_prompts) {}
+
+std::string GenerationResponse::on_output(size_t prompt_index, const RequestOutput& output) {
+  usage_per_prompt_.at(prompt_index) = output.usage;
+  if (!output.error.empty() && error_.empty()) error_ = output.error;
+  const size_t choice_index = prompt_index * static_cast<size_t>(context_.n) + static_cast<size_t>(output.index);
+  return handle_output(choice_index, output);
+}
+
+Usage GenerationResponse::usage() const {
+  Usage total;
+  for (const auto& usage : usage_per_prompt_) {
+    total.prompt_tokens += usage.prompt_tokens;
+    total.cached_tokens += usage.cached_tokens;
+    total.completion_tokens += usage.completion_tokens;
+  }
+  return total;
+}
+
+Json GenerationResponse::usage_json() const {
+  const Usage total = usage();
+  return {{"prompt_tokens", total.prompt_tokens},
+          {"total_tokens", total.prompt_tokens + total.completion_tokens},
+          {"completion_tokens", total.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", total.cached_tokens}}}};
+}
+
+Json GenerationResponse::chunk(const char* object, Json choices) const {
+  Json chunk = {{"id", context_.id}, {"object", object}, {"created", context_.created}, {"model", context_.model_name},
+                {"choices", std::move(choices)}};
+  if (context_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+HttpReply GenerationResponse::finish() {
+  const ApiError engine_error(500, "the engine aborted the request: " + error_, std::nullopt, "engine_error");
+  if (!context_.stream) {
+    if (!error_.empty()) return HttpReply::error(engine_error);
+    return HttpReply::json(full_response());
+  }
+  std::string bytes = finish_stream();
+  if (!error_.empty()) bytes += sse_event(engine_error.to_json());
+  if (context_.include_usage) {
+    Json usage_chunk = chunk(chunk_object(), Json::array());
+    usage_chunk["usage"] = usage_json();
+    bytes += sse_event(usage_chunk);
+  }
+  bytes += sse_done();
+  return {200, "text/event-stream", std::move(bytes)};
+}
+
+}  // namespace tern::server

@@ -1,0 +1,253 @@
+#include "server/openai_api.h"
+
+#include <ctime>
+#include <random>
+
+#include "core/error.h"
+#include "server/chat_request.h"
+#include "server/chat_response.h"
+#include "server/completion_request.h"
+#include "server/completion_response.h"
+#include "server/request_body.h"
+
+namespace tern::server {
+
+namespace {
+
+ApiError not_ready() { return ApiError(503, "the model is still loading", std::nullopt, "model_loading"); }
+
+// Compares without stopping at the first difference, so timing tells nothing about the key's contents.
+bool same_secret(const std::string& given, const std::string& expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char difference = 0;
+  for (size_t i = 0; i < given.size(); ++i) difference |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  return difference == 0;
+}
+
+std::vector<int32_t> encode_prompt(const ServingModel& model, const std::string& text, bool add_special_tokens,
+                                   const char* param) {
+  if (text.size() > model.max_prompt_text_bytes()) {
+    throw ApiError(400, fmt::format("This model's maximum context length is {} tokens, and the {} of {} bytes is "
+                                    "longer than any text of that many tokens.",
+                                    model.max_model_len(), param, text.size()),
+                   param, "context_length_exceeded");
+  }
+  try {
+    return model.tokenizer().encode(text, add_special_tokens);
+  } catch (const Error& e) {
+    throw ApiError(400, fmt::format("cannot tokenize the {}: {}", param, e.what()), param);
+  }
+}
+
+std::string render_chat(const chat::ChatTemplate* chat_template, const ChatRequest& request) {
+  if (!chat_template) {
+    throw ApiError(400, "this model has no chat template (tokenizer_config.json has no chat_template); use "
+                        "/v1/completions", "messages");
+  }
+  try {
+    return chat_template->render(request.template_input());
+  } catch (const Error& e) {
+    throw ApiError(400, fmt::format("the chat template rejected the conversation: {}", e.what()), "messages");
+  }
+}
+
+}  // namespace
+
+std::string random_hex_id() {
+  thread_local std::mt19937_64 generator(std::random_device{}());
+  return fmt::format("{:016x}{:016x}", generator(), generator());
+}
+
+OpenAiApi::OpenAiApi(ApiConfig config, ServerMetrics& metrics)
+    : config_(std::move(config)), metrics_(metrics), created_(static_cast<int64_t>(std::time(nullptr))) {}
+
+bool OpenAiApi::is_cheap(const ApiRequest& request) {
+  return request.path == "/health" || request.path == "/metrics" || request.path == "/v1/models";
+}
+
+ApiResult OpenAiApi::handle(const ApiRequest& request) const {
+  try {
+    return route(request, model_.load());
+  } catch (const ApiError& e) {
+    return HttpReply::error(e);
+  } catch (const Error& e) {
+    return HttpReply::error(ApiError(400, e.what()));
+  } catch (const std::exception& e) {
+    return HttpReply::error(ApiError(500, fmt::format("internal error: {}", e.what())));
+  }
+}
+
+ApiResult OpenAiApi::route(const ApiRequest& request, ServingModel* model) const {
+  const std::string& path = request.path;
+  const auto expect_method = [&](const char* method) {
+    if (request.method != method) {
+      throw ApiError(405, fmt::format("{} takes {} requests, not {}", path, method, request.method));
+    }
+  };
+  if (path == "/health") {
+    expect_method("GET");
+    return health();
+  }
+  if (path == "/metrics") {
+    expect_method("GET");
+    return metrics(model);
+  }
+  const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions" ||
+                     path == "/tokenize" || path == "/detokenize";
+  if (!known) throw ApiError(404, fmt::format("no endpoint {} {}", request.method, path), std::nullopt, "not_found");
+  check_api_key(request);
+  expect_method(path == "/v1/models" ? "GET" : "POST");
+  if (!model) throw not_ready();
+  if (path == "/v1/models") return models(*model);
+  if (path == "/tokenize") return tokenize(request, *model);
+  if (path == "/detokenize") return detokenize(request, *model);
+  if (path == "/v1/completions") return completions(request, *model);
+  return chat_completions(request, *model);
+}
+
+void OpenAiApi::check_api_key(const ApiRequest& request) const {
+  if (!config_.api_key) return;
+  static constexpr std::string_view kBearer = "Bearer ";
+  const std::string& header = request.authorization;
+  if (header.rfind(kBearer, 0) != 0) {
+    throw ApiError(401, "missing API key: send it as 'Authorization: Bearer <key>'", std::nullopt, "invalid_api_key");
+  }
+  if (!same_secret(header.substr(kBearer.size()), *config_.api_key)) {
+    throw ApiError(401, "incorrect API key", std::nullopt, "invalid_api_key");
+  }
+}
+
+void OpenAiApi::check_model_name(const std::optional<std::string>& requested) const {
+  if (requested && *requested != config_.served_model_name) {
+    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", *requested,
+                                    config_.served_model_name),
+                   "model", "model_not_found");
+  }
+}
+
+// vLLM's check and wording: the prompt plus the tokens asked for must fit the context.
+void OpenAiApi::check_length(size_t num_prompt_tokens, const std::optional<int32_t>& max_tokens, int64_t max_model_len,
+                             const char* where) const {
+  const auto prompt_len = static_cast<int64_t>(num_prompt_tokens);
+  if (prompt_len >= max_model_len || (max_tokens && prompt_len + *max_tokens > max_model_len)) {
+    throw ApiError(400,
+                   fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                               "({} in the {}, {} for the completion). Please reduce the length of the {} or the "
+                               "completion.",
+                               max_model_len, prompt_len + max_tokens.value_or(0), prompt_len, where,
+                               max_tokens.value_or(0), where),
+                   where, "context_length_exceeded");
+  }
+}
+
+ResponseContext OpenAiApi::response_context(const std::string& id_prefix, const ApiRequest& request,
+                                            const GenerationOptions& options, size_t num_prompts) const {
+  ResponseContext context;
+  context.id = id_prefix + request.request_id;
+  context.model_name = config_.served_model_name;
+  context.created = static_cast<int64_t>(std::time(nullptr));
+  context.stream = options.stream;
+  context.include_usage = options.include_usage;
+  context.n = options.sampling.n;
+  context.num_prompts = num_prompts;
+  context.tokens_as_ids = options.tokens_as_ids;
+  return context;
+}
+
+HttpReply OpenAiApi::health() const {
+  if (!ready()) return HttpReply::error(not_ready());
+  return {200, "application/json", ""};
+}
+
+HttpReply OpenAiApi::metrics(ServingModel* model) const {
+  std::optional<EngineStats> stats;
+  if (model) stats = model->engine().stats();
+  return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(stats)};
+}
+
+HttpReply OpenAiApi::models(ServingModel& model) const {
+  Json entry = {{"id", config_.served_model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "tern"},
+                {"root", config_.model_dir}, {"parent", nullptr}, {"max_model_len", model.max_model_len()}};
+  return HttpReply::json({{"object", "list"}, {"data", Json::array({std::move(entry)})}});
+}
+
+HttpReply OpenAiApi::tokenize(const ApiRequest& request, ServingModel& model) const {
+  const Json body = parse_request_body(request.body);
+  RequestFields fields(body);
+  check_model_name(fields.string("model"));
+  std::vector<int32_t> ids;
+  if (fields.find("messages")) {
+    ChatRequest chat = ChatRequest::parse(body);
+    const std::string prompt = render_chat(model.chat_template(), chat);
+    ids = encode_prompt(model, prompt, fields.boolean("add_special_tokens").value_or(false), "messages");
+  } else {
+    const auto prompt = fields.string("prompt");
+    if (!prompt) fail_param("prompt", "'prompt' (a string) or 'messages' is required");
+    ids = encode_prompt(model, *prompt, fields.boolean("add_special_tokens").value_or(true), "prompt");
+  }
+  Json token_strs = nullptr;
+  if (fields.boolean("return_token_strs").value_or(false)) {
+    token_strs = Json::array();
+    for (int32_t id : ids) token_strs.push_back(model.tokenizer().token_string(id));
+  }
+  return HttpReply::json({{"count", ids.size()}, {"max_model_len", model.max_model_len()}, {"tokens", ids},
+                          {"token_strs", std::move(token_strs)}});
+}
+
+HttpReply OpenAiApi::detokenize(const ApiRequest& request, ServingModel& model) const {
+  const Json body = parse_request_body(request.body);
+  RequestFields fields(body);
+  check_model_name(fields.string("model"));
+  const Json* tokens = fields.find("tokens");
+  if (!tokens) fail_param("tokens", "'tokens' is required");
+  if (!tokens->is_array()) fail_param("tokens", "'tokens' must be a list of token ids, got {}", json_type_name(*tokens));
+  std::vector<int32_t> ids;
+  const int64_t vocab_size = model.tokenizer().vocab_size();
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const Json& id = tokens->at(i);
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+      fail_param("tokens", "'tokens[{}]' must be a token id in [0, {}), got {}", i, vocab_size, id.dump());
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return HttpReply::json({{"prompt", model.tokenizer().decode(ids, /*skip_special_tokens=*/false)}});
+}
+
+PreparedGeneration OpenAiApi::completions(const ApiRequest& request, ServingModel& model) const {
+  CompletionRequest parsed = CompletionRequest::parse(parse_request_body(request.body));
+  check_model_name(parsed.options.model);
+  const Tokenizer& tokenizer = model.tokenizer();
+  std::vector<std::string> echo_texts;
+  PreparedGeneration generation;
+  generation.engine = &model.engine();
+  for (auto& prompt : parsed.prompts) {
+    if (prompt.text) prompt.token_ids = encode_prompt(model, *prompt.text, /*add_special_tokens=*/true, "prompt");
+    check_length(prompt.token_ids.size(), parsed.options.stop.max_tokens, model.max_model_len(), "prompt");
+    if (parsed.echo) echo_texts.push_back(prompt.text ? *prompt.text : tokenizer.decode(prompt.token_ids, false));
+    generation.requests.push_back({prompt.token_ids, parsed.options.sampling, parsed.options.stop});
+  }
+  generation.response = std::make_unique<CompletionResponse>(
+      response_context("cmpl-", request, parsed.options, parsed.prompts.size()),
+      std::move(echo_texts), parsed.logprobs.has_value(), tokenizer);
+  return generation;
+}
+
+PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, ServingModel& model) const {
+  const ChatRequest parsed = ChatRequest::parse(parse_request_body(request.body));
+  check_model_name(parsed.options.model);
+  const std::string prompt = render_chat(model.chat_template(), parsed);
+  std::vector<int32_t> ids = encode_prompt(model, prompt, /*add_special_tokens=*/false, "messages");
+  check_length(ids.size(), parsed.options.stop.max_tokens, model.max_model_len(), "messages");
+  chat::ChatOutputOptions parser_options = chat::ChatOutputOptions::for_template(model.chat_template()->source(), prompt);
+  if (!parsed.parse_tool_calls) parser_options.tool_call_format = chat::ToolCallFormat::kNone;
+
+  PreparedGeneration generation;
+  generation.engine = &model.engine();
+  generation.requests.push_back({std::move(ids), parsed.options.sampling, parsed.options.stop});
+  generation.response = std::make_unique<ChatResponse>(
+      response_context("chatcmpl-", request, parsed.options, 1),
+      std::move(parser_options), parsed.top_logprobs.has_value(), model.tokenizer());
+  return generation;
+}
+
+}  // namespace tern::server

@@ -1,0 +1,49 @@
+#include "server/request_body.h"
+
+#include <fmt/format.h>
+
+#include "server/api_error.h"
+
+namespace tern::server {
+
+int json_nesting_depth(std::string_view text, int limit) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+Json parse_request_body(std::string_view body) {
+  if (body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object");
+  if (json_nesting_depth(body, kMaxJsonNesting) > kMaxJsonNesting) {
+    throw ApiError(400, fmt::format("the request body nests arrays and objects deeper than {} levels", kMaxJsonNesting));
+  }
+  try {
+    return Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+}
+
+}  // namespace tern::server

@@ -1,0 +1,25 @@
+#pragma once
+// `tern serve`: binds the port, loads the model while /health answers 503, serves the OpenAI-compatible API until
+// SIGINT or SIGTERM, then drains in-flight requests and returns.
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "server/http_server.h"
+#include "server/serving_model.h"
+
+namespace tern::server {
+
+struct ServeConfig {
+  ServingModelConfig model;
+  HttpServerConfig http;
+  std::string served_model_name;  // empty: the --model path as given (vLLM's default)
+  std::optional<std::string> api_key;
+  std::chrono::milliseconds drain_timeout{30'000};  // in-flight requests still running after this are cancelled
+};
+
+// Returns when the server has drained after a signal. Throws tern::Error if the port cannot be bound or the
+// model cannot be loaded.
+void serve(const ServeConfig& config);
+
+}  // namespace tern::server

@@ -1,0 +1,48 @@
+#pragma once
+// Everything a server needs of one model: the tokenizer, the chat template (if the model has one), the backend,
+// the weights and the running engine, loaded from a Hugging Face model directory.
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern::server {
+
+struct ServingModelConfig {
+  std::filesystem::path model_dir;
+  std::string backend = "cpu";
+  int num_threads = 0;  // CPU backend threads; 0: all cores
+  EngineConfig engine;
+};
+
+class ServingModel {
+ public:
+  // Throws tern::Error naming the file or setting that is wrong.
+  static std::unique_ptr<ServingModel> load(const ServingModelConfig& config);
+  ~ServingModel();
+
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const chat::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+  Engine& engine() { return *engine_; }
+  const Engine& engine() const { return *engine_; }
+  int64_t max_model_len() const { return engine_->max_model_len(); }
+  // No text longer than this encodes into max_model_len tokens or fewer: longer prompts are refused before the
+  // (expensive) encoding.
+  size_t max_prompt_text_bytes() const { return static_cast<size_t>(max_model_len()) * max_token_bytes_; }
+
+ private:
+  ServingModel(Tokenizer tokenizer, std::optional<chat::ChatTemplate> chat_template);
+
+  Tokenizer tokenizer_;
+  std::optional<chat::ChatTemplate> chat_template_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  size_t max_token_bytes_ = 1;  // the longest token's bytes
+  std::unique_ptr<Engine> engine_;  // last: stops before the model and backend go away
+};
+
+}  // namespace tern::server

@@ -1,0 +1,282 @@
+// The engine end to end on the fixture models with the CPU backend. The reference is greedy_generate (one
+// sequence, a KV cache of its own, no scheduler) and, through it, the transformers goldens.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/engine_core.h"
+#include "fixtures.h"
+#include "model/sequence_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tern {
+namespace {
+
+using testing::fixtures_dir;
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+};
+
+Loaded load(const std::string& name) {
+  Loaded l;
+  l.backend = make_cpu_backend(2);
+  l.model = load_model(fixtures_dir() / "models" / name, *l.backend);
+  return l;
+}
+
+EngineConfig small_config(int32_t num_blocks, bool prefix_cache = true) {
+  EngineConfig c;
+  c.num_kv_blocks = num_blocks;
+  c.enable_prefix_cache = prefix_cache;
+  c.max_num_batched_tokens = 256;
+  c.log_kv_cache = false;
+  return c;
+}
+
+GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.stop.max_tokens = max_tokens;
+  r.stop.ignore_eos = true;
+  return r;
+}
+
+struct Finished {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::optional<FinishReason> finish;
+  Usage usage;
+};
+
+// Steps the core until every request finished; outputs by (request id, index).
+// The outputs of sequence `index` of request `id` (a function, so that test macros see no braced commas).
+template <typename Map>
+auto& entry(Map& results, uint64_t id, int32_t index) {
+  return results[{id, index}];
+}
+template <typename Map>
+auto entry(Map&& results, uint64_t id, int32_t index) {
+  return results[{id, index}];
+}
+
+std::map<std::pair<uint64_t, int32_t>, Finished> drain(EngineCore& core) {
+  std::map<std::pair<uint64_t, int32_t>, Finished> results;
+  while (core.has_unfinished_requests()) {
+    for (const auto& out : core.step()) {
+      auto& f = entry(results, out.request_id, out.index);
+      f.tokens.insert(f.tokens.end(), out.token_ids.begin(), out.token_ids.end());
+      f.text += out.text;
+      if (out.finish_reason) f.finish = out.finish_reason;
+      f.usage = out.usage;
+    }
+  }
+  return results;
+}
+
+std::vector<std::vector<int32_t>> random_prompts(int count, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  std::vector<std::vector<int32_t>> prompts(count);
+  for (int i = 0; i < count; ++i) {
+    prompts[i].resize(1 + (i * 7) % 45);
+    for (auto& t : prompts[i]) t = token(rng);
+  }
+  return prompts;
+}
+
+class EngineArch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineArch, GreedyMatchesTheTransformersGoldens) {
+  auto m = load(GetParam());
+  const auto golden = testing::read_json(fixtures_dir() / "models" / GetParam() / "golden.json");
+  EngineCore core(*m.model, *m.backend, small_config(64));
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    core.add_request(p + 1, greedy(golden["prompts"][p].get<std::vector<int32_t>>(), 24));
+  }
+  auto results = drain(core);
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    EXPECT_EQ(entry(results, p + 1, 0).tokens, golden["greedy_24"][p].get<std::vector<int32_t>>()) << "prompt " << p;
+  }
+}
+
+TEST_P(EngineArch, ThirtyTwoConcurrentRequestsEqualEachRunAlone) {
+  auto m = load(GetParam());
+  const auto prompts = random_prompts(32, m.model->config().vocab_size, 11);
+  EngineCore core(*m.model, *m.backend, small_config(256));
+  for (size_t i = 0; i < prompts.size(); ++i) core.add_request(i + 1, greedy(prompts[i], 4 + static_cast<int32_t>(i % 13)));
+  auto results = drain(core);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = greedy_generate(*m.model, *m.backend, prompts[i], 4 + static_cast<int64_t>(i % 13));
+    EXPECT_EQ(entry(results, i + 1, 0).tokens, alone) << "request " << i;
+  }
+}
+
+TEST_P(EngineArch, APoolFarSmallerThanTheLoadPreemptsAndStillMatches) {
+  auto m = load(GetParam());
+  const auto prompts = random_prompts(16, m.model->config().vocab_size, 5);
+  for (bool prefix_cache : {false, true}) {
+    EngineCore core(*m.model, *m.backend, small_config(8, prefix_cache));  // 128 tokens for ~700 of load
+    for (size_t i = 0; i < prompts.size(); ++i) core.add_request(i + 1, greedy(prompts[i], 20));
+    auto results = drain(core);
+    EXPECT_GT(core.stats().num_preemptions, 0);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(entry(results, i + 1, 0).tokens, greedy_generate(*m.model, *m.backend, prompts[i], 20))
+          << "request " << i << (prefix_cache ? " with" : " without") << " prefix cache";
+    }
+    EXPECT_EQ(core.kv_cache_manager().num_available_blocks(), 8);
+    if (!prefix_cache) {
+      EXPECT_EQ(core.kv_cache_manager().num_free_blocks(), 8);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dense, EngineArch, ::testing::Values("llama", "llama3_rope", "qwen2", "qwen3"));
+
+TEST(Engine, ASharedPrefixIsComputedOnceAndGivesTheSameTokens) {
+  auto m = load("llama");
+  std::vector<int32_t> prefix(40);
+  std::mt19937 rng(9);
+  for (auto& t : prefix) t = static_cast<int32_t>(rng() % 512);
+  auto first = prefix;
+  first.insert(first.end(), {1, 2, 3});
+  auto second = prefix;
+  second.insert(second.end(), {4, 5, 6, 7});
+  EngineCore core(*m.model, *m.backend, small_config(64));
+  core.add_request(1, greedy(first, 8));
+  auto results = drain(core);
+  const int64_t computed_before = core.stats().num_computed_tokens;
+  core.add_request(2, greedy(second, 8));
+  auto second_results = drain(core);
+  EXPECT_EQ(entry(second_results, 2, 0).usage.cached_tokens, 32);  // two whole blocks of 16 of the shared 40
+  EXPECT_EQ(core.stats().num_computed_tokens - computed_before, static_cast<int64_t>(second.size()) - 32 + 7);
+  EXPECT_EQ(entry(second_results, 2, 0).tokens, greedy_generate(*m.model, *m.backend, second, 8));
+  EXPECT_GT(core.stats().prefix_hit_rate, 0.0);
+
+  // Turn two of the first conversation: its prompt and answer are cached (all but the last answer token).
+  auto turn2 = first;
+  turn2.insert(turn2.end(), entry(results, 1, 0).tokens.begin(), entry(results, 1, 0).tokens.end());
+  turn2.insert(turn2.end(), {9, 10, 11, 12, 13});
+  core.add_request(3, greedy(turn2, 8));
+  auto third = drain(core);
+  EXPECT_EQ(entry(third, 3, 0).usage.cached_tokens, (static_cast<int32_t>(first.size()) + 8 - 1) / 16 * 16);
+  EXPECT_EQ(entry(third, 3, 0).tokens, greedy_generate(*m.model, *m.backend, turn2, 8));
+}
+
+GenerateRequest seeded(std::vector<int32_t> prompt, uint64_t seed, int32_t n = 1) {
+  GenerateRequest r;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_k = 40;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = seed;
+  r.sampling.n = n;
+  r.sampling.logprobs = 2;
+  r.stop.max_tokens = 16;
+  r.stop.ignore_eos = true;
+  return r;
+}
+
+TEST(Engine, SeededSamplingIsReproducibleWhateverTheBatch) {
+  auto m = load("qwen3");
+  const auto prompts = random_prompts(12, m.model->config().vocab_size, 21);
+  EngineCore alone(*m.model, *m.backend, small_config(128));
+  alone.add_request(1, seeded(prompts[5], 42));
+  const auto reference = entry(drain(alone), 1, 0).tokens;
+  ASSERT_EQ(reference.size(), 16u);
+
+  EngineCore crowded(*m.model, *m.backend, small_config(128));
+  for (size_t i = 0; i < prompts.size(); ++i) crowded.add_request(i + 1, seeded(prompts[i], 1000 + i));
+  crowded.add_request(100, seeded(prompts[5], 42));
+  auto results = drain(crowded);
+  EXPECT_EQ(entry(results, 100, 0).tokens, reference);
+  EXPECT_NE(entry(results, 6, 0).tokens, reference);  // same prompt, other seed
+}
+
+TEST(Engine, ParallelSamplesShareThePromptAndTheFirstEqualsNEqualsOne) {
+  auto m = load("qwen2");
+  const auto prompt = random_prompts(8, m.model->config().vocab_size, 2)[6];  // 43 tokens
+  EngineCore single(*m.model, *m.backend, small_config(128));
+  single.add_request(1, seeded(prompt, 7));
+  const auto first = entry(drain(single), 1, 0).tokens;
+
+  EngineCore core(*m.model, *m.backend, small_config(128));
+  core.add_request(1, seeded(prompt, 7, 4));
+  auto results = drain(core);
+  EXPECT_EQ(entry(results, 1, 0).tokens, first);
+  EXPECT_EQ(entry(results, 1, 3).usage.completion_tokens, 64);
+  EXPECT_NE(entry(results, 1, 1).tokens, entry(results, 1, 2).tokens);
+  // 43 prompt tokens once, the 11 past the two shared blocks for each fork, 15 decodes each.
+  EXPECT_EQ(core.stats().num_computed_tokens, 43 + 3 * 11 + 4 * 15);
+}
+
+TEST(Engine, ThreadedSubmitStreamsAndCancel) {
+  auto m = load("llama");
+  const auto prompts = random_prompts(6, m.model->config().vocab_size, 8);
+  Engine engine(*m.model, *m.backend, small_config(128));
+  std::vector<std::shared_ptr<RequestStream>> streams(prompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] { streams[i] = engine.submit(greedy(prompts[i], 10)); });
+  }
+  for (auto& t : clients) t.join();
+  auto endless = engine.submit(greedy({1, 2, 3}, 400));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> tokens;
+    std::optional<FinishReason> finish;
+    while (auto out = streams[i]->next()) {
+      tokens.insert(tokens.end(), out->token_ids.begin(), out->token_ids.end());
+      finish = out->finish_reason;
+    }
+    EXPECT_EQ(tokens, greedy_generate(*m.model, *m.backend, prompts[i], 10)) << "request " << i;
+    EXPECT_EQ(finish, FinishReason::kLength);
+  }
+  ASSERT_TRUE(endless->next());
+  endless->cancel();
+  std::optional<FinishReason> finish;
+  int32_t completion_tokens = 0;
+  while (auto out = endless->next()) {
+    finish = out->finish_reason;
+    completion_tokens = out->usage.completion_tokens;
+  }
+  EXPECT_EQ(finish, FinishReason::kAbort);
+  EXPECT_LT(completion_tokens, 400);
+  EXPECT_THROW(engine.submit(greedy({}, 1)), Error);
+  EXPECT_THROW(engine.submit(greedy({100000}, 1)), Error);
+  // Stats are published after each loop iteration; the cancel is processed before the next one.
+  for (int i = 0; i < 100 && engine.stats().num_running > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto stats = engine.stats();
+  EXPECT_EQ(stats.num_running, 0);
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+}
+
+TEST(Engine, DetokenizedTextAndStopStringsWithTheRealTokenizer) {
+  auto m = load("tern-py-13m");
+  const auto dir = fixtures_dir() / "models" / "tern-py-13m";
+  const auto tokenizer = Tokenizer::load(dir);
+  const auto golden = testing::read_json(dir / "golden.json");
+  const auto prompt = golden["prompts"][0].get<std::vector<int32_t>>();
+  const auto expected_tokens = golden["greedy_32"][0].get<std::vector<int32_t>>();
+  const std::string expected_text = tokenizer.decode(expected_tokens, true);
+
+  EngineCore core(*m.model, *m.backend, small_config(64), tokenizer_text_streams(tokenizer));
+  core.add_request(1, greedy(prompt, 32));
+  auto stopped = greedy(prompt, 32);
+  const std::string stop = expected_text.substr(expected_text.size() / 2, 4);
+  stopped.stop.stop_strings = {stop};
+  core.add_request(2, stopped);
+  auto results = drain(core);
+  EXPECT_EQ(entry(results, 1, 0).tokens, expected_tokens);
+  EXPECT_EQ(entry(results, 1, 0).text, expected_text);
+  EXPECT_EQ(entry(results, 2, 0).text, expected_text.substr(0, expected_text.find(stop))) << "stop '" << stop << "'";
+  EXPECT_EQ(entry(results, 2, 0).finish, FinishReason::kStop);
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,208 @@
+// The sampler against the definitions of its filters, computed here independently on a synthetic logit vector.
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tern {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, -2.0f, 2.5f, 0.5f, 2.9f, -1.0f, 1.7f, 0.0f, 2.0f,
+                                    -0.5f, 1.2f, 2.2f, -3.0f, 0.8f, 1.9f, 2.6f, -1.5f, 0.3f, 1.1f};
+
+// softmax(logits / T), then top-k, top-p (smallest most-likely set reaching p) and min-p, renormalized.
+std::vector<double> reference_distribution(const std::vector<float>& logits, float temperature, int top_k, float top_p,
+                                           float min_p) {
+  const size_t n = logits.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
+  std::vector<bool> keep(n, true);
+  if (top_k > 0) {
+    for (size_t i = top_k; i < n; ++i) keep[order[i]] = false;
+  }
+  const auto normalized = [&] {
+    std::vector<double> p(n, 0.0);
+    double total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (keep[i]) total += p[i] = std::exp(logits[i] / static_cast<double>(temperature));
+    }
+    for (auto& v : p) v /= total;
+    return p;
+  };
+  auto p = normalized();
+  double cumulative = 0;
+  for (size_t i : order) {
+    if (!keep[i]) continue;
+    if (cumulative >= top_p) keep[i] = false;
+    cumulative += p[i];
+  }
+  p = normalized();
+  const double max_p = *std::max_element(p.begin(), p.end());
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] < min_p * max_p) keep[i] = false;
+  }
+  return normalized();
+}
+
+struct FilterCase {
+  float temperature;
+  int top_k;
+  float top_p;
+  float min_p;
+};
+
+class SamplerDistribution : public ::testing::TestWithParam<FilterCase> {};
+
+TEST_P(SamplerDistribution, MatchesTheDefinitionExactlyAndInFrequency) {
+  const auto c = GetParam();
+  SamplingParams params;
+  params.temperature = c.temperature;
+  params.top_k = c.top_k;
+  params.top_p = c.top_p;
+  params.min_p = c.min_p;
+  const auto expected = reference_distribution(kLogits, c.temperature, c.top_k, c.top_p, c.min_p);
+  const auto computed = sampling_distribution(kLogits, params);
+  for (size_t i = 0; i < kLogits.size(); ++i) EXPECT_NEAR(computed[i], expected[i], 1e-6) << "token " << i;
+
+  SequenceSampler sampler(params, 12345, {});
+  constexpr int kDraws = 100000;
+  std::vector<int> counts(kLogits.size(), 0);
+  for (int d = 0; d < kDraws; ++d) {
+    auto logits = kLogits;
+    ++counts[sampler.sample(logits).token_id];
+  }
+  for (size_t i = 0; i < kLogits.size(); ++i) {
+    const double p = expected[i];
+    if (p == 0.0) {
+      EXPECT_EQ(counts[i], 0) << "filtered token " << i << " was drawn";
+      continue;
+    }
+    // Five standard deviations of a binomial count: fails by chance about once in a million.
+    const double sigma = std::sqrt(kDraws * p * (1 - p));
+    EXPECT_NEAR(counts[i], kDraws * p, 5 * sigma + 1) << "token " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Filters, SamplerDistribution,
+                         ::testing::Values(FilterCase{1.0f, 0, 1.0f, 0.0f}, FilterCase{0.7f, 5, 1.0f, 0.0f},
+                                           FilterCase{1.0f, 0, 0.8f, 0.0f}, FilterCase{1.3f, 0, 1.0f, 0.2f},
+                                           FilterCase{0.9f, 8, 0.7f, 0.1f}, FilterCase{1.0f, 1, 1.0f, 0.0f}));
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  SamplingParams params;
+  params.temperature = 1.5f;
+  const auto draw = [&](uint64_t seed) {
+    SequenceSampler sampler(params, seed, {});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) {
+      auto logits = kLogits;
+      out.push_back(sampler.sample(logits).token_id);
+    }
+    return out;
+  };
+  EXPECT_EQ(draw(7), draw(7));
+  EXPECT_NE(draw(7), draw(8));
+  EXPECT_NE(derive_seed(7, 0), derive_seed(7, 1));
+}
+
+TEST(Sampler, GreedyPicksTheFirstMaximumAfterBias) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  SequenceSampler plain(params, 0, {});
+  auto logits = kLogits;
+  EXPECT_EQ(plain.sample(logits).token_id, 1);
+  EXPECT_TRUE(plain.is_plain_greedy());
+  params.logit_bias = {{1, -100.0f}};
+  SequenceSampler biased(params, 0, {});
+  logits = kLogits;
+  EXPECT_EQ(biased.sample(logits).token_id, 5);
+  EXPECT_FALSE(biased.is_plain_greedy());
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesCountOutputTokens) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.frequency_penalty = 0.06f;  // token 1 leads token 5 by 0.1
+  SequenceSampler sampler(params, 0, {});
+  std::vector<int32_t> picks;
+  for (int i = 0; i < 3; ++i) {
+    auto logits = kLogits;
+    picks.push_back(sampler.sample(logits).token_id);
+  }
+  EXPECT_EQ(picks, (std::vector<int32_t>{1, 1, 5}));  // 3 - 0.12 < 2.9
+
+  params.frequency_penalty = 0.0f;
+  params.presence_penalty = 0.2f;
+  SequenceSampler presence(params, 0, {});
+  picks.clear();
+  for (int i = 0; i < 3; ++i) {
+    auto logits = kLogits;
+    picks.push_back(presence.sample(logits).token_id);
+  }
+  EXPECT_EQ(picks, (std::vector<int32_t>{1, 5, 1}));  // once each has appeared, 3 - 0.2 beats 2.9 - 0.2 again
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.repetition_penalty = 2.0f;
+  params.logprobs = 0;
+  const std::vector<int32_t> prompt{1, 13};
+  SequenceSampler sampler(params, 0, prompt);
+  auto logits = kLogits;
+  const auto outcome = sampler.sample(logits);
+  EXPECT_FLOAT_EQ(logits[1], 1.5f);
+  EXPECT_FLOAT_EQ(logits[13], -6.0f);
+  EXPECT_EQ(outcome.token_id, 5);
+}
+
+TEST(Sampler, LogprobsAreTheLogSoftmaxOfTheProcessedLogits) {
+  SamplingParams params;
+  params.temperature = 0.5f;
+  params.top_k = 3;
+  params.logprobs = 4;
+  SequenceSampler sampler(params, 99, {});
+  auto logits = kLogits;
+  const auto outcome = sampler.sample(logits);
+  ASSERT_TRUE(outcome.logprob);
+  double total = 0;
+  for (float v : kLogits) total += std::exp(v / 0.5);
+  const auto expected = [&](int32_t id) { return kLogits[id] / 0.5 - std::log(total); };
+  EXPECT_NEAR(outcome.logprob->logprob, expected(outcome.token_id), 1e-4);
+  ASSERT_EQ(outcome.logprob->top.size(), 4u);
+  const std::vector<int32_t> most_likely{1, 5, 16, 3};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(outcome.logprob->top[i].first, most_likely[i]);
+    EXPECT_NEAR(outcome.logprob->top[i].second, expected(most_likely[i]), 1e-4);
+  }
+  EXPECT_TRUE(outcome.token_id == 1 || outcome.token_id == 5 || outcome.token_id == 16);
+}
+
+TEST(SamplingParams, ValidationNamesTheBadField) {
+  SamplingParams params;
+  params.top_p = 0.0f;
+  try {
+    params.validate(100);
+    FAIL() << "top_p 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("top_p"), std::string::npos);
+  }
+  params = {};
+  params.logit_bias = {{100, 1.0f}};
+  EXPECT_THROW(params.validate(100), Error);
+  params = {};
+  params.temperature = -1.0f;
+  EXPECT_THROW(params.validate(100), Error);
+  StopConditions stop;
+  stop.max_tokens = 0;
+  EXPECT_THROW(stop.validate(100), Error);
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,373 @@
+// The scheduler against a fake causal model (fake_model_runner.h): whatever the batching, chunking, prefix reuse
+// or preemption, every request must produce exactly the tokens of a plain loop over its prompt, and every block
+// must come back.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "engine/sampler.h"
+#include "core/error.h"
+#include "fake_model_runner.h"
+
+namespace tern {
+namespace {
+
+using testing::fake_reference;
+using testing::FakeModelRunner;
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::optional<FinishReason> finish;
+  bool request_finished = false;
+  Usage usage;
+};
+
+using Results = std::map<std::pair<uint64_t, int32_t>, Collected>;
+
+// The outputs of sequence `index` of request `id` (a function, so that test macros see no braced commas).
+template <typename Map>
+auto& entry(Map& results, uint64_t id, int32_t index) {
+  return results[{id, index}];
+}
+template <typename Map>
+auto entry(Map&& results, uint64_t id, int32_t index) {
+  return results[{id, index}];
+}
+
+void collect(Results& results, const std::vector<RequestOutput>& outputs) {
+  for (const auto& out : outputs) {
+    auto& c = entry(results, out.request_id, out.index);
+    EXPECT_FALSE(c.finish) << "output after the sequence finished";
+    c.tokens.insert(c.tokens.end(), out.token_ids.begin(), out.token_ids.end());
+    c.text += out.text;
+    c.finish = out.finish_reason;
+    c.request_finished = c.request_finished || out.request_finished;
+    c.usage = out.usage;
+  }
+}
+
+// Runs steps until every request has finished; returns the number of steps.
+int run_to_completion(Scheduler& scheduler, FakeModelRunner& runner, Results& results, int max_steps = 100000) {
+  int steps = 0;
+  while (scheduler.has_unfinished_requests()) {
+    const StepPlan plan = scheduler.schedule();
+    collect(results, scheduler.update(plan, runner.execute(plan)));
+    if (++steps > max_steps) {
+      ADD_FAILURE() << "no progress after " << max_steps << " steps";
+      break;
+    }
+  }
+  return steps;
+}
+
+GenerateRequest greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.stop.max_tokens = max_tokens;
+  return r;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t len) {
+  std::uniform_int_distribution<int32_t> token(0, testing::kFakeVocab - 1);
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = token(rng);
+  return p;
+}
+
+SchedulerConfig config(int32_t budget, int32_t max_seqs) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  c.max_model_len = 4096;
+  return c;
+}
+
+struct Case {
+  int32_t num_blocks;
+  bool prefix_cache;
+  int32_t budget;
+};
+
+class SchedulerLoad : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SchedulerLoad, EveryRequestMatchesTheReferenceAndNoBlockLeaks) {
+  const Case c = GetParam();
+  constexpr int32_t kBlock = 4;
+  KvCacheManager kv(c.num_blocks, kBlock, c.prefix_cache);
+  Scheduler scheduler(config(c.budget, 16), kv);
+  FakeModelRunner runner(c.num_blocks, kBlock);
+  std::mt19937 rng(7);
+  const auto shared_prefix = random_prompt(rng, 13);
+  std::map<uint64_t, std::vector<int32_t>> expected;
+  for (uint64_t id = 1; id <= 40; ++id) {
+    auto prompt = random_prompt(rng, 1 + static_cast<int32_t>(rng() % 30));
+    if (id % 3 == 0) prompt.insert(prompt.begin(), shared_prefix.begin(), shared_prefix.end());
+    const int32_t max_tokens = 1 + static_cast<int32_t>(rng() % 20);
+    expected[id] = fake_reference(prompt, max_tokens);
+    scheduler.add_request(id, greedy_request(prompt, max_tokens));
+  }
+  Results results;
+  run_to_completion(scheduler, runner, results);
+  for (const auto& [id, tokens] : expected) {
+    const auto& got = entry(results, id, 0);
+    EXPECT_EQ(got.tokens, tokens) << "request " << id;
+    EXPECT_EQ(got.finish, FinishReason::kLength);
+    EXPECT_TRUE(got.request_finished);
+  }
+  EXPECT_EQ(kv.num_available_blocks(), kv.num_blocks());
+  if (!c.prefix_cache) {
+    EXPECT_EQ(kv.num_free_blocks(), kv.num_blocks());
+  }
+  if (c.num_blocks < 64) {
+    EXPECT_GT(scheduler.counters().num_preemptions, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, SchedulerLoad,
+                         ::testing::Values(Case{1024, true, 64}, Case{1024, false, 7}, Case{24, true, 32},
+                                           Case{24, false, 32}, Case{20, true, 5}));
+
+TEST(Scheduler, RespectsTheTokenBudgetAndSequenceLimit) {
+  KvCacheManager kv(256, 4, false);
+  Scheduler scheduler(config(10, 3), kv);
+  FakeModelRunner runner(256, 4);
+  for (uint64_t id = 1; id <= 5; ++id) scheduler.add_request(id, greedy_request(std::vector<int32_t>(25, int32_t(id)), 4));
+  Results results;
+  while (scheduler.has_unfinished_requests()) {
+    const StepPlan plan = scheduler.schedule();
+    EXPECT_LE(plan.num_tokens(), 10);
+    EXPECT_LE(scheduler.num_running(), 3);
+    EXPECT_FALSE(plan.chunks.empty());
+    collect(results, scheduler.update(plan, runner.execute(plan)));
+  }
+  for (uint64_t id = 1; id <= 5; ++id) {
+    EXPECT_EQ(entry(results, id, 0).tokens, fake_reference(std::vector<int32_t>(25, int32_t(id)), 4));
+  }
+}
+
+TEST(Scheduler, ChunkedPrefillMixesWithDecodes) {
+  KvCacheManager kv(256, 4, false);
+  Scheduler scheduler(config(8, 8), kv);
+  FakeModelRunner runner(256, 4);
+  scheduler.add_request(1, greedy_request({1, 2, 3}, 50));
+  Results results;
+  auto plan = scheduler.schedule();
+  collect(results, scheduler.update(plan, runner.execute(plan)));
+  scheduler.add_request(2, greedy_request(std::vector<int32_t>(30, 5), 2));
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[0].token_ids.size(), 1u);  // the decode
+  EXPECT_TRUE(plan.chunks[0].sample);
+  EXPECT_EQ(plan.chunks[1].token_ids.size(), 7u);  // a prefill chunk filling the budget
+  EXPECT_FALSE(plan.chunks[1].sample);
+  collect(results, scheduler.update(plan, runner.execute(plan)));
+  run_to_completion(scheduler, runner, results);
+  EXPECT_EQ(entry(results, 2, 0).tokens, fake_reference(std::vector<int32_t>(30, 5), 2));
+}
+
+TEST(Scheduler, PrefixCacheSkipsCachedTokensAndReportsThem) {
+  KvCacheManager kv(256, 4, true);
+  Scheduler scheduler(config(512, 8), kv);
+  FakeModelRunner runner(256, 4);
+  std::mt19937 rng(3);
+  const auto prefix = random_prompt(rng, 40);
+  auto first = prefix;
+  first.push_back(1);
+  auto second = prefix;
+  second.push_back(2);
+  Results results;
+  scheduler.add_request(1, greedy_request(first, 6));
+  run_to_completion(scheduler, runner, results);
+  const int64_t before = runner.num_tokens_computed();
+  scheduler.add_request(2, greedy_request(second, 6));
+  run_to_completion(scheduler, runner, results);
+  EXPECT_EQ(entry(results, 2, 0).usage.cached_tokens, 40);
+  EXPECT_EQ(entry(results, 2, 0).usage.prompt_tokens, 41);
+  EXPECT_EQ(runner.num_tokens_computed() - before, 1 + 5);  // one prompt token, then five decodes
+  EXPECT_EQ(entry(results, 2, 0).tokens, fake_reference(second, 6));
+
+  // The next turn of the first conversation reuses its prompt and its answer.
+  auto turn2 = first;
+  turn2.insert(turn2.end(), entry(results, 1, 0).tokens.begin(), entry(results, 1, 0).tokens.end());
+  turn2.insert(turn2.end(), {7, 8, 9});
+  scheduler.add_request(3, greedy_request(turn2, 3));
+  run_to_completion(scheduler, runner, results);
+  // Turn one computed its 41 prompt tokens and 5 of its 6 answer tokens: 46, so 44 in whole blocks.
+  EXPECT_EQ(entry(results, 3, 0).usage.cached_tokens, 44);
+  EXPECT_EQ(entry(results, 3, 0).tokens, fake_reference(turn2, 3));
+}
+
+TEST(Scheduler, PreemptsTheNewestRequest) {
+  KvCacheManager kv(6, 4, false);  // 24 tokens
+  Scheduler scheduler(config(64, 8), kv);
+  FakeModelRunner runner(6, 4);
+  scheduler.add_request(1, greedy_request(std::vector<int32_t>(6, 1), 10));
+  scheduler.add_request(2, greedy_request(std::vector<int32_t>(6, 2), 10));
+  Results results;
+  std::vector<uint64_t> finish_order;
+  while (scheduler.has_unfinished_requests()) {
+    const StepPlan plan = scheduler.schedule();
+    for (const auto& out : scheduler.update(plan, runner.execute(plan))) {
+      if (out.request_finished) finish_order.push_back(out.request_id);
+      collect(results, {out});
+    }
+  }
+  EXPECT_GT(scheduler.counters().num_preemptions, 0);
+  EXPECT_EQ(finish_order, (std::vector<uint64_t>{1, 2}));  // the older request never yields
+  EXPECT_EQ(entry(results, 2, 0).tokens, fake_reference(std::vector<int32_t>(6, 2), 10));
+  EXPECT_EQ(kv.num_free_blocks(), 6);
+}
+
+TEST(Scheduler, PriorityPolicyAdmitsTheMostImportantFirst) {
+  KvCacheManager kv(64, 4, false);
+  auto c = config(64, 1);
+  c.policy = SchedulingPolicy::kPriority;
+  Scheduler scheduler(c, kv);
+  FakeModelRunner runner(64, 4);
+  for (int32_t priority : {5, 1, 3}) {
+    auto r = greedy_request({priority}, 2);
+    r.priority = priority;
+    scheduler.add_request(static_cast<uint64_t>(priority), r);
+  }
+  std::vector<uint64_t> finish_order;
+  while (scheduler.has_unfinished_requests()) {
+    const StepPlan plan = scheduler.schedule();
+    for (const auto& out : scheduler.update(plan, runner.execute(plan))) {
+      if (out.request_finished) finish_order.push_back(out.request_id);
+    }
+  }
+  EXPECT_EQ(finish_order, (std::vector<uint64_t>{1, 3, 5}));
+}
+
+TEST(Scheduler, CancelFreesBlocksAtOnceAndEndsTheStream) {
+  KvCacheManager kv(64, 4, false);
+  Scheduler scheduler(config(64, 8), kv);
+  FakeModelRunner runner(64, 4);
+  auto r = greedy_request(std::vector<int32_t>(20, 3), 100);
+  r.sampling.n = 3;
+  scheduler.add_request(1, r);
+  scheduler.add_request(2, greedy_request({1}, 100));
+  Results results;
+  for (int i = 0; i < 3; ++i) {
+    const StepPlan plan = scheduler.schedule();
+    collect(results, scheduler.update(plan, runner.execute(plan)));
+  }
+  EXPECT_LT(kv.num_free_blocks(), 64);
+  collect(results, scheduler.abort(1, "client went away"));
+  collect(results, scheduler.abort(2));
+  EXPECT_TRUE(scheduler.abort(2).empty());
+  EXPECT_FALSE(scheduler.has_unfinished_requests());
+  EXPECT_EQ(kv.num_free_blocks(), 64);
+  for (int32_t index = 0; index < 3; ++index) EXPECT_EQ(entry(results, 1, index).finish, FinishReason::kAbort);
+  EXPECT_TRUE(entry(results, 2, 0).request_finished);
+  // The runner hears of the freed sequences with the next plan.
+  const StepPlan plan = scheduler.schedule();
+  EXPECT_EQ(plan.finished_sequence_ids.size(), 4u);
+  runner.execute(plan);
+}
+
+TEST(Scheduler, ForksShareThePromptBlocks) {
+  KvCacheManager kv(64, 4, true);
+  Scheduler scheduler(config(512, 8), kv);
+  FakeModelRunner runner(64, 4);
+  auto r = greedy_request(std::vector<int32_t>(18, 4), 5);
+  r.sampling.n = 4;
+  scheduler.add_request(1, r);
+  Results results;
+  run_to_completion(scheduler, runner, results);
+  // The first sequence computes the 18 prompt tokens; each fork only the last two (16 are shared), then 4
+  // decodes each.
+  EXPECT_EQ(runner.num_tokens_computed(), 18 + 3 * 2 + 4 * 4);
+  const auto expected = fake_reference(std::vector<int32_t>(18, 4), 5);
+  for (int32_t index = 0; index < 4; ++index) EXPECT_EQ(entry(results, 1, index).tokens, expected);
+  EXPECT_EQ(entry(results, 1, 3).usage.completion_tokens, 20);
+  EXPECT_EQ(kv.num_available_blocks(), 64);
+}
+
+// Spells each token as one letter, so that text positions map to tokens.
+class LetterStream : public TextStream {
+ public:
+  std::string push(int32_t id) override { return std::string(1, static_cast<char>('a' + id % 26)); }
+  std::string flush() override { return {}; }
+};
+
+TEST(Scheduler, StopStringsSpanningTokensEndTheSequenceWithoutLeaking) {
+  KvCacheManager kv(64, 4, false);
+  Scheduler scheduler(config(64, 8), kv, [] { return std::make_unique<LetterStream>(); });
+  FakeModelRunner runner(64, 4);
+  const std::vector<int32_t> prompt{1, 2, 3};
+  const auto tokens = fake_reference(prompt, 20);
+  std::string letters;
+  for (int32_t t : tokens) letters += static_cast<char>('a' + t % 26);
+  const std::string stop = letters.substr(6, 3);  // spans three tokens
+  auto r = greedy_request(prompt, 20);
+  r.stop.stop_strings = {stop};
+  scheduler.add_request(1, r);
+  scheduler.add_request(2, greedy_request(prompt, 20));
+  Results results;
+  run_to_completion(scheduler, runner, results);
+  const size_t at = letters.find(stop);
+  EXPECT_EQ(entry(results, 1, 0).text, letters.substr(0, at));
+  EXPECT_EQ(entry(results, 1, 0).tokens.size(), at + stop.size());
+  EXPECT_EQ(entry(results, 1, 0).finish, FinishReason::kStop);
+  EXPECT_EQ(entry(results, 2, 0).text, letters);
+}
+
+TEST(Scheduler, StopTokensAndEos) {
+  KvCacheManager kv(64, 4, false);
+  const std::vector<int32_t> prompt{9, 9};
+  const auto tokens = fake_reference(prompt, 10);
+  auto c = config(64, 8);
+  c.eos_token_ids = {tokens[4]};
+  Scheduler scheduler(c, kv);
+  FakeModelRunner runner(64, 4);
+  scheduler.add_request(1, greedy_request(prompt, 10));
+  auto r = greedy_request(prompt, 10);
+  r.stop.stop_token_ids = {tokens[2]};
+  scheduler.add_request(2, r);
+  r = greedy_request(prompt, 10);
+  r.stop.ignore_eos = true;
+  scheduler.add_request(3, r);
+  Results results;
+  run_to_completion(scheduler, runner, results);
+  const auto first = [&](size_t n) { return std::vector<int32_t>(tokens.begin(), tokens.begin() + n); };
+  const size_t eos_at = std::find(tokens.begin(), tokens.end(), tokens[4]) - tokens.begin();
+  EXPECT_EQ(entry(results, 1, 0).tokens, first(eos_at + 1));
+  EXPECT_EQ(entry(results, 1, 0).finish, FinishReason::kStop);
+  const size_t stop_at = std::find(tokens.begin(), tokens.end(), tokens[2]) - tokens.begin();
+  EXPECT_EQ(entry(results, 2, 0).tokens, first(std::min(stop_at, eos_at) + 1));
+  EXPECT_EQ(entry(results, 3, 0).tokens, tokens);
+  EXPECT_EQ(entry(results, 3, 0).finish, FinishReason::kLength);
+}
+
+TEST(Scheduler, RejectsRequestsThatCannotRun) {
+  KvCacheManager kv(4, 4, false);
+  Scheduler scheduler(config(64, 8), kv);
+  EXPECT_THROW(scheduler.add_request(1, greedy_request({}, 1)), Error);
+  EXPECT_THROW(scheduler.add_request(1, greedy_request(std::vector<int32_t>(16, 1), 1)), Error);  // pool of 16
+  auto r = greedy_request({1}, 1);
+  r.stop.stop_strings = {"x"};
+  EXPECT_THROW(scheduler.add_request(1, r), Error);  // no detokenizer
+  scheduler.add_request(1, greedy_request({1}, 1));
+  EXPECT_THROW(scheduler.add_request(1, greedy_request({1}, 1)), Error);
+}
+
+TEST(Scheduler, ASequenceOutgrowingThePoolEndsWithLength) {
+  KvCacheManager kv(3, 4, false);  // 12 tokens
+  Scheduler scheduler(config(64, 8), kv);
+  FakeModelRunner runner(3, 4);
+  scheduler.add_request(1, greedy_request({1, 2, 3}, 100));
+  Results results;
+  run_to_completion(scheduler, runner, results);
+  EXPECT_EQ(entry(results, 1, 0).finish, FinishReason::kLength);
+  EXPECT_EQ(entry(results, 1, 0).tokens, fake_reference(std::vector<int32_t>{1, 2, 3}, 10));
+  EXPECT_EQ(kv.num_free_blocks(), 3);
+}
+
+}  // namespace
+}  // namespace tern
