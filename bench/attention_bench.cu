@@ -161,14 +161,16 @@ void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_
 }
 
 void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps) {
-  const int chunk = 512;  // as the CUDA backend plans (kDecodeChunkTokens)
+  int num_sms = 0;
+  check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  const int splits = decode_attention_num_splits(batch, kv_heads, num_sms);  // as the CUDA backend plans
   const std::vector<int> cached(batch, context - 1), fresh(batch, 1);
   Batch b = make_batch(cached, fresh, kv_heads, head_dim);
   std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
   for (int t = 0; t < b.num_tokens; ++t) {
     tokens.push_back(t);
     item_begin.push_back(static_cast<int32_t>(item_token.size()));
-    for (int c = 0; c * chunk < b.positions[t] + 1; ++c) {
+    for (int c = 0; c < splits; ++c) {
       item_token.push_back(t);
       item_chunk.push_back(c);
     }
@@ -183,7 +185,7 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   p.item_token = upload(item_token);
   p.item_chunk = upload(item_chunk);
   p.num_items = static_cast<int>(item_token.size());
-  p.chunk_tokens = chunk;
+  p.num_splits = splits;
   p.tokens = upload(tokens);
   p.token_item_begin = upload(item_begin);
   p.num_decode_tokens = b.num_tokens;
@@ -192,8 +194,8 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, reps);
   const double kv_bytes = double(batch) * context * kv_heads * head_dim * 2 /*K,V*/ * 2 /*bf16*/;
   const double tbs = kv_bytes / (ms * 1e-3) / 1e12;
-  std::printf("decode   batch=%d context=%d heads=%d/%d d=%d: %.3f ms, %.2f TB/s KV read (%.0f%% of copy)\n", batch,
-              context, heads, kv_heads, head_dim, ms, tbs, 100.0 * tbs / copy_tbs);
+  std::printf("decode   batch=%d context=%d heads=%d/%d d=%d splits=%d: %.3f ms, %.2f TB/s KV read (%.0f%% of copy)\n", batch,
+              context, heads, kv_heads, head_dim, splits, ms, tbs, 100.0 * tbs / copy_tbs);
 }
 
 }  // namespace

@@ -57,9 +57,7 @@ void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t s
                                 std::to_string(s.num_heads / s.num_kv_heads) +
                                 " query heads per KV head is not built (head_dim 16/32/64/128/256, groups up to 16)");
   }
-  if (params.chunk_tokens <= 0 || params.chunk_tokens % 32 != 0) {
-    throw std::invalid_argument("decode attention: chunk_tokens must be a positive multiple of 32");
-  }
+  if (params.num_splits < 1) throw std::invalid_argument("decode attention: num_splits must be at least 1");
   if (params.num_items == 0) return;
   switch (s.head_dim) {
     case 16: launch_decode_attention_chunks<16>(params, stream); break;

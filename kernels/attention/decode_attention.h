@@ -16,12 +16,13 @@ struct DecodeAttentionParams {
   AttentionBatch batch;
   AttentionShape shape;
 
-  // The plan, made once per step: items sorted by token, chunk c of a token covering key positions
-  // [c * chunk_tokens, (c + 1) * chunk_tokens).
+  // The plan, made once per step: items sorted by token, each token's keys (its window) cut into num_splits
+  // shares of whole 32-key tiles; item_chunk is the share's index. Shares past the keys are empty (weight 0), so
+  // the item count depends only on the token count, which lets a recorded graph replay at any context length.
   const int32_t* item_token = nullptr;  // [num_items]
   const int32_t* item_chunk = nullptr;  // [num_items]
   int num_items = 0;
-  int chunk_tokens = 0;
+  int num_splits = 1;
   const int32_t* tokens = nullptr;            // [num_decode_tokens]: token rows this launch computes
   const int32_t* token_item_begin = nullptr;  // [num_decode_tokens + 1]: each token's items
   int num_decode_tokens = 0;
@@ -29,6 +30,17 @@ struct DecodeAttentionParams {
   float* partial_out = nullptr;  // workspace [num_items, num_heads, head_dim]
   float* partial_lse = nullptr;  // workspace [num_items, num_heads], log2 domain
 };
+
+// Shares per token for `num_tokens` decode tokens: enough blocks (token x share x KV head) for about four waves
+// of the kernel on `num_sms` SMs (4 resident blocks each: one wave left the H200 at 28% of copy bandwidth, 4096
+// blocks reached 38%), at most kDecodeMaxSplits (the combine reads every share).
+constexpr int kDecodeMaxSplits = 128;
+inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num_sms) {
+  constexpr int kTargetBlocksPerSm = 16;
+  const int tokens_heads = num_tokens * num_kv_heads > 0 ? num_tokens * num_kv_heads : 1;
+  const int splits = (num_sms * kTargetBlocksPerSm + tokens_heads - 1) / tokens_heads;
+  return splits < 1 ? 1 : (splits > kDecodeMaxSplits ? kDecodeMaxSplits : splits);
+}
 
 // Head sizes and GQA group sizes (query heads per KV head) this kernel is built for.
 bool decode_attention_supports(int head_dim, int group_size);

@@ -54,8 +54,11 @@ __global__ void __launch_bounds__(kNumWarps * 32)
   const int seq = p.batch.token_seq[token];
   const int position = p.batch.positions[token];
   const int window_begin = s.sliding_window > 0 ? max(0, position - s.sliding_window + 1) : 0;
-  const int kv_begin = max(chunk * p.chunk_tokens, window_begin);
-  const int kv_end = min((chunk + 1) * p.chunk_tokens, position + 1);
+  // Split `chunk` of num_splits equal shares (whole tiles) of the keys [window_begin, position].
+  const int num_keys = position + 1 - window_begin;
+  const int split_tokens = ((num_keys + p.num_splits - 1) / p.num_splits + kTileTokens - 1) / kTileTokens * kTileTokens;
+  const int kv_begin = window_begin + chunk * split_tokens;
+  const int kv_end = min(kv_begin + split_tokens, position + 1);
   const int num_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileTokens - 1) / kTileTokens : 0;
 
   // Queries pre-scaled into the log2 domain, so that exp2 gives the softmax weights.

@@ -26,4 +26,28 @@ void Backend::rope_at(Tensor&, const RopeTable&, std::span<const int32_t>, bool)
   fail("backend {} has no rope_at op", name());
 }
 
+Tensor Backend::hyper_mix(const Tensor&, const Tensor&, const Tensor&, const HyperMixParams&) {
+  fail("backend {} has no hyper_mix op", name());
+}
+
+Tensor Backend::hyper_collapse(const Tensor&, const Tensor&) { fail("backend {} has no hyper_collapse op", name()); }
+
+Tensor Backend::hyper_expand(const Tensor&, const Tensor&, const Tensor&) {
+  fail("backend {} has no hyper_expand op", name());
+}
+
+void Backend::compress_kv(KvCache&, int, const Tensor&, const Tensor&, const CompressorParams&, const StepContext&) {
+  fail("backend {} has no compress_kv op", name());
+}
+
+Tensor Backend::select_compressed(const Tensor&, const Tensor&, const KvCache&, int, const IndexerParams&,
+                                  const StepContext&) {
+  fail("backend {} has no select_compressed op", name());
+}
+
+Tensor Backend::compressed_attention(const Tensor&, const KvCache&, int, const CompressedAttentionParams&,
+                                     const StepContext&) {
+  fail("backend {} has no compressed_attention op", name());
+}
+
 }  // namespace tern

@@ -3,11 +3,14 @@
 // is the reference every other backend is checked against. Ops return new tensors in the backend's memory and
 // the backend's activation dtype (float32 on the CPU).
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backend/compressed_kv.h"
 #include "backend/expert_routing.h"
 #include "backend/forward_batch.h"
 #include "backend/kv_cache.h"
@@ -46,6 +49,22 @@ struct AttentionParams {
   int64_t values_from_keys = 0;
 };
 
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// One row's random sampling on the device (Backend::sample).
+struct RowSampling {
+  float temperature = 1.0f;  // <= 0: greedy
+  int32_t top_k = 0;         // <= 0: all
+  float top_p = 1.0f;        // >= 1: all
+  float uniform = 0.0f;      // the row's random draw in [0, 1), made by the sequence's own generator
+};
+
+// One step's work as a recorded graph would run it: the sampled ids [R] int32, in the backend's memory.
+using StepForward = std::function<Tensor(const StepContext&)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -61,10 +80,24 @@ class Backend {
   virtual KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
                                     int64_t block_size) = 0;
   virtual std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) = 0;
+  // Free and total device memory, for sizing the KV cache; nullopt for backends in host memory.
+  virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
+  // Runs a step of decode chunks through a recorded graph (CUDA graphs) and returns its sampled ids: the first
+  // step of each shape (tokens, sequences, logit rows) runs `forward` eagerly and records it; later steps of that
+  // shape replay the recording with their own metadata. `forward` must launch work only (no reads back to the
+  // host) and do the same work for every step of a shape: a backend serves one model. nullopt where the backend
+  // does not record steps, which then run eagerly.
+  virtual std::optional<std::vector<int32_t>> run_recorded_step(const ForwardBatch& batch,
+                                                                const StepForward& forward) {
+    (void)batch;
+    (void)forward;
+    return std::nullopt;
+  }
 
   // Ops. Shapes: T tokens of the step, H hidden size, heads x dims for attention tensors.
-  // The ops of MoE, MLA and DeepSeek-V4 models (concat_columns .. moe_experts, rope_at) have defaults that fail
-  // naming the backend and op, so a backend without them still serves the dense models.
+  // The ops of MoE, MLA and DeepSeek-V4 models (concat_columns .. moe_experts, rope_at, hyper_mix ..
+  // compressed_attention) have defaults that fail naming the backend and op, so a backend without them still
+  // serves the dense models.
   virtual Tensor embedding(const Tensor& table, const StepContext& step) = 0;        // -> [T, H]
   virtual Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) = 0;     // over the last dim
   // residual += x, then returns rms_norm(residual).
@@ -105,8 +138,35 @@ class Backend {
   // Causal attention of q [T, heads, key_dim] over each sequence's cached and new tokens -> [T, heads, value_dim].
   virtual Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                            const StepContext& step) = 0;
+  // DeepSeek-V4 (shapes and cache layout in compressed_kv.h).
+  // mHC weights from mixes [T, M] (the streams' normalized projection), base [M] and scale: M = N gives the
+  // final head's collapse weights [T, N] (sigmoid + eps); M = (2 + N) * N gives [T, M]: collapse weights, expand
+  // weights (2 * sigmoid) and the N x N stream mix made doubly stochastic by Sinkhorn-Knopp.
+  virtual Tensor hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale, const HyperMixParams& params);
+  // streams [T, N, H], mix [T, >= N] -> sum_i mix[:, i] * streams[:, i] [T, H].
+  virtual Tensor hyper_collapse(const Tensor& streams, const Tensor& mix);
+  // -> [T, N, H]: stream k = post[k] * block_out + sum_j comb[j][k] * streams[j].
+  virtual Tensor hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix);
+  // Writes this step's compressor projections kv, gate [T, width] into layer `layer`'s state rows and the
+  // compressed entry of every window a new token closes.
+  virtual void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate,
+                           const CompressorParams& params, const StepContext& step);
+  // Lightning Indexer top-k: query [T, heads, dim] (rotated), head_weights [T, heads] -> [T, top_k] int32.
+  virtual Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const KvCache& cache, int layer,
+                                   const IndexerParams& params, const StepContext& step);
+  // query [T, heads, head_dim] -> [T, heads, head_dim].
+  virtual Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
+                                      const CompressedAttentionParams& params, const StepContext& step);
   virtual Tensor gather_logit_rows(const Tensor& x, const StepContext& step) = 0;  // [T, H] -> [R, H]
   virtual Tensor argmax(const Tensor& logits) = 0;                                  // [R, V] -> [R] int32
+  // Temperature, top-k and top-p sampling of each row of logits [R, V] -> [R] int32 on the device, where
+  // samples_on_device(); elsewhere nullopt (the engine's host sampler does it).
+  virtual bool samples_on_device() const { return false; }
+  virtual std::optional<Tensor> sample(const Tensor& logits, std::span<const RowSampling> rows) {
+    (void)logits;
+    (void)rows;
+    return std::nullopt;
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);

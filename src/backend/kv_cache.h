@@ -12,6 +12,8 @@ namespace tern {
 // How a layer uses its cached tokens, so the engine knows which blocks it may free: all of them stay readable
 // (full, MLA latent), or only the last `sliding_window_tokens` (sliding window), or the last
 // `sliding_window_tokens` plus compressed entries written every `compress_rate` tokens (DeepSeek-V4's CSA/HCA).
+// A compressed layer keeps each compressed entry in the state row of the token that closes its window, so all of
+// its blocks stay readable, as for full attention.
 enum class KvLayerKind { full, sliding_window, mla_latent, compressed };
 
 struct KvLayerSpec {
@@ -21,6 +23,9 @@ struct KvLayerSpec {
   KvLayerKind kind = KvLayerKind::full;
   int64_t sliding_window_tokens = 0;  // sliding_window, compressed: how many recent tokens a query reads
   int64_t compress_rate = 0;          // compressed: source tokens folded into one compressed entry
+  // Floats per token of layer state besides keys and values, laid out by the model (DeepSeek-V4: each
+  // compressor's projected kv and gate per token, and the compressed entry of the window the token closes).
+  int64_t state_dim = 0;
 };
 
 struct KvCache {
@@ -29,6 +34,7 @@ struct KvCache {
   std::vector<KvLayerSpec> layers;
   std::vector<Tensor> keys;    // per layer: [num_blocks * block_size, num_kv_heads, key_dim]
   std::vector<Tensor> values;  // per layer: [num_blocks * block_size, num_kv_heads, value_dim]
+  std::vector<Tensor> states;  // per layer: [num_blocks * block_size, state_dim]
 };
 
 // Bytes one token takes across all layers, for an element size of `element_bytes`.

@@ -66,6 +66,7 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
   auto model = load_model(options.model, *backend);
   const double load_s = seconds_since(load_start);
   EngineCore core(*model, *backend, options.engine.to_config("1GiB"));
+  const double ready_s = seconds_since(load_start);  // weights, KV pool sizing and allocation, recorded steps
 
   std::mt19937 rng(options.seed);
   const auto start = Clock::now();
@@ -113,6 +114,7 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
       {"kv_cache", {{"bytes_per_token", budget.bytes_per_token}, {"num_blocks", budget.num_blocks},
                     {"block_size", budget.block_size}}},
       {"load_s", load_s},
+      {"ready_s", ready_s},
       {"duration_s", duration_s},
       {"requests_per_s", options.num_prompts / duration_s},
       {"input_tokens_per_s", options.num_prompts * options.input_len / duration_s},
@@ -203,7 +205,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--output-len", options->output_len, "Generated tokens per request")->check(CLI::PositiveNumber);
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", options->backend, "cpu or cuda");
-  cmd->add_option("--seed", options->seed, "Seed of the random prompts");
+  // --seed is the sampling seed (SamplingFlags); the prompts have their own.
+  cmd->add_option("--prompt-seed", options->seed, "Seed of the random prompts");
   cmd->add_flag("--scheduler-only", options->scheduler_only,
                 "Measure the scheduler's host time per step with no model (use --num-prompts 256)");
   cmd->add_option("--scheduler-steps", options->scheduler_steps, "Decode steps measured with --scheduler-only")

@@ -1,5 +1,6 @@
 #include "engine/engine_core.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -9,7 +10,25 @@ namespace tern {
 
 namespace {
 
-KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, int64_t bytes_per_token) {
+// A step of max_num_batched_tokens prompt tokens with max_num_seqs logit rows (at most one per token) on a
+// scratch cache, so that the device memory measured afterwards includes the largest step's activations, which
+// the backend's caching allocator keeps.
+void profile_largest_step(Model& model, Backend& backend, const EngineConfig& config) {
+  const int32_t num_tokens = std::max(config.max_num_batched_tokens, 1);
+  const int64_t num_blocks = (num_tokens + config.block_size - 1) / config.block_size;
+  KvCache cache = backend.allocate_kv_cache(model.kv_layers(), num_blocks, config.block_size);
+  ForwardBatch batch;
+  batch.token_ids.assign(static_cast<size_t>(num_tokens), 0);
+  SequenceChunk& seq = batch.sequences.emplace_back();
+  seq.num_new_tokens = num_tokens;
+  for (int32_t b = 0; b < num_blocks; ++b) seq.block_table.push_back(b);
+  const int32_t num_rows = std::min(std::max(config.max_num_seqs, 1), num_tokens);
+  for (int32_t r = num_tokens - num_rows; r < num_tokens; ++r) batch.logit_rows.push_back(r);
+  const auto step = backend.begin_step(batch);
+  backend.to_host_i32(backend.argmax(model.forward(*step, cache)));
+}
+
+KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model& model, int64_t bytes_per_token) {
   if (config.num_kv_blocks > 0) return {bytes_per_token, config.block_size, config.num_kv_blocks};
   if (config.kv_cache_memory_bytes > 0) {
     return kv_cache_budget_for_memory(bytes_per_token, config.block_size, config.kv_cache_memory_bytes);
@@ -17,8 +36,24 @@ KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, int64
   if (!(config.kv_cache_memory_fraction > 0.0 && config.kv_cache_memory_fraction <= 1.0)) {
     fail("engine: KV cache memory fraction {} must be in (0, 1]", config.kv_cache_memory_fraction);
   }
+  if (backend.device_memory()) {
+    // vLLM's --gpu-memory-utilization: the KV cache gets what is left of that fraction of the device after the
+    // weights and the largest step, less one block for the padding of recorded decode steps.
+    profile_largest_step(model, backend, config);
+    const DeviceMemory memory = *backend.device_memory();
+    const double used = static_cast<double>(memory.total_bytes - memory.free_bytes);
+    const auto budget = static_cast<int64_t>(config.kv_cache_memory_fraction * memory.total_bytes - used);
+    if (budget <= 0) {
+      fail("engine: {:.1f} GiB of the device's {:.1f} GiB are in use after loading and a step of {} tokens, more "
+           "than the memory fraction {} allows; raise it or lower max_num_batched_tokens",
+           used / (1 << 30), memory.total_bytes / double(1 << 30), config.max_num_batched_tokens,
+           config.kv_cache_memory_fraction);
+    }
+    return kv_cache_budget_for_memory(bytes_per_token, config.block_size,
+                                      budget - bytes_per_token * config.block_size);
+  }
   if (backend.name() != "cpu") {
-    fail("engine: the {} backend cannot report its free memory yet; give the KV cache memory in bytes", backend.name());
+    fail("engine: the {} backend cannot report its free memory; give the KV cache memory in bytes", backend.name());
   }
   const auto available = static_cast<double>(host_available_memory_bytes());
   return kv_cache_budget_for_memory(bytes_per_token, config.block_size,
@@ -44,7 +79,7 @@ EngineCore::EngineCore(Model& model, Backend& backend, EngineConfig config, Text
     fail("engine: max_model_len {} exceeds the model's context of {}", max_model_len_, model_len);
   }
   const auto layers = model.kv_layers();
-  budget_ = resolve_budget(config, backend, measure_kv_bytes_per_token(backend, layers, config.block_size));
+  budget_ = resolve_budget(config, backend, model, measure_kv_bytes_per_token(backend, layers, config.block_size));
   if (config.log_kv_cache) {
     std::fprintf(stderr,
                  "tern: KV cache: %lld bytes per token, %d blocks of %d tokens = %lld tokens, %.1f MiB\n",
@@ -60,8 +95,21 @@ EngineCore::EngineCore(Model& model, Backend& backend, EngineConfig config, Text
   scheduler_config.policy = config.policy;
   scheduler_config.eos_token_ids = model.config().eos_token_ids;
   scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), *kv_, std::move(text_streams));
-  runner_ = std::make_unique<ModelRunner>(model, backend,
-                                          backend.allocate_kv_cache(layers, budget_.num_blocks, budget_.block_size));
+  if (backend.device_memory()) {
+    // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
+    runner_ = std::make_unique<ModelRunner>(
+        model, backend, backend.allocate_kv_cache(layers, budget_.num_blocks + 1, budget_.block_size),
+        budget_.num_blocks, config.max_num_seqs);
+    const auto record_start = std::chrono::steady_clock::now();
+    const int recorded = runner_->record_decode_steps();
+    if (config.log_kv_cache && recorded > 0) {
+      std::fprintf(stderr, "tern: recorded decode steps for %d batch sizes in %.2f s\n", recorded,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count());
+    }
+  } else {
+    runner_ = std::make_unique<ModelRunner>(model, backend,
+                                            backend.allocate_kv_cache(layers, budget_.num_blocks, budget_.block_size));
+  }
 }
 
 void EngineCore::validate(const GenerateRequest& request) const {

@@ -1,11 +1,60 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tern {
 
-ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache)
-    : model_(model), backend_(backend), cache_(std::move(cache)) {}
+namespace {
+
+// vLLM's capture sizes, thinned: padding a decode batch costs little (its GEMMs are bound by weight reads), each
+// bucket costs a recording at start.
+constexpr int32_t kDecodeBuckets[] = {1,   2,   4,   8,   16,  24,  32,  48,  64,  80,
+                                      96,  128, 160, 192, 224, 256, 320, 384, 448, 512};
+
+}  // namespace
+
+ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block, int32_t max_num_seqs)
+    : model_(model), backend_(backend), cache_(std::move(cache)), scratch_block_(scratch_block) {
+  if (scratch_block_ < 0) return;
+  if (scratch_block_ >= cache_.num_blocks) {
+    fail("model runner: scratch block {} outside the cache's {} blocks", scratch_block_, cache_.num_blocks);
+  }
+  for (int32_t bucket : kDecodeBuckets) {
+    if (bucket <= max_num_seqs) decode_buckets_.push_back(bucket);
+  }
+}
+
+int32_t ModelRunner::bucket_for(size_t num_seqs) const {
+  for (int32_t bucket : decode_buckets_) {
+    if (static_cast<size_t>(bucket) >= num_seqs) return bucket;
+  }
+  return 0;
+}
+
+std::optional<std::vector<int32_t>> ModelRunner::run_recorded_decode(const ForwardBatch& unpadded,
+                                                                    int32_t bucket) {
+  ForwardBatch batch = unpadded;
+  while (batch.sequences.size() < static_cast<size_t>(bucket)) {
+    batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    batch.token_ids.push_back(0);
+    batch.sequences.push_back({0, 1, {scratch_block_}});
+  }
+  auto ids = backend_.run_recorded_step(
+      batch, [this](const StepContext& step) { return backend_.argmax(model_.forward(step, cache_)); });
+  if (!ids) decode_buckets_.clear();  // the backend does not record: every step runs eagerly
+  return ids;
+}
+
+int ModelRunner::record_decode_steps() {
+  int recorded = 0;
+  for (int32_t bucket : decode_buckets_) {
+    if (!run_recorded_decode(ForwardBatch{}, bucket)) return 0;
+    ++recorded;
+  }
+  return recorded;
+}
 
 StepResult ModelRunner::execute(const StepPlan& plan) {
   for (uint64_t id : plan.finished_sequence_ids) samplers_.erase(id);
@@ -31,6 +80,23 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     all_plain_greedy = all_plain_greedy && it->second.is_plain_greedy();
   }
 
+  // Greedy decode steps: a recorded graph per batch-size bucket; only the ids come back.
+  const bool all_decode = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
+    return chunk.sample && chunk.token_ids.size() == 1;
+  });
+  const int32_t bucket = all_plain_greedy && all_decode ? bucket_for(plan.chunks.size()) : 0;
+  if (bucket > 0) {
+    const size_t num_rows = batch.logit_rows.size();
+    if (auto ids = run_recorded_decode(batch, bucket)) {
+      ids->resize(num_rows);  // the padding's ids go
+      for (size_t r = 0; r < num_rows; ++r) {
+        row_samplers[r]->record((*ids)[r]);
+        result.tokens.push_back({plan.chunks[r].sequence_id, (*ids)[r], std::nullopt});
+      }
+      return result;
+    }
+  }
+
   const auto step = backend_.begin_step(batch);
   const Tensor logits = model_.forward(*step, cache_);
   if (row_samplers.empty()) return result;
@@ -43,6 +109,21 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   if (all_plain_greedy) {
     // Only the ids leave the device.
     const auto ids = backend_.to_host_i32(backend_.argmax(logits));
+    for (size_t r = 0; r < ids.size(); ++r) {
+      row_samplers[r]->record(ids[r]);
+      result.tokens.push_back({plan.chunks[sequence_of_row[r]].sequence_id, ids[r], std::nullopt});
+    }
+    return result;
+  }
+  const bool device_sampling = backend_.samples_on_device() &&
+                               std::all_of(row_samplers.begin(), row_samplers.end(),
+                                           [](const SequenceSampler* s) { return s->samples_on_device(); });
+  if (device_sampling) {
+    // Temperature / top-k / top-p on the device: the logits stay there, only the ids come back.
+    std::vector<RowSampling> rows;
+    rows.reserve(row_samplers.size());
+    for (SequenceSampler* sampler : row_samplers) rows.push_back(sampler->device_row());
+    const auto ids = backend_.to_host_i32(*backend_.sample(logits, rows));
     for (size_t r = 0; r < ids.size(); ++r) {
       row_samplers[r]->record(ids[r]);
       result.tokens.push_back({plan.chunks[sequence_of_row[r]].sequence_id, ids[r], std::nullopt});

@@ -3,6 +3,8 @@
 // samples each finished chunk's next token with that sequence's sampler. Owns the KV cache storage and the
 // per-sequence sampling state; knows nothing of scheduling.
 #include <cstdint>
+#include <optional>
+#include <vector>
 #include <unordered_map>
 
 #include "backend/backend.h"
@@ -14,15 +16,29 @@ namespace tern {
 
 class ModelRunner {
  public:
-  ModelRunner(Model& model, Backend& backend, KvCache cache);
+  // `scratch_block`: a KV block outside the scheduler's pool (or -1 for none). With one, greedy decode steps are
+  // padded with one-token sequences that write only that block up to a batch-size bucket (at most
+  // `max_num_seqs`) and run as recorded graphs on backends that record steps (CUDA graphs).
+  ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block = -1, int32_t max_num_seqs = 0);
 
   StepResult execute(const StepPlan& plan);
   const KvCache& kv_cache() const { return cache_; }
+  // Records the decode step of every batch-size bucket now (at start), so no step pays for a recording later.
+  // Returns the number of buckets recorded (0 where the backend does not record).
+  int record_decode_steps();
 
  private:
+  // The bucket a decode batch of `num_seqs` sequences is padded to; 0 when it is larger than every bucket.
+  int32_t bucket_for(size_t num_seqs) const;
+  // Pads a batch of one-token decode sequences to `bucket` with scratch sequences and runs it recorded; nullopt
+  // where the backend does not record.
+  std::optional<std::vector<int32_t>> run_recorded_decode(const ForwardBatch& unpadded, int32_t bucket);
+
   Model& model_;
   Backend& backend_;
   KvCache cache_;
+  int32_t scratch_block_ = -1;
+  std::vector<int32_t> decode_buckets_;  // ascending
   std::unordered_map<uint64_t, SequenceSampler> samplers_;
 };
 

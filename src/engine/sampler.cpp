@@ -119,6 +119,23 @@ bool SequenceSampler::is_plain_greedy() const {
          params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f && !params_.logprobs;
 }
 
+bool SequenceSampler::samples_on_device() const {
+  return params_.logit_bias.empty() && params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+         params_.presence_penalty == 0.0f && params_.min_p == 0.0f && !params_.logprobs;
+}
+
+RowSampling SequenceSampler::device_row() {
+  RowSampling row;
+  row.temperature = params_.temperature;
+  row.top_k = params_.top_k;
+  row.top_p = params_.top_p;
+  if (!params_.is_greedy()) {
+    // float rounding may carry a draw just below 1 up to 1; the device expects [0, 1).
+    row.uniform = std::min(static_cast<float>(uniform()), std::nextafter(1.0f, 0.0f));
+  }
+  return row;
+}
+
 void SequenceSampler::record(int32_t token_id) { ++output_counts_[token_id]; }
 
 void SequenceSampler::apply_penalties(std::span<float> logits) const {

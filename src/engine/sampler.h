@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
 #include "engine/request.h"
 #include "engine/sampling_params.h"
 
@@ -29,6 +30,11 @@ class SequenceSampler {
   void record(int32_t token_id);
   // True when sampling is a plain argmax of the raw logits (no processors, no logprobs).
   bool is_plain_greedy() const;
+  // True when a backend can sample this sequence on the device (temperature, top-k, top-p only: no penalties,
+  // bias, min-p or logprobs, which need the host).
+  bool samples_on_device() const;
+  // The row's parameters for the device, with its random draw from this sequence's generator.
+  RowSampling device_row();
 
  private:
   void apply_penalties(std::span<float> logits) const;

@@ -438,6 +438,7 @@ class SchemaConverter {
     bool items_allowed = !(items.is_boolean() && !items.get<bool>());
     if (!items_allowed) hi = std::min<uint64_t>(hi.value_or(prefix.size()), prefix.size());
     if (hi && *hi < lo) error(path, fmt::format("no array satisfies minItems {} and maxItems {} (with the item schemas)", lo, *hi));
+    if (hi && *hi < prefix.size()) prefix.resize(*hi);  // maxItems cuts the tuple short
     std::string item = items_allowed ? visit(items, path + "/items") : "";
     std::string ws = primitive("ws");
 

@@ -78,7 +78,8 @@ class SchemaGenerator {
         for (size_t k = 0, n = pick(4); k < n; ++k) {
           std::string name = std::string(1, static_cast<char>('a' + pick(6))) + (chance(20) ? "é\"" : "");
           s["properties"][name] = node(depth + 1);
-          if (chance(50)) required.push_back(name);
+          bool listed = std::find(required.begin(), required.end(), json(name)) != required.end();
+          if (chance(50) && !listed) required.push_back(name);
         }
         if (!required.empty()) s["required"] = required;
         if (chance(30)) s["additionalProperties"] = chance(50) ? json(chance(50)) : node(depth + 1);

@@ -178,7 +178,8 @@ TEST(CompletionResponseTest, EngineErrorsBecome500OrAnErrorEvent) {
   EXPECT_NE(error["error"]["message"].get<std::string>().find("out of memory"), std::string::npos);
 
   CompletionResponse streamed(context(true), {}, false, llama3_tokenizer());
-  std::string body = streamed.on_output(0, failed) + streamed.finish().body;
+  std::string body = streamed.on_output(0, failed);
+  body += streamed.finish().body;
   const auto events = sse_data(body);
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.back(), "[DONE]");

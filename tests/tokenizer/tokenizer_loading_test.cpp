@@ -95,6 +95,20 @@ TEST(TokenizerLoading, MalformedFilesThrow) {
   for (std::size_t cut = 0; cut < real.size(); cut += 7) EXPECT_NE(error_of(real.substr(0, cut)), "");
 }
 
+TEST(TokenizerLoading, JsonEscapesAndLimits) {
+  // Vocabulary keys written with \u escapes (a surrogate pair for the emoji) read as the characters they encode.
+  const std::string text = R"({"model": {"type": "BPE", "vocab": {"\u00e9": 0, "\ud83d\ude00": 1, "a\"\\\/\n": 2},
+                               "merges": []}, "decoder": null})";
+  const Tokenizer tokenizer = Tokenizer::from_json(text, "", "t");
+  EXPECT_EQ(tokenizer.token_to_id("\xC3\xA9"), 0);
+  EXPECT_EQ(tokenizer.token_to_id("\xF0\x9F\x98\x80"), 1);
+  EXPECT_EQ(tokenizer.token_to_id("a\"\\/\n"), 2);
+  EXPECT_NE(error_of(R"({"model": {"vocab": {"\ud83d": 0}}})").find("surrogate"), std::string::npos);
+  EXPECT_NE(error_of(std::string(100000, '[')).find("nesting"), std::string::npos);
+  EXPECT_NE(error_of("{\"a\": \"\xFF\"}").find("UTF-8"), std::string::npos);
+  EXPECT_NE(error_of(R"({"a": 01})").find("leading zero"), std::string::npos);
+}
+
 TEST(TokenizerLoading, MissingDirectoryOrFile) {
   const auto dir = std::filesystem::temp_directory_path() / "tern_tokenizer_missing_test";
   std::filesystem::create_directories(dir);

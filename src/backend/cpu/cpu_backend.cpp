@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/host_tensor.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/v4_ops.h"
 #include "core/error.h"
 
 namespace tern {
@@ -112,6 +113,7 @@ class CpuBackend final : public Backend {
       const int64_t slots = num_blocks * block_size;
       cache.keys.push_back(host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.key_dim}));
       cache.values.push_back(host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.value_dim}));
+      cache.states.push_back(host_tensor(DType::F32, {slots, layer.state_dim}));
     }
     return cache;
   }
@@ -243,6 +245,32 @@ class CpuBackend final : public Backend {
   Tensor moe_experts(const Tensor& x, const ExpertRouting& routing, const ExpertWeights& experts,
                      const GluActivation& activation) override {
     return cpu::moe_experts(x, routing, experts, activation);
+  }
+
+  Tensor hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale,
+                   const HyperMixParams& params) override {
+    return cpu::hyper_mix(mixes, base, scale, params);
+  }
+
+  Tensor hyper_collapse(const Tensor& streams, const Tensor& mix) override { return cpu::hyper_collapse(streams, mix); }
+
+  Tensor hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix) override {
+    return cpu::hyper_expand(streams, block_out, mix);
+  }
+
+  void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate, const CompressorParams& params,
+                   const StepContext& step) override {
+    cpu::compress_kv(cache, layer, kv, gate, params, step.batch());
+  }
+
+  Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const KvCache& cache, int layer,
+                           const IndexerParams& params, const StepContext& step) override {
+    return cpu::select_compressed(query, head_weights, cache, layer, params, step.batch());
+  }
+
+  Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
+                              const CompressedAttentionParams& params, const StepContext& step) override {
+    return cpu::compressed_attention(query, cache, layer, params, step.batch());
   }
 
   void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) override {

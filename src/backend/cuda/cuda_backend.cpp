@@ -13,10 +13,12 @@
 #include "backend/cuda/cuda_step.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/step_graphs.h"
 #include "elementwise/argmax.h"
 #include "elementwise/pointwise.h"
 #include "elementwise/rms_norm.h"
 #include "elementwise/rope_kv.h"
+#include "elementwise/sample.h"
 
 namespace tern {
 
@@ -60,6 +62,7 @@ class CudaBackend final : public Backend {
            prop.name, prop.major, prop.minor);
     }
     device_name_ = prop.name;
+    num_sms_ = prop.multiProcessorCount;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     staging_ = std::make_unique<cuda::PinnedStaging>();
     gemm_workspace_ = allocator_->allocate(DType::I32, {static_cast<int64_t>(kGemmWorkspaceBytes / 4)});
@@ -68,6 +71,7 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    graphs_.reset();
     gemm_.reset();
     staging_.reset();
     cudaStreamDestroy(stream_);
@@ -96,21 +100,23 @@ class CudaBackend final : public Backend {
     // Weights live in bf16 (integers stay as they are): the GEMMs and kernels read bf16.
     const DType stored = first.dtype == DType::I32 ? DType::I32 : DType::BF16;
     Tensor out = allocator_->allocate(stored, shape);
-    std::vector<char> host(out.bytes());
-    char* dst = host.data();
+    char* dst = out.ptr<char>();
     for (const TensorInfo* part : parts) {
       if (stored == DType::BF16 && part->dtype != DType::BF16) {
         std::vector<float> f32(part->numel());
         convert_to_f32(part->dtype, part->data, f32.data(), f32.size());
-        auto* bits = reinterpret_cast<uint16_t*>(dst);
+        std::vector<uint16_t> bits(f32.size());
         for (size_t i = 0; i < f32.size(); ++i) bits[i] = f32_to_bf16(f32[i]);
-        dst += f32.size() * sizeof(uint16_t);
+        check(cudaMemcpyAsync(dst, bits.data(), bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice, stream_),
+              "load_weight");
+        check(cudaStreamSynchronize(stream_), "load_weight");
+        dst += bits.size() * sizeof(uint16_t);
       } else {
-        std::memcpy(dst, part->data, part->size_bytes);
+        // Straight from the mapped checkpoint: no host copy of the 16 GB of an 8B model.
+        check(cudaMemcpyAsync(dst, part->data, part->size_bytes, cudaMemcpyHostToDevice, stream_), "load_weight");
         dst += part->size_bytes;
       }
     }
-    check(cudaMemcpyAsync(out.data, host.data(), host.size(), cudaMemcpyHostToDevice, stream_), "load_weight");
     check(cudaStreamSynchronize(stream_), "load_weight");
     return out;
   }
@@ -146,6 +152,7 @@ class CudaBackend final : public Backend {
     cache.block_size = block_size;
     cache.layers = layers;
     const int64_t slots = num_blocks * block_size;
+    for (const auto& layer : layers) kv_heads_for_splits_ = std::max<int>(kv_heads_for_splits_, layer.num_kv_heads);
     for (const auto& layer : layers) {
       cache.keys.push_back(zeros(DType::BF16, {slots, layer.num_kv_heads, layer.key_dim}));
       cache.values.push_back(zeros(DType::BF16, {slots, layer.num_kv_heads, layer.value_dim}));
@@ -154,7 +161,26 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {
-    return std::make_unique<cuda::CudaStepContext>(batch, *allocator_, *staging_, stream_);
+    return std::make_unique<cuda::CudaStepContext>(batch, *allocator_, *staging_, stream_, num_sms_,
+                                                   kv_heads_for_splits_);
+  }
+
+  std::optional<DeviceMemory> device_memory() override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return DeviceMemory{static_cast<int64_t>(free), static_cast<int64_t>(total)};
+  }
+
+  std::optional<std::vector<int32_t>> run_recorded_step(const ForwardBatch& batch,
+                                                        const StepForward& forward) override {
+    if (!graphs_) graphs_ = std::make_unique<cuda::StepGraphs>(*allocator_, stream_);
+    return graphs_->run(
+        batch,
+        [&](const cuda::FixedMetadata& fixed) {
+          return std::make_unique<cuda::CudaStepContext>(batch, *allocator_, *staging_, stream_, num_sms_,
+                                                         kv_heads_for_splits_, &fixed);
+        },
+        forward);
   }
 
   // ---- Ops ----
@@ -339,7 +365,7 @@ class CudaBackend final : public Backend {
       p.item_token = plan.item_token;
       p.item_chunk = plan.item_chunk;
       p.num_items = plan.num_items;
-      p.chunk_tokens = cuda::kDecodeChunkTokens;
+      p.num_splits = plan.num_splits;
       p.tokens = plan.decode_tokens;
       p.token_item_begin = plan.token_item_begin;
       p.num_decode_tokens = plan.num_decode_tokens;
@@ -361,6 +387,33 @@ class CudaBackend final : public Backend {
     Tensor out = allocator_->allocate(x.dtype, {static_cast<int64_t>(rows.size()), width});
     launch("gather_logit_rows", [&] {
       kernels::launch_gather_rows(x.data, ctx.logit_rows(), out.data, out.size(0), width * dtype_size(x.dtype),
+                                  stream_);
+    });
+    return out;
+  }
+
+  bool samples_on_device() const override { return true; }
+
+  std::optional<Tensor> sample(const Tensor& logits, std::span<const RowSampling> rows) override {
+    static_assert(sizeof(RowSampling) == sizeof(kernels::RowSampling), "RowSampling layouts differ");
+    if (logits.shape.empty()) fail("sample: logits have no dimensions");
+    const int64_t vocab = logits.size(-1);
+    const int64_t num_rows = vocab ? logits.numel() / vocab : 0;
+    if (num_rows != static_cast<int64_t>(rows.size())) {
+      fail("sample: {} logit rows for {} samplers", num_rows, rows.size());
+    }
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (!(rows[r].uniform >= 0.0f && rows[r].uniform < 1.0f)) {
+        fail("sample: row {} draw {} is outside [0, 1)", r, rows[r].uniform);
+      }
+    }
+    const Tensor in = activation(logits, "sample");
+    Tensor params = allocator_->allocate(DType::I32, {static_cast<int64_t>(rows.size() * sizeof(RowSampling) / 4)});
+    staging_->upload(params.data, rows.data(), rows.size_bytes(), stream_);
+    Tensor out = allocator_->allocate(DType::I32, {num_rows});
+    launch("sample", [&] {
+      kernels::launch_sample_bf16(in.ptr<bf16>(), static_cast<const kernels::RowSampling*>(params.data),
+                                  out.ptr<int32_t>(), checked_int(num_rows, "rows"), checked_int(vocab, "vocab"),
                                   stream_);
     });
     return out;
@@ -487,10 +540,15 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<cuda::DeviceAllocator> allocator_;
   std::string device_name_;
+  int num_sms_ = 1;
+  // KV heads of the allocated cache's layers (the most of any layer), for the split-KV plan: a plan is made once
+  // per step, before the layers run.
+  int kv_heads_for_splits_ = 1;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::PinnedStaging> staging_;
   Tensor gemm_workspace_;
   std::unique_ptr<cuda::Gemm> gemm_;
+  std::unique_ptr<cuda::StepGraphs> graphs_;
 };
 
 }  // namespace

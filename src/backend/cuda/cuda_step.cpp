@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "attention/decode_attention.h"
 #include "attention/prefill_attention.h"
 #include "core/error.h"
 
@@ -20,8 +21,9 @@ size_t append(std::vector<int32_t>& packed, const std::vector<int32_t>& values) 
 }  // namespace
 
 CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& allocator, PinnedStaging& staging,
-                                 cudaStream_t stream)
-    : StepContext(batch), allocator_(allocator), staging_(staging), stream_(stream) {
+                                 cudaStream_t stream, int num_sms, int num_kv_heads_hint, const FixedMetadata* fixed)
+    : StepContext(batch), allocator_(allocator), staging_(staging), stream_(stream), num_sms_(num_sms),
+      num_kv_heads_hint_(num_kv_heads_hint) {
   positions_host_ = batch_positions(batch);
   for (int32_t row : batch.logit_rows) {
     if (row < 0 || row >= batch.num_tokens()) fail("forward batch: logit row {} out of range", row);
@@ -32,23 +34,55 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
     if (seq.num_cached_tokens < 0 || seq.num_new_tokens < 0) {
       fail("forward batch: sequence {} has a negative token count", s);
     }
+    if (fixed && seq.num_new_tokens > kDecodeMaxNewTokens) {
+      fail("forward batch: a recorded step has a sequence of {} new tokens (at most {})", seq.num_new_tokens,
+           kDecodeMaxNewTokens);
+    }
     token_seq.insert(token_seq.end(), seq.num_new_tokens, static_cast<int32_t>(s));
     cu_seqlens.push_back(cu_seqlens.back() + seq.num_new_tokens);
     num_cached.push_back(seq.num_cached_tokens);
     block_table_offsets.push_back(static_cast<int32_t>(block_tables.size()));
     block_tables.insert(block_tables.end(), seq.block_table.begin(), seq.block_table.end());
   }
+  // Block tables go last: the arrays before them have sizes fixed by the token and sequence counts, which keeps
+  // their offsets the same from step to step (see FixedMetadata).
   std::vector<int32_t> packed;
   token_ids_at_ = append(packed, batch.token_ids);
   positions_at_ = append(packed, positions_host_);
   token_seq_at_ = append(packed, token_seq);
   cu_seqlens_at_ = append(packed, cu_seqlens);
   num_cached_at_ = append(packed, num_cached);
-  block_tables_at_ = append(packed, block_tables);
   block_table_offsets_at_ = append(packed, block_table_offsets);
   logit_rows_at_ = append(packed, batch.logit_rows);
-  metadata_ = allocator_.allocate(DType::I32, {static_cast<int64_t>(packed.size())});
-  staging_.upload(metadata_.data, packed.data(), packed.size() * sizeof(int32_t), stream_);
+  AttentionPlan plan;
+  size_t plan_offsets[6] = {};
+  if (fixed) pack_plan(false, packed, plan, plan_offsets);
+  block_tables_at_ = append(packed, block_tables);
+  int32_t* device_base = nullptr;
+  if (fixed) {
+    if (packed.size() > fixed->capacity) {
+      fail("forward batch: {} metadata values exceed the recorded steps' buffer of {}", packed.size(),
+           fixed->capacity);
+    }
+    metadata_.dtype = DType::I32;
+    metadata_.shape = {static_cast<int64_t>(fixed->capacity)};
+    metadata_.data = fixed->buffer;
+    device_base = fixed->buffer;
+  } else {
+    metadata_ = allocator_.allocate(DType::I32, {static_cast<int64_t>(packed.size())});
+    device_base = metadata_.ptr<int32_t>();
+  }
+  staging_.upload(device_base, packed.data(), packed.size() * sizeof(int32_t), stream_);
+  if (fixed) {
+    plan.tile_seq = plan.tile_row = device_base;
+    plan.item_token = device_base + plan_offsets[2];
+    plan.item_chunk = device_base + plan_offsets[3];
+    plan.decode_tokens = device_base + plan_offsets[4];
+    plan.token_item_begin = device_base + plan_offsets[5];
+    // Decode chunks only: the plan with prefill tiles is the same plan.
+    plans_[0] = plan;
+    plans_[1] = plan;
+  }
 }
 
 void CudaStepContext::check_block_tables(int64_t block_size) const {
@@ -71,10 +105,11 @@ const AttentionPlan& CudaStepContext::attention_plan(bool with_prefill) const {
   return *plan;
 }
 
-AttentionPlan CudaStepContext::make_plan(bool with_prefill) const {
+void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed, AttentionPlan& plan,
+                                size_t offsets[6]) const {
   const ForwardBatch& b = batch();
   std::vector<std::pair<int32_t, int32_t>> tiles;  // (sequence, first row)
-  std::vector<int32_t> item_token, item_chunk, decode_tokens, token_item_begin;
+  std::vector<int32_t> decode_tokens;
   int32_t first_token = 0;
   for (size_t s = 0; s < b.sequences.size(); ++s) {
     const SequenceChunk& seq = b.sequences[s];
@@ -83,20 +118,24 @@ AttentionPlan CudaStepContext::make_plan(bool with_prefill) const {
         tiles.emplace_back(static_cast<int32_t>(s), row);
       }
     } else {
-      for (int32_t i = 0; i < seq.num_new_tokens; ++i) {
-        const int32_t token = first_token + i;
-        const int32_t num_keys = seq.num_cached_tokens + i + 1;
-        token_item_begin.push_back(static_cast<int32_t>(item_token.size()));
-        decode_tokens.push_back(token);
-        for (int32_t chunk = 0; chunk * kDecodeChunkTokens < num_keys; ++chunk) {
-          item_token.push_back(token);
-          item_chunk.push_back(chunk);
-        }
-      }
+      for (int32_t i = 0; i < seq.num_new_tokens; ++i) decode_tokens.push_back(first_token + i);
     }
     first_token += seq.num_new_tokens;
   }
-  token_item_begin.push_back(static_cast<int32_t>(item_token.size()));
+  // The item count depends only on the number of decode tokens, never on their context lengths.
+  const int num_decode = static_cast<int>(decode_tokens.size());
+  const int splits = kernels::decode_attention_num_splits(num_decode, num_kv_heads_hint_, num_sms_);
+  std::vector<int32_t> item_token, item_chunk, token_item_begin;
+  item_token.reserve(static_cast<size_t>(num_decode) * splits);
+  item_chunk.reserve(static_cast<size_t>(num_decode) * splits);
+  for (int t = 0; t < num_decode; ++t) {
+    token_item_begin.push_back(t * splits);
+    for (int split = 0; split < splits; ++split) {
+      item_token.push_back(decode_tokens[t]);
+      item_chunk.push_back(split);
+    }
+  }
+  token_item_begin.push_back(num_decode * splits);
   // Tiles of later rows see more keys; starting them first shortens the tail of the launch.
   std::stable_sort(tiles.begin(), tiles.end(), [&](const auto& x, const auto& y) {
     return b.sequences[x.first].num_cached_tokens + x.second > b.sequences[y.first].num_cached_tokens + y.second;
@@ -106,27 +145,32 @@ AttentionPlan CudaStepContext::make_plan(bool with_prefill) const {
     tile_seq.push_back(s);
     tile_row.push_back(row);
   }
+  offsets[0] = append(packed, tile_seq);
+  offsets[1] = append(packed, tile_row);
+  offsets[2] = append(packed, item_token);
+  offsets[3] = append(packed, item_chunk);
+  offsets[4] = append(packed, decode_tokens);
+  offsets[5] = append(packed, token_item_begin);
+  plan.num_tiles = static_cast<int>(tile_seq.size());
+  plan.num_items = static_cast<int>(item_token.size());
+  plan.num_splits = splits;
+  plan.num_decode_tokens = num_decode;
+}
 
+AttentionPlan CudaStepContext::make_plan(bool with_prefill) const {
   std::vector<int32_t> packed;
-  const size_t tile_seq_at = append(packed, tile_seq);
-  const size_t tile_row_at = append(packed, tile_row);
-  const size_t item_token_at = append(packed, item_token);
-  const size_t item_chunk_at = append(packed, item_chunk);
-  const size_t decode_tokens_at = append(packed, decode_tokens);
-  const size_t token_item_begin_at = append(packed, token_item_begin);
   AttentionPlan plan;
-  plan.data = allocator_.allocate(DType::I32, {static_cast<int64_t>(packed.size())});
+  size_t offsets[6] = {};
+  pack_plan(with_prefill, packed, plan, offsets);
+  plan.data = allocator_.allocate(DType::I32, {static_cast<int64_t>(std::max<size_t>(packed.size(), 1))});
   staging_.upload(plan.data.data, packed.data(), packed.size() * sizeof(int32_t), stream_);
   const int32_t* base = plan.data.ptr<int32_t>();
-  plan.tile_seq = base + tile_seq_at;
-  plan.tile_row = base + tile_row_at;
-  plan.num_tiles = static_cast<int>(tile_seq.size());
-  plan.item_token = base + item_token_at;
-  plan.item_chunk = base + item_chunk_at;
-  plan.num_items = static_cast<int>(item_token.size());
-  plan.decode_tokens = base + decode_tokens_at;
-  plan.token_item_begin = base + token_item_begin_at;
-  plan.num_decode_tokens = static_cast<int>(decode_tokens.size());
+  plan.tile_seq = base + offsets[0];
+  plan.tile_row = base + offsets[1];
+  plan.item_token = base + offsets[2];
+  plan.item_chunk = base + offsets[3];
+  plan.decode_tokens = base + offsets[4];
+  plan.token_item_begin = base + offsets[5];
   return plan;
 }
 

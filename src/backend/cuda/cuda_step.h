@@ -15,8 +15,6 @@ namespace tern::cuda {
 // Sequences with more new tokens than this go through the tiled prefill kernel (when it is built for the head
 // size); the others, and every token of the other layers, through split-KV decode attention.
 constexpr int32_t kDecodeMaxNewTokens = 8;
-// Keys per split-KV work item.
-constexpr int32_t kDecodeChunkTokens = 512;
 
 struct AttentionPlan {
   Tensor data;  // int32, everything below in one allocation
@@ -28,15 +26,25 @@ struct AttentionPlan {
   const int32_t* item_token = nullptr;
   const int32_t* item_chunk = nullptr;
   int num_items = 0;
+  int num_splits = 1;  // items per decode token
   const int32_t* decode_tokens = nullptr;
   const int32_t* token_item_begin = nullptr;
   int num_decode_tokens = 0;
 };
 
+// A device buffer that holds a step's metadata at addresses that depend only on the batch's token and sequence
+// counts, for steps that replay a recorded graph: the graph's kernels read the same addresses at every replay.
+struct FixedMetadata {
+  int32_t* buffer = nullptr;
+  size_t capacity = 0;  // int32 values
+};
+
 class CudaStepContext final : public StepContext {
  public:
+  // With `fixed`, every sequence must be a decode chunk (at most kDecodeMaxNewTokens new tokens): the attention
+  // plan is made at once and written with the rest, block tables last.
   CudaStepContext(const ForwardBatch& batch, DeviceAllocator& allocator, PinnedStaging& staging,
-                  cudaStream_t stream);
+                  cudaStream_t stream, int num_sms, int num_kv_heads_hint, const FixedMetadata* fixed = nullptr);
 
   // Device arrays, int32.
   const int32_t* token_ids() const { return device(token_ids_at_); }
@@ -55,11 +63,16 @@ class CudaStepContext final : public StepContext {
 
  private:
   const int32_t* device(size_t offset) const { return metadata_.ptr<int32_t>() + offset; }
+  // The plan's arrays, appended to `packed`; `plan` gets their offsets (pointers are set by point_plan).
+  void pack_plan(bool with_prefill, std::vector<int32_t>& packed, AttentionPlan& plan,
+                 size_t offsets[6]) const;
   AttentionPlan make_plan(bool with_prefill) const;
 
   DeviceAllocator& allocator_;
   PinnedStaging& staging_;
   cudaStream_t stream_;
+  int num_sms_ = 1;
+  int num_kv_heads_hint_ = 1;
   std::vector<int32_t> positions_host_;
   Tensor metadata_;
   size_t token_ids_at_ = 0, positions_at_ = 0, token_seq_at_ = 0, cu_seqlens_at_ = 0, num_cached_at_ = 0,

@@ -19,8 +19,14 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   // A tensor whose storage returns its block to this allocator when the last handle goes.
   Tensor allocate(DType dtype, std::vector<int64_t> shape);
   void* allocate_bytes(size_t bytes);
-  void release(void* ptr, size_t size_class);
-  // Size class of a request: 256-byte granules below 1 MiB, then steps of an eighth of a power of two.
+  void release(void* ptr, size_t size_class, bool recorded_pool);
+  // While on, blocks come from and go back to a pool of their own that only recorded graphs (CUDA graphs) use:
+  // a graph keeps the addresses it was recorded with, so its blocks must never be handed to an eager step.
+  // Graphs share the pool: they replay one at a time on one stream, and none keeps data across replays except its
+  // output, which its holder keeps allocated.
+  void set_recording(bool on);
+  // Size class of a request: 256-byte granules below 1 MiB, then steps of an eighth of a power of two, and 2 MiB
+  // pages past 256 MiB.
   static size_t size_class(size_t bytes);
   size_t cached_bytes() const;
 
@@ -29,6 +35,8 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
 
   mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_blocks_;
+  std::map<size_t, std::vector<void*>> recorded_free_blocks_;
+  bool recording_ = false;
   size_t cached_bytes_ = 0;
 };
 

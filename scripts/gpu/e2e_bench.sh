@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs ON THE GPU MACHINE in the repository root, after scripts/gpu/stage.sh ran on the build machine (device
+# tool: carry [".device"]). End to end on a Llama-3.1-8B-shaped model with random bf16 weights: makes the
+# checkpoint and measures transformers (scripts/gpu/hf_bench.py), then `tern bench --backend cuda` on the same
+# checkpoint and workloads. Logs and JSON results go to $OUT (or ./gpu-logs).
+#   bash scripts/gpu/e2e_bench.sh [--skip-hf]
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="${OUT:-$root/gpu-logs}"
+mkdir -p "$out"
+bin="$root/.device/bin"
+# `tern bench`, or the same command from tern-engine-bench when only that was staged.
+tern="$bin/tern"
+[ -x "$tern" ] || tern="$bin/tern_engine_bench"
+cublas_dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+  /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
+  /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib 2>/dev/null | tr '\n' ':')
+export LD_LIBRARY_PATH="$root/.device/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+export PYTHONUNBUFFERED=1
+
+# The checkpoint (16 GB) goes to memory-backed storage when there is room.
+model_dir=/tmp/llama8b
+if [ "$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1)" -gt 40 ] 2>/dev/null; then model_dir=/dev/shm/llama8b; fi
+echo "== checkpoint in $model_dir"
+hf_flags=""
+[ "${1:-}" = "--skip-hf" ] && hf_flags="--skip-bench"
+timeout "${HF_TIMEOUT_S:-300}" python3 "$root/scripts/gpu/hf_bench.py" --config "$root/.device/configs/llama-3.1-8b.json" --out "$model_dir" \
+  --json "$out/hf.json" $hf_flags 2>&1 | grep -v -i "warn" | tee "$out/hf.txt"
+
+status=0
+common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-fraction 0.9 --max-num-batched-tokens 8192)
+run() {  # name, then bench flags
+  local name="$1"; shift
+  echo "== tern bench $name: $*"
+  local start=$(date +%s.%N)
+  timeout "${TERN_TIMEOUT_S:-150}" "$tern" bench "${common[@]}" "$@" >"$out/tern_$name.json" 2>"$out/tern_$name.err"
+  local rc=$?
+  echo "process wall time: $(echo "$(date +%s.%N) - $start" | bc) s (rc $rc)" | tee -a "$out/tern_$name.err"
+  tail -5 "$out/tern_$name.err"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in \
+    ('load_s','ready_s','duration_s','input_tokens_per_s','output_tokens_per_s','itl_ms','ttft_ms','steps')})" \
+    "$out/tern_$name.json" 2>/dev/null || cat "$out/tern_$name.json"
+  [ "$rc" -eq 0 ] || status=1
+}
+run decode_batch1 --num-prompts 1 --input-len 128 --output-len 256
+run prefill_8x2048 --num-prompts 8 --input-len 2048 --output-len 1
+run throughput_128x512x128 --num-prompts 128 --input-len 512 --output-len 128
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$out/smi_after.txt"
+exit $status

@@ -1,0 +1,91 @@
+#include "backend/cuda/step_graphs.h"
+
+#include "attention/decode_attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace tern::cuda {
+
+namespace {
+
+// An upper bound of the int32 values a decode step's metadata takes (CudaStepContext's layout): per token its id,
+// position, sequence, plan row and up to kDecodeMaxSplits split items of two values; per sequence four values;
+// block tables; 4-value alignment padding of each of the 13 arrays.
+size_t metadata_values(const ForwardBatch& batch) {
+  const size_t per_token = 5 + 2 * kernels::kDecodeMaxSplits;
+  size_t values = static_cast<size_t>(batch.num_tokens()) * per_token + 4 * (batch.sequences.size() + 1) +
+                  batch.logit_rows.size() + 13 * 4;
+  for (const auto& seq : batch.sequences) values += seq.block_table.size();
+  return values;
+}
+
+}  // namespace
+
+StepGraphs::StepGraphs(DeviceAllocator& allocator, cudaStream_t stream) : allocator_(allocator), stream_(stream) {}
+
+StepGraphs::~StepGraphs() { clear(); }
+
+void StepGraphs::clear() {
+  for (auto& [shape, recorded] : graphs_) cudaGraphExecDestroy(recorded.exec);
+  graphs_.clear();
+}
+
+void StepGraphs::reserve(size_t values) {
+  if (values <= fixed_.capacity) return;
+  clear();
+  // Room for contexts to grow before the next reallocation (each reallocation records every shape again).
+  const size_t capacity = std::max<size_t>(values * 2, size_t{1} << 20);
+  buffer_ = allocator_.allocate(DType::I32, {static_cast<int64_t>(capacity)});
+  fixed_ = {buffer_.ptr<int32_t>(), capacity};
+}
+
+std::vector<int32_t> StepGraphs::copy_ids(const Tensor& ids) {
+  std::vector<int32_t> host(ids.numel());
+  check(cudaMemcpyAsync(host.data(), ids.data, ids.bytes(), cudaMemcpyDeviceToHost, stream_), "copy sampled ids");
+  check(cudaStreamSynchronize(stream_), "copy sampled ids");
+  return host;
+}
+
+std::vector<int32_t> StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_context,
+                                     const StepForward& forward) {
+  reserve(metadata_values(batch));
+  // The metadata upload runs before the graph on the same stream, so the previous replay has finished reading
+  // the buffer when it is overwritten.
+  const std::unique_ptr<CudaStepContext> step = make_context(fixed_);
+  const Shape shape{batch.num_tokens(), batch.sequences.size(), batch.logit_rows.size()};
+  if (const auto it = graphs_.find(shape); it != graphs_.end()) {
+    check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
+    return copy_ids(it->second.ids);
+  }
+
+  // An eager run computes this step (and makes every lazy choice, such as GEMM algorithms, outside the recording);
+  // the recording that follows launches nothing.
+  const std::vector<int32_t> ids = copy_ids(forward(*step));
+  Recorded recorded;
+  cudaGraph_t graph = nullptr;
+  allocator_.set_recording(true);
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  try {
+    recorded.ids = forward(*step);
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    allocator_.set_recording(false);
+    throw;
+  }
+  const cudaError_t captured = cudaStreamEndCapture(stream_, &graph);
+  allocator_.set_recording(false);
+  check(captured, "cudaStreamEndCapture");
+  const cudaError_t instantiated = cudaGraphInstantiate(&recorded.exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(instantiated, "cudaGraphInstantiate");
+  if (recorded.ids.dtype != DType::I32 || recorded.ids.numel() != static_cast<int64_t>(batch.logit_rows.size())) {
+    cudaGraphExecDestroy(recorded.exec);
+    fail("recorded step: the forward returned {} values of {} for {} logit rows", recorded.ids.numel(),
+         dtype_name(recorded.ids.dtype), batch.logit_rows.size());
+  }
+  graphs_.emplace(shape, std::move(recorded));
+  return ids;
+}
+
+}  // namespace tern::cuda

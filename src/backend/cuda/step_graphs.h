@@ -1,0 +1,52 @@
+#pragma once
+// Decode steps as CUDA graphs: the first step of each shape (tokens, sequences, logit rows) runs eagerly and is
+// recorded; later steps of that shape upload their metadata into a fixed buffer and replay the graph, so a step
+// costs one graph launch instead of hundreds of kernel launches. Intermediates of recorded steps live in the
+// allocator's recorded pool (DeviceAllocator::set_recording).
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_step.h"
+#include "backend/cuda/device_allocator.h"
+
+namespace tern::cuda {
+
+class StepGraphs {
+ public:
+  using MakeContext = std::function<std::unique_ptr<CudaStepContext>(const FixedMetadata&)>;
+
+  StepGraphs(DeviceAllocator& allocator, cudaStream_t stream);
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  // The step's sampled ids, from a replay or, for a new shape, an eager run that is then recorded.
+  std::vector<int32_t> run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward);
+  size_t num_recorded() const { return graphs_.size(); }
+
+ private:
+  struct Recorded {
+    cudaGraphExec_t exec = nullptr;
+    Tensor ids;  // the graph's output, kept allocated between replays
+  };
+  using Shape = std::tuple<int64_t, size_t, size_t>;  // tokens, sequences, logit rows
+
+  // Makes the fixed buffer hold at least `values` int32 values; a new buffer invalidates every recording.
+  void reserve(size_t values);
+  void clear();
+  std::vector<int32_t> copy_ids(const Tensor& ids);
+
+  DeviceAllocator& allocator_;
+  cudaStream_t stream_;
+  Tensor buffer_;
+  FixedMetadata fixed_;
+  std::map<Shape, Recorded> graphs_;
+};
+
+}  // namespace tern::cuda
