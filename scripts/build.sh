@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the dependencies and builds tern into build/ (CUDA backend too when nvcc is found).
+# Installs the dependencies and builds tern into build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 cuda_flag=-DTERN_CUDA=OFF
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+# TERN_BUILD_CUDA=1 also builds the CUDA backend (needs nvcc; scripts/gpu/ builds the GPU machine's binary).
+if [ "${TERN_BUILD_CUDA:-0}" = 1 ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
   cuda_flag=-DTERN_CUDA=ON
 fi

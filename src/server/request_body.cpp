@@ -43,6 +43,8 @@ Json parse_request_body(std::string_view body) {
     return Json::parse(body);
   } catch (const Json::parse_error& e) {
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+  } catch (const Json::out_of_range& e) {  // e.g. a number such as 1e400 that no double holds
+    throw ApiError(400, fmt::format("the request body holds a number out of range: {}", e.what()));
   }
 }
 
