@@ -313,7 +313,6 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
           double dot = 0.0;
           for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(q[h * dim + d]) * key[d];
           const float relu = dot > 0.0 ? static_cast<float>(dot) : 0.0f;
-          if (getenv("V4DOT") && places[t].position == 29) fprintf(stderr, "  e%ld h%ld dot %.9g w %.6g\n", (long)e, (long)h, dot, w[h]);
           score += relu * params.softmax_scale * (w[h] * params.weights_scale);
         }
         scores[e] = score;
@@ -325,11 +324,9 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
       // radix selection breaks them, -0 below +0 and then the earlier entry first.
       std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
         const uint32_t key_a = radix_key(scores[a]), key_b = radix_key(scores[b]);
-        if (getenv("V4HI")) return key_a > key_b || (key_a == key_b && a > b);
         return key_a > key_b || (key_a == key_b && a < b);
       });
       std::copy_n(order.begin(), keep, out.ptr<int32_t>() + t * top_k);
-      if (getenv("V4DBG")) { fprintf(stderr, "pos %ld:", (long)places[t].position); for (auto s2 : scores) fprintf(stderr, " %.6g", s2); fprintf(stderr, " | keep"); for (int64_t i = 0; i < keep; ++i) fprintf(stderr, " %d", order[i]); fprintf(stderr, "\n"); }
     }
   }
   return out;
