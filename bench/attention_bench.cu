@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/decode_attention.h"
+#include "attention/decode_attention_mma_kernel.cuh"
 #include "attention/prefill_attention.h"
 
 using namespace tern::kernels;
@@ -160,10 +161,15 @@ void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_
               kv_heads, head_dim, ms, tflops);
 }
 
-void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps) {
+// `splits` 0: as the CUDA backend plans (decode_attention_num_splits); other values time the alternatives.
+// `variant` 0: the whole launch (shares and combine); otherwise the head_dim-128 share kernel alone with
+// variant / 10 warps and variant % 10 pipeline stages, for tuning.
+void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps,
+                  int splits = 0, int variant = 0) {
   int num_sms = 0;
   check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
-  const int splits = decode_attention_num_splits(batch, kv_heads, num_sms);  // as the CUDA backend plans
+  const bool planned = splits == 0;
+  if (planned) splits = decode_attention_num_splits(batch, kv_heads, num_sms);
   const std::vector<int> cached(batch, context - 1), fresh(batch, 1);
   Batch b = make_batch(cached, fresh, kv_heads, head_dim);
   std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
@@ -191,11 +197,26 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   p.num_decode_tokens = b.num_tokens;
   p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
   p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
-  const double ms = median_ms([&] { launch_decode_attention(p, nullptr); }, 3, reps);
+  const double ms = median_ms(
+      [&] {
+        switch (variant) {
+          case 22: decode_mma::launch_chunk_kernel<128, 2, 2>(p, nullptr); break;
+          case 23: decode_mma::launch_chunk_kernel<128, 2, 3>(p, nullptr); break;
+          case 42: decode_mma::launch_chunk_kernel<128, 4, 2>(p, nullptr); break;
+          default: launch_decode_attention(p, nullptr); break;
+        }
+      },
+      3, reps);
   const double kv_bytes = double(batch) * context * kv_heads * head_dim * 2 /*K,V*/ * 2 /*bf16*/;
   const double tbs = kv_bytes / (ms * 1e-3) / 1e12;
-  std::printf("decode   batch=%d context=%d heads=%d/%d d=%d splits=%d: %.3f ms, %.2f TB/s KV read (%.0f%% of copy)\n", batch,
-              context, heads, kv_heads, head_dim, splits, ms, tbs, 100.0 * tbs / copy_tbs);
+  char label[64] = "";
+  if (variant != 0) {
+    std::snprintf(label, sizeof label, " (sweep: shares only, %d warps, %d stages)", variant / 10, variant % 10);
+  } else if (!planned) {
+    std::snprintf(label, sizeof label, " (sweep)");
+  }
+  std::printf("decode   batch=%d context=%d heads=%d/%d d=%d splits=%d%s: %.3f ms, %.2f TB/s KV read (%.0f%% of copy)\n",
+              batch, context, heads, kv_heads, head_dim, splits, label, ms, tbs, 100.0 * tbs / copy_tbs);
 }
 
 }  // namespace
@@ -216,5 +237,15 @@ int main(int argc, char** argv) {
   for (int batch : {1, 8, 32}) bench_decode(batch, 32768, 32, 8, 128, copy_tbs, reps);
   bench_decode(8, 32768, 64, 8, 128, copy_tbs, reps);
   bench_decode(8, 32768, 8, 8, 128, copy_tbs, reps);
+  bench_decode(1, 32768, 32, 8, 64, copy_tbs, reps);
+  if (!quick) {
+    // Blocks per SM for head_dim 128: 4 warps x 2 stages fit 3, 2 warps x 2 stages 5, 2 warps x 3 stages 4.
+    for (int variant : {42, 22, 23}) {
+      const int blocks_per_sm = variant == 42 ? 3 : variant == 22 ? 5 : 4;
+      for (int batch : {1, 8}) {
+        bench_decode(batch, 32768, 32, 8, 128, copy_tbs, reps, 132 * blocks_per_sm / (8 * batch), variant);
+      }
+    }
+  }
   return 0;
 }

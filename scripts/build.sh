@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Installs the dependencies and builds tern into build/.
+# Installs the dependencies and builds tern into build/, with the CUDA backend where nvcc is found (its GPU tests
+# skip on machines without a GPU). TERN_BUILD_CUDA=0 builds the CPU backend only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 cuda_flag=-DTERN_CUDA=OFF
-# TERN_BUILD_CUDA=1 also builds the CUDA backend (needs nvcc; scripts/gpu/ builds the GPU machine's binary).
-if [ "${TERN_BUILD_CUDA:-0}" = 1 ]; then
+if [ "${TERN_BUILD_CUDA:-1}" = 1 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
   export PATH="$PATH:/usr/local/cuda/bin"
   cuda_flag=-DTERN_CUDA=ON
 fi

@@ -17,8 +17,9 @@ struct DecodeAttentionParams {
   AttentionShape shape;
 
   // The plan, made once per step: items sorted by token, each token's keys (its window) cut into num_splits
-  // shares of whole 32-key tiles; item_chunk is the share's index. Shares past the keys are empty (weight 0), so
-  // the item count depends only on the token count, which lets a recorded graph replay at any context length.
+  // shares of whole key tiles (64 keys, 32 on the CUDA-core kernel); item_chunk is the share's index. Shares past
+  // the keys are empty (weight 0), so the item count depends only on the token count, which lets a recorded graph
+  // replay at any context length.
   const int32_t* item_token = nullptr;  // [num_items]
   const int32_t* item_chunk = nullptr;  // [num_items]
   int num_items = 0;
@@ -31,14 +32,15 @@ struct DecodeAttentionParams {
   float* partial_lse = nullptr;  // workspace [num_items, num_heads], log2 domain
 };
 
-// Shares per token for `num_tokens` decode tokens: enough blocks (token x share x KV head) for about four waves
-// of the kernel on `num_sms` SMs (4 resident blocks each: one wave left the H200 at 28% of copy bandwidth, 4096
-// blocks reached 38%), at most kDecodeMaxSplits (the combine reads every share).
+// Shares per token for `num_tokens` decode tokens: as many blocks (token x share x KV head) as fit on `num_sms`
+// SMs at once (the tensor-core kernel holds three blocks per SM for head_dim 128, more for 64), rounded down so
+// that the launch is one full wave rather than a wave and a sliver (on the H200, 320 blocks where 264 fit ran at
+// 43% of copy bandwidth, 256 blocks at 58%), at most kDecodeMaxSplits (the combine reads every share).
 constexpr int kDecodeMaxSplits = 128;
+constexpr int kDecodeBlocksPerSm = 3;
 inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num_sms) {
-  constexpr int kTargetBlocksPerSm = 16;
   const int tokens_heads = num_tokens * num_kv_heads > 0 ? num_tokens * num_kv_heads : 1;
-  const int splits = (num_sms * kTargetBlocksPerSm + tokens_heads - 1) / tokens_heads;
+  const int splits = num_sms * kDecodeBlocksPerSm / tokens_heads;
   return splits < 1 ? 1 : (splits > kDecodeMaxSplits ? kDecodeMaxSplits : splits);
 }
 
@@ -48,6 +50,10 @@ bool decode_attention_supports(int head_dim, int group_size);
 // Throws std::invalid_argument on shapes it does not support.
 void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
 
+// The per-share kernels: tensor cores for head_dim 64 and 128 (decode_attention_mma_kernel.cuh), CUDA cores for
+// the other head sizes (decode_attention_kernel.cuh).
+template <int HeadDim>
+void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream);
 template <int HeadDim>
 void launch_decode_attention_chunks(const DecodeAttentionParams& params, cudaStream_t stream);
 

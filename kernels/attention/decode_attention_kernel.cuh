@@ -1,5 +1,6 @@
 #pragma once
-// The split-KV kernel: one block per (work item, KV head). The block streams its chunk of keys and values
+// The CUDA-core split-KV kernel, for the head sizes the tensor-core one (decode_attention_mma_kernel.cuh) is not
+// built for (16, 32, 256): one block per (work item, KV head). The block streams its chunk of keys and values
 // through shared memory in tiles of 32 tokens (cp.async, NumStages deep); warp w owns query heads
 // [w * HeadsPerWarp, (w + 1) * HeadsPerWarp) of the GQA group, so every K/V byte is read from device memory once
 // per group. Lane i scores key i of the tile; for P.V each lane owns pairs of output dims.

@@ -80,6 +80,12 @@ class Backend {
   virtual KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
                                     int64_t block_size) = 0;
   virtual std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) = 0;
+  // Whole KV blocks of every layer as self-describing host bytes (format in kv_block_transfer.h), and back: how a
+  // prompt's KV moves between engines (prefill/decode disaggregation). An import whose header does not match
+  // `cache` (layers, block size, bytes per block) throws tern::Error naming the difference.
+  virtual std::vector<uint8_t> export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks) = 0;
+  virtual void import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes) = 0;
+
   // Free and total device memory, for sizing the KV cache; nullopt for backends in host memory.
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
   // Runs a step of decode chunks through a recorded graph (CUDA graphs) and returns its sampled ids: the first

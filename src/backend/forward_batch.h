@@ -11,6 +11,9 @@ struct SequenceChunk {
   int32_t num_cached_tokens = 0;  // tokens of this sequence already in the KV cache (context before this chunk)
   int32_t num_new_tokens = 0;     // tokens computed in this step; their KV is written to the cache
   std::vector<int32_t> block_table;  // KV blocks covering cached + new tokens, in order
+  // Length of the sequence's prompt, 0 when unknown (then this chunk's end counts as the prompt's). Only
+  // DeepSeek-V4's indexer reads it, to break score ties as transformers does (v4_ops.cpp select_compressed).
+  int32_t num_prompt_tokens = 0;
 };
 
 struct ForwardBatch {

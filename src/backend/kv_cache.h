@@ -3,6 +3,7 @@
 // Which blocks belong to which sequence is the engine's business (block tables in ForwardBatch); layers only
 // declare what one token costs them (KvLayerSpec).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/tensor.h"
@@ -26,6 +27,12 @@ struct KvLayerSpec {
   // Floats per token of layer state besides keys and values, laid out by the model (DeepSeek-V4: each
   // compressor's projected kv and gate per token, and the compressed entry of the window the token closes).
   int64_t state_dim = 0;
+  // > 0: only a sequence's first `shareable_prefix_tokens` tokens have cache contents that are a function of those
+  // tokens alone, so only they may be shared with another sequence through the prefix cache. DeepSeek-V4's CSA:
+  // once a token sees more than index_topk compressed entries, its indexer breaks score ties by the prompt length
+  // (see select_compressed), so what it caches also depends on the prompt, and two prompts sharing a prefix do not
+  // give that prefix equal caches. 0: every token may be shared.
+  int64_t shareable_prefix_tokens = 0;
 };
 
 struct KvCache {
@@ -37,7 +44,14 @@ struct KvCache {
   std::vector<Tensor> states;  // per layer: [num_blocks * block_size, state_dim]
 };
 
-// Bytes one token takes across all layers, for an element size of `element_bytes`.
+// Bytes one token takes across all layers (keys, values and layer state), for an element size of `element_bytes`.
 int64_t kv_bytes_per_token(const std::vector<KvLayerSpec>& layers, int64_t element_bytes);
+
+// The layers' cache kinds, counted: "2 full, 2 sliding window" (for the engine's start-up log).
+std::string kv_layers_summary(const std::vector<KvLayerSpec>& layers);
+
+// How many leading tokens of a sequence the prefix cache may share: the least shareable_prefix_tokens of the
+// layers that set one, 0 when none does (no limit).
+int64_t shareable_prefix_tokens(const std::vector<KvLayerSpec>& layers);
 
 }  // namespace tern

@@ -2,6 +2,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "disagg/disagg_role.h"
 #include "server/serve.h"
 
 namespace tern::cli {
@@ -43,6 +44,7 @@ void add_serve_command(CLI::App& app) {
     double drain_timeout_s = 30.0;
     int64_t max_body_mib = 32;
     bool disable_log_requests = false;
+    disagg::DisaggConfig disagg;
   };
   auto options = std::make_shared<Options>();
   auto& config = options->config;
@@ -81,6 +83,18 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-size", options->max_body_mib, "Largest request body in MiB (larger: 413)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--disable-log-requests", options->disable_log_requests, "No per-request log lines on stderr");
+  cmd->add_option("--role", options->disagg.role,
+                  "Prefill/decode disaggregation: prefill, decode or both (prefill and send KV when a request "
+                  "carries kv_transfer_params; accept KV when --kv-transfer-port is given)")
+      ->check(CLI::IsMember({"prefill", "decode", "both"}))->capture_default_str();
+  cmd->add_option("--kv-transfer", options->disagg.transport, "KV transfer between prefill and decode instances")
+      ->check(CLI::IsMember({"tcp"}))->capture_default_str();
+  cmd->add_option("--kv-transfer-host", options->disagg.kv_host, "Address the KV transfer endpoint listens on")
+      ->capture_default_str();
+  cmd->add_option("--kv-transfer-port", options->disagg.kv_port,
+                  "Port of the KV transfer endpoint (decode; 0: any free port, printed on stderr)");
+  cmd->add_option("--kv-transfer-chunk-blocks", options->disagg.blocks_per_chunk, "KV blocks per transfer message")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->callback([options] {
     auto& config = options->config;
     if (!options->api_key.empty()) {
@@ -95,6 +109,10 @@ void add_serve_command(CLI::App& app) {
     config.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->drain_timeout_s * 1e3));
     config.http.max_body_bytes = static_cast<uint64_t>(options->max_body_mib) << 20;
     config.http.log_requests = !options->disable_log_requests;
+    disagg::check_disagg_config(options->disagg);
+    config.attach = [disagg = options->disagg](server::OpenAiApi& api, server::ServingModel& model) {
+      return disagg::attach_disagg_role(disagg, api, model);
+    };
     server::serve(config);
   });
 }

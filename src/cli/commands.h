@@ -13,5 +13,6 @@ void add_bench_tokenizer_command(CLI::App& app);
 void add_bench_grammar_command(CLI::App& app);
 void add_render_chat_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_gateway_command(CLI::App& app);
 
 }  // namespace tern::cli

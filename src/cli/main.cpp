@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   tern::cli::add_bench_grammar_command(app);
   tern::cli::add_render_chat_command(app);
   tern::cli::add_serve_command(app);
+  tern::cli::add_gateway_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

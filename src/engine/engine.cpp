@@ -1,6 +1,9 @@
 #include "engine/engine.h"
 
 #include <exception>
+#include <future>
+
+#include "core/error.h"
 
 namespace tern {
 
@@ -75,12 +78,41 @@ void Engine::cancel(uint64_t request_id) {
   inbox_ready_.notify_all();
 }
 
+void Engine::run_between_steps(std::function<void()> task) {
+  std::packaged_task<void()> packaged(std::move(task));
+  auto done = packaged.get_future();
+  {
+    std::lock_guard lock(inbox_mutex_);
+    if (stopping_) fail("engine: shutting down");
+    tasks_.emplace_back([&packaged] { packaged(); });
+  }
+  inbox_ready_.notify_all();
+  done.get();
+}
+
+std::vector<uint8_t> Engine::export_prompt_kv(std::vector<int32_t> prompt, int32_t first_block, int32_t max_blocks) {
+  std::vector<uint8_t> bytes;
+  run_between_steps([&] { bytes = core_.export_prompt_kv(prompt, first_block, max_blocks); });
+  return bytes;
+}
+
+int32_t Engine::import_prompt_kv(std::vector<int32_t> prompt, int32_t first_block, std::vector<uint8_t> bytes) {
+  int32_t imported = 0;
+  run_between_steps([&] { imported = core_.import_prompt_kv(prompt, first_block, bytes); });
+  return imported;
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard lock(stats_mutex_);
   return stats_;
 }
 
 void Engine::deliver(std::vector<RequestOutput> outputs) {
+  {
+    // Refreshed first, so that a client who has seen its request finish reads gauges that no longer count it.
+    std::lock_guard lock(stats_mutex_);
+    stats_ = core_.stats();
+  }
   for (auto& output : outputs) {
     const auto it = sinks_.find(output.request_id);
     if (it == sinks_.end()) continue;
@@ -94,13 +126,17 @@ void Engine::loop() {
   while (true) {
     std::vector<Submission> submissions;
     std::vector<uint64_t> cancellations;
+    std::vector<std::function<void()>> tasks;
     bool stopping = false;
     {
       std::unique_lock lock(inbox_mutex_);
       const bool busy = core_.has_unfinished_requests();
-      inbox_ready_.wait(lock, [&] { return busy || stopping_ || !submissions_.empty() || !cancellations_.empty(); });
+      inbox_ready_.wait(lock, [&] {
+        return busy || stopping_ || !submissions_.empty() || !cancellations_.empty() || !tasks_.empty();
+      });
       submissions.swap(submissions_);
       cancellations.swap(cancellations_);
+      tasks.swap(tasks_);
       stopping = stopping_;
     }
     for (auto& submission : submissions) {
@@ -117,6 +153,8 @@ void Engine::loop() {
       }
     }
     for (uint64_t id : cancellations) deliver(core_.abort(id));
+    // A packaged task keeps its exception for the waiting caller.
+    for (auto& task : tasks) task();
     if (stopping) {
       for (uint64_t id : core_.unfinished_request_ids()) deliver(core_.abort(id, "the engine is shutting down"));
       break;

@@ -60,6 +60,12 @@ class Engine {
   uint64_t submit(GenerateRequest request, OutputCallback callback);
   void cancel(uint64_t request_id);
 
+  // EngineCore::export_prompt_kv / import_prompt_kv, run on the engine thread between two steps (never racing
+  // one); block the caller until done and rethrow what the call threw. Not from an output callback (the engine
+  // thread would wait on itself).
+  std::vector<uint8_t> export_prompt_kv(std::vector<int32_t> prompt, int32_t first_block, int32_t max_blocks);
+  int32_t import_prompt_kv(std::vector<int32_t> prompt, int32_t first_block, std::vector<uint8_t> bytes);
+
   EngineStats stats() const;
   const KvCacheBudget& kv_budget() const { return core_.kv_budget(); }
   int64_t max_model_len() const { return core_.max_model_len(); }
@@ -72,6 +78,8 @@ class Engine {
   };
   uint64_t enqueue(GenerateRequest request, OutputCallback sink);
   void loop();
+  // Queues `task` for the engine thread's next pass between steps and waits for it.
+  void run_between_steps(std::function<void()> task);
   void deliver(std::vector<RequestOutput> outputs);
 
   EngineCore core_;
@@ -81,6 +89,7 @@ class Engine {
   std::condition_variable inbox_ready_;
   std::vector<Submission> submissions_;
   std::vector<uint64_t> cancellations_;
+  std::vector<std::function<void()>> tasks_;
   bool stopping_ = false;
 
   std::unordered_map<uint64_t, OutputCallback> sinks_;  // engine thread only

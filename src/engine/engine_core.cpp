@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "backend/kv_block_transfer.h"
 #include "core/error.h"
 
 namespace tern {
@@ -67,6 +68,7 @@ int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSp
   int64_t bytes = 0;
   for (const auto& t : probe.keys) bytes += static_cast<int64_t>(t.bytes());
   for (const auto& t : probe.values) bytes += static_cast<int64_t>(t.bytes());
+  for (const auto& t : probe.states) bytes += static_cast<int64_t>(t.bytes());
   return bytes / block_size;
 }
 
@@ -82,11 +84,13 @@ EngineCore::EngineCore(Model& model, Backend& backend, EngineConfig config, Text
   budget_ = resolve_budget(config, backend, model, measure_kv_bytes_per_token(backend, layers, config.block_size));
   if (config.log_kv_cache) {
     std::fprintf(stderr,
-                 "tern: KV cache: %lld bytes per token, %d blocks of %d tokens = %lld tokens, %.1f MiB\n",
-                 static_cast<long long>(budget_.bytes_per_token), budget_.num_blocks, budget_.block_size,
-                 static_cast<long long>(budget_.num_tokens()), budget_.total_bytes() / 1048576.0);
+                 "tern: KV cache: %lld bytes per token (%s layers), %d blocks of %d tokens = %lld tokens, %.1f MiB\n",
+                 static_cast<long long>(budget_.bytes_per_token), kv_layers_summary(layers).c_str(),
+                 budget_.num_blocks, budget_.block_size, static_cast<long long>(budget_.num_tokens()),
+                 budget_.total_bytes() / 1048576.0);
   }
-  kv_ = std::make_unique<KvCacheManager>(budget_.num_blocks, budget_.block_size, config.enable_prefix_cache);
+  kv_ = std::make_unique<KvCacheManager>(budget_.num_blocks, budget_.block_size, config.enable_prefix_cache,
+                                         shareable_prefix_tokens(layers));
   SchedulerConfig scheduler_config;
   scheduler_config.max_num_batched_tokens = config.max_num_batched_tokens;
   scheduler_config.max_num_seqs = config.max_num_seqs;
@@ -146,6 +150,46 @@ std::vector<RequestOutput> EngineCore::step() {
                        std::chrono::duration<double>(updated - executed).count(), plan.num_tokens(),
                        static_cast<int32_t>(plan.chunks.size())};
   return outputs;
+}
+
+std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
+                                                  int32_t max_blocks) {
+  SequenceBlocks cached;
+  kv_->match_prefix(cached, prompt);
+  const auto num_cached = static_cast<int32_t>(cached.blocks.size());
+  const int32_t begin = std::clamp(first_block, 0, num_cached);
+  const int32_t end = std::clamp(begin + std::max(max_blocks, 0), begin, num_cached);
+  const std::vector<int32_t> blocks(cached.blocks.begin() + begin, cached.blocks.begin() + end);
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = runner_->export_kv_blocks(blocks);
+  } catch (...) {
+    kv_->free(cached);
+    throw;
+  }
+  kv_->free(cached);
+  return bytes;
+}
+
+int32_t EngineCore::import_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
+                                     std::span<const uint8_t> bytes) {
+  // Checked before anything is inserted into the prefix cache: an unfilled cached block would be reused as garbage.
+  check_kv_export_fits(runner_->kv_cache(), bytes);
+  const int32_t num_blocks = kv_blocks_in_export(bytes);
+  const auto block_size = static_cast<int64_t>(kv_->block_size());
+  const int64_t reusable = prompt.empty() ? 0 : static_cast<int64_t>(prompt.size() - 1) / block_size;
+  if (first_block < 0 || first_block + num_blocks > reusable) {
+    fail("KV import: blocks [{}, {}) of a prompt of {} tokens, which has {} reusable blocks of {}", first_block,
+         first_block + num_blocks, prompt.size(), reusable, block_size);
+  }
+  const auto to_fill = kv_->import_prefix(prompt, first_block, num_blocks);
+  // to_fill is the blocks cached already (-1) followed by the new ones.
+  const auto first_new = std::find_if(to_fill.begin(), to_fill.end(), [](int32_t b) { return b >= 0; });
+  const std::vector<int32_t> fresh(first_new, to_fill.end());
+  if (fresh.empty()) return 0;
+  const auto skipped = static_cast<int32_t>(first_new - to_fill.begin());
+  runner_->import_kv_blocks(fresh, slice_kv_blocks(bytes, skipped, static_cast<int32_t>(fresh.size())));
+  return static_cast<int32_t>(fresh.size());
 }
 
 EngineStats EngineCore::stats() const {

@@ -4,6 +4,7 @@
 // (device work). The threaded Engine drives one; tests and the offline benchmark drive it directly.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/engine_config.h"
@@ -38,6 +39,16 @@ class EngineCore {
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   std::vector<uint64_t> unfinished_request_ids() const { return scheduler_->unfinished_request_ids(); }
+
+  // Prefill/decode disaggregation. The KV of blocks [first_block, first_block + max_blocks) of `prompt` that the
+  // prefix cache holds, as self-describing bytes (kv_block_transfer.h); only blocks a request for `prompt` could
+  // reuse are exported (the last prompt token is always recomputed), and the export stops at the first block not
+  // cached. Empty (zero blocks) when nothing is cached.
+  std::vector<uint8_t> export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks);
+  // Puts an export of `prompt`'s blocks from `first_block` on into the prefix cache, so that a request for `prompt`
+  // reuses them. Returns how many blocks were newly imported (0 when the blocks before first_block are not cached,
+  // or all were cached already). Throws tern::Error when the bytes do not fit this engine's cache.
+  int32_t import_prompt_kv(std::span<const int32_t> prompt, int32_t first_block, std::span<const uint8_t> bytes);
 
   EngineStats stats() const;
   const StepTiming& last_step_timing() const { return last_step_timing_; }

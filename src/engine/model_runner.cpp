@@ -1,6 +1,9 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <atomic>
+#include <future>
+#include <thread>
 
 #include "core/error.h"
 
@@ -12,6 +15,24 @@ namespace {
 // bucket costs a recording at start.
 constexpr int32_t kDecodeBuckets[] = {1,   2,   4,   8,   16,  24,  32,  48,  64,  80,
                                       96,  128, 160, 192, 224, 256, 320, 384, 448, 512};
+
+// Prepares the grammar masks of the constrained rows on worker threads, so that they are ready when the step's
+// logits are: the device (or the CPU backend's own threads) runs the forward meanwhile.
+std::future<void> prepare_masks_async(std::vector<SequenceSampler*> constrained) {
+  if (constrained.empty()) return {};
+  return std::async(std::launch::async, [samplers = std::move(constrained)] {
+    const size_t num_workers =
+        std::min<size_t>(samplers.size(), std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+    std::atomic<size_t> next{0};
+    const auto work = [&] {
+      for (size_t i = next++; i < samplers.size(); i = next++) samplers[i]->prepare_mask();
+    };
+    std::vector<std::future<void>> helpers;
+    for (size_t w = 1; w < num_workers; ++w) helpers.push_back(std::async(std::launch::async, work));
+    work();
+    for (auto& helper : helpers) helper.get();  // rethrows a helper's error
+  });
+}
 
 }  // namespace
 
@@ -71,7 +92,8 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   bool all_plain_greedy = true;
   for (const auto& chunk : plan.chunks) {
     batch.token_ids.insert(batch.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
-    batch.sequences.push_back({chunk.num_cached_tokens, static_cast<int32_t>(chunk.token_ids.size()), chunk.block_table});
+    batch.sequences.push_back({chunk.num_cached_tokens, static_cast<int32_t>(chunk.token_ids.size()), chunk.block_table,
+                               chunk.num_prompt_tokens});
     if (!chunk.sample) continue;
     const auto it = samplers_.find(chunk.sequence_id);
     if (it == samplers_.end()) fail("model runner: sequence {} was scheduled before it was announced", chunk.sequence_id);
@@ -97,8 +119,15 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     }
   }
 
+  std::vector<SequenceSampler*> constrained;
+  for (SequenceSampler* sampler : row_samplers) {
+    if (sampler->is_constrained()) constrained.push_back(sampler);
+  }
+  std::future<void> masks = prepare_masks_async(std::move(constrained));
+
   const auto step = backend_.begin_step(batch);
   const Tensor logits = model_.forward(*step, cache_);
+  if (masks.valid()) masks.get();
   if (row_samplers.empty()) return result;
 
   std::vector<int32_t> sequence_of_row;
@@ -106,35 +135,51 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     if (chunk.sample) sequence_of_row.push_back(static_cast<int32_t>(&chunk - plan.chunks.data()));
   }
   result.tokens.reserve(row_samplers.size());
-  if (all_plain_greedy) {
-    // Only the ids leave the device.
-    const auto ids = backend_.to_host_i32(backend_.argmax(logits));
-    for (size_t r = 0; r < ids.size(); ++r) {
-      row_samplers[r]->record(ids[r]);
-      result.tokens.push_back({plan.chunks[sequence_of_row[r]].sequence_id, ids[r], std::nullopt});
-    }
-    return result;
+  const size_t num_rows = row_samplers.size();
+  // Rows whose logits must come to the host: processors the device lacks, logprobs, or a grammar mask.
+  std::vector<bool> on_host(num_rows);
+  size_t num_host_rows = 0;
+  bool device_rows_plain_greedy = true;
+  for (size_t r = 0; r < num_rows; ++r) {
+    const SequenceSampler& sampler = *row_samplers[r];
+    on_host[r] = !sampler.is_plain_greedy() && !(backend_.samples_on_device() && sampler.samples_on_device());
+    num_host_rows += on_host[r];
+    if (!on_host[r]) device_rows_plain_greedy = device_rows_plain_greedy && sampler.is_plain_greedy();
   }
-  const bool device_sampling = backend_.samples_on_device() &&
-                               std::all_of(row_samplers.begin(), row_samplers.end(),
-                                           [](const SequenceSampler* s) { return s->samples_on_device(); });
-  if (device_sampling) {
-    // Temperature / top-k / top-p on the device: the logits stay there, only the ids come back.
-    std::vector<RowSampling> rows;
-    rows.reserve(row_samplers.size());
-    for (SequenceSampler* sampler : row_samplers) rows.push_back(sampler->device_row());
-    const auto ids = backend_.to_host_i32(*backend_.sample(logits, rows));
-    for (size_t r = 0; r < ids.size(); ++r) {
-      row_samplers[r]->record(ids[r]);
-      result.tokens.push_back({plan.chunks[sequence_of_row[r]].sequence_id, ids[r], std::nullopt});
+  std::vector<int32_t> ids(num_rows, 0);
+  std::vector<std::optional<TokenLogprob>> logprobs(num_rows);
+  if (num_host_rows < num_rows) {
+    // Only the ids leave the device: an argmax when every such row is greedy, else the device's sampler (host
+    // rows ride along as greedy rows whose ids are dropped).
+    std::vector<int32_t> device_ids;
+    if (device_rows_plain_greedy) {
+      device_ids = backend_.to_host_i32(backend_.argmax(logits));
+    } else {
+      std::vector<RowSampling> rows(num_rows);
+      for (size_t r = 0; r < num_rows; ++r) {
+        if (on_host[r]) rows[r].temperature = 0.0f;
+        else rows[r] = row_samplers[r]->device_row();
+      }
+      device_ids = backend_.to_host_i32(*backend_.sample(logits, rows));
     }
-    return result;
+    for (size_t r = 0; r < num_rows; ++r) {
+      if (on_host[r]) continue;
+      ids[r] = device_ids[r];
+      row_samplers[r]->record(ids[r]);
+    }
   }
-  std::vector<float> host = backend_.to_host_f32(logits);
-  const size_t vocab = host.size() / row_samplers.size();
-  for (size_t r = 0; r < row_samplers.size(); ++r) {
-    auto outcome = row_samplers[r]->sample(std::span<float>(host.data() + r * vocab, vocab));
-    result.tokens.push_back({plan.chunks[sequence_of_row[r]].sequence_id, outcome.token_id, std::move(outcome.logprob)});
+  if (num_host_rows > 0) {
+    std::vector<float> host = backend_.to_host_f32(logits);
+    const size_t vocab = host.size() / num_rows;
+    for (size_t r = 0; r < num_rows; ++r) {
+      if (!on_host[r]) continue;
+      auto outcome = row_samplers[r]->sample(std::span<float>(host.data() + r * vocab, vocab));
+      ids[r] = outcome.token_id;
+      logprobs[r] = std::move(outcome.logprob);
+    }
+  }
+  for (size_t r = 0; r < num_rows; ++r) {
+    result.tokens.push_back({plan.chunks[sequence_of_row[r]].sequence_id, ids[r], std::move(logprobs[r])});
   }
   return result;
 }

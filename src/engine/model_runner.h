@@ -4,6 +4,7 @@
 // per-sequence sampling state; knows nothing of scheduling.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 #include <unordered_map>
 
@@ -23,6 +24,11 @@ class ModelRunner {
 
   StepResult execute(const StepPlan& plan);
   const KvCache& kv_cache() const { return cache_; }
+  // Whole blocks of the cache as host bytes and back (Backend::export_kv_blocks / import_kv_blocks).
+  std::vector<uint8_t> export_kv_blocks(std::span<const int32_t> blocks) { return backend_.export_kv_blocks(cache_, blocks); }
+  void import_kv_blocks(std::span<const int32_t> blocks, std::span<const uint8_t> bytes) {
+    backend_.import_kv_blocks(cache_, blocks, bytes);
+  }
   // Records the decode step of every batch-size bucket now (at start), so no step pays for a recording later.
   // Returns the number of buckets recorded (0 where the backend does not record).
   int record_decode_steps();

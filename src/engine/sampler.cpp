@@ -80,7 +80,11 @@ TokenLogprob log_softmax_entry(std::span<const float> logits, int32_t token_id, 
     const auto k = std::min<size_t>(num_top, ids.size());
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
                       [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    for (size_t i = 0; i < k; ++i) entry.top.emplace_back(ids[i], logprob_of(ids[i]));
+    for (size_t i = 0; i < k; ++i) {
+      // Tokens a grammar masked out have no probability to report.
+      if (std::isinf(logits[ids[i]])) break;
+      entry.top.emplace_back(ids[i], logprob_of(ids[i]));
+    }
   }
   return entry;
 }
@@ -112,15 +116,20 @@ SequenceSampler::SequenceSampler(SamplingParams params, uint64_t seed, std::span
     std::sort(prompt_token_ids_.begin(), prompt_token_ids_.end());
     prompt_token_ids_.erase(std::unique(prompt_token_ids_.begin(), prompt_token_ids_.end()), prompt_token_ids_.end());
   }
+  if (params_.constraint) {
+    // No rollback: outputs only grow (a preempted sequence keeps its sampler and recomputes only its KV).
+    matcher_ = std::make_unique<grammar::GrammarMatcher>(params_.constraint, 0);
+    mask_.resize(params_.constraint->vocabulary().bitmask_words());
+  }
 }
 
 bool SequenceSampler::is_plain_greedy() const {
-  return params_.is_greedy() && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
+  return params_.is_greedy() && !matcher_ && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
          params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f && !params_.logprobs;
 }
 
 bool SequenceSampler::samples_on_device() const {
-  return params_.logit_bias.empty() && params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+  return !matcher_ && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
          params_.presence_penalty == 0.0f && params_.min_p == 0.0f && !params_.logprobs;
 }
 
@@ -136,7 +145,51 @@ RowSampling SequenceSampler::device_row() {
   return row;
 }
 
-void SequenceSampler::record(int32_t token_id) { ++output_counts_[token_id]; }
+void SequenceSampler::record(int32_t token_id) {
+  ++output_counts_[token_id];
+  if (!matcher_) return;
+  mask_ready_ = false;
+  // Once the grammar has ended only EOS is allowed (see prepare_mask), and repeating it changes nothing.
+  if (matcher_->is_terminated() && params_.constraint->vocabulary().is_eos(token_id)) return;
+  if (!matcher_->accept_token(token_id)) {
+    fail("sampler: token {} is not allowed by the request's grammar here", token_id);
+  }
+}
+
+void SequenceSampler::prepare_mask() {
+  if (!matcher_ || mask_ready_) return;
+  const grammar::TokenVocabulary& vocabulary = params_.constraint->vocabulary();
+  const auto allow_only_eos = [&] {
+    std::fill(mask_.begin(), mask_.end(), 0u);
+    for (int32_t id : vocabulary.eos_ids()) mask_[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+  };
+  if (matcher_->is_terminated()) {
+    // Only with ignore_eos does a sequence outlive its grammar's end: it may repeat EOS, nothing else.
+    allow_only_eos();
+  } else {
+    matcher_->fill_next_token_bitmask(mask_);
+    // A grammar that needs bytes no token spells is stuck: ending the output beats emitting text it forbids.
+    if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t word) { return word == 0; })) allow_only_eos();
+  }
+  mask_ready_ = true;
+}
+
+void SequenceSampler::apply_mask(std::span<float> logits) {
+  prepare_mask();
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const size_t num_masked_ids = std::min(logits.size(), mask_.size() * 32);
+  for (size_t word = 0; word * 32 < num_masked_ids; ++word) {
+    const uint32_t bits = mask_[word];
+    if (bits == UINT32_MAX) continue;
+    const size_t end = std::min(num_masked_ids, word * 32 + 32);
+    for (size_t id = word * 32; id < end; ++id) {
+      if (!((bits >> (id % 32)) & 1u)) logits[id] = kMasked;
+    }
+  }
+  // Ids past the grammar's vocabulary (the model's padding rows) are never allowed; nor are ids that the mask
+  // words cover but the vocabulary does not have (their bits are zero).
+  for (size_t id = num_masked_ids; id < logits.size(); ++id) logits[id] = kMasked;
+}
 
 void SequenceSampler::apply_penalties(std::span<float> logits) const {
   const int32_t vocab = static_cast<int32_t>(logits.size());
@@ -174,11 +227,16 @@ int32_t SequenceSampler::draw(std::span<const float> scaled_logits) {
     cumulative += c.weights[i];
     if (target < cumulative) return c.ids[i];
   }
+  // Rounding left the target at the total: the last candidate with any weight (masked tokens have none).
+  for (size_t i = c.ids.size(); i-- > 0;) {
+    if (c.weights[i] > 0) return c.ids[i];
+  }
   return c.ids.back();
 }
 
 SampleOutcome SequenceSampler::sample(std::span<float> logits) {
   if (logits.empty()) fail("sampler: empty logits row");
+  if (matcher_) apply_mask(logits);
   apply_penalties(logits);
   SampleOutcome outcome;
   if (params_.is_greedy()) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "grammar/compiled_grammar.h"
 
 namespace tern {
 
@@ -23,6 +24,14 @@ void SamplingParams::validate(int64_t vocab_size) const {
   if (n < 1) fail("sampling: n {} must be >= 1", n);
   if (logprobs && (*logprobs < 0 || *logprobs > vocab_size)) {
     fail("sampling: logprobs {} must be in [0, {}]", *logprobs, vocab_size);
+  }
+  if (constraint) {
+    const auto& vocabulary = constraint->vocabulary();
+    if (static_cast<int64_t>(vocabulary.size()) > vocab_size) {
+      fail("sampling: the constraint's grammar was compiled for a vocabulary of {} tokens, larger than the model's {}",
+           vocabulary.size(), vocab_size);
+    }
+    if (vocabulary.eos_ids().empty()) fail("sampling: the constraint's vocabulary has no EOS token to end on");
   }
 }
 

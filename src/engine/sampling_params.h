@@ -1,10 +1,15 @@
 #pragma once
 // How a request turns logits into tokens, and when it stops. Plain data; validate() names the first bad field.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace tern::grammar {
+class CompiledGrammar;
+}
 
 namespace tern {
 
@@ -22,6 +27,10 @@ struct SamplingParams {
   // Log-probabilities of the processed logits (penalties, bias and temperature applied, before top-k/p/min-p):
   // nullopt for none, k >= 0 for the sampled token's plus the k most likely.
   std::optional<int32_t> logprobs;
+  // Structured output: every sequence's output must match this grammar (compiled against the model's vocabulary,
+  // e.g. through a GrammarCache). The mask of allowed tokens is applied before every other processor, EOS is
+  // allowed only where the grammar may end, and only EOS once it is complete.
+  std::shared_ptr<const grammar::CompiledGrammar> constraint;
 
   bool is_greedy() const { return temperature == 0.0f; }
   void validate(int64_t vocab_size) const;

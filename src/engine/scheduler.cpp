@@ -166,6 +166,7 @@ void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens
   ScheduledChunk chunk;
   chunk.sequence_id = seq.id;
   chunk.num_cached_tokens = seq.num_computed_tokens;
+  chunk.num_prompt_tokens = seq.num_prompt_tokens;
   chunk.token_ids.assign(seq.token_ids.begin() + seq.num_computed_tokens,
                          seq.token_ids.begin() + seq.num_computed_tokens + num_new_tokens);
   chunk.block_table = seq.blocks.blocks;

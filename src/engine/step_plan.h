@@ -17,6 +17,7 @@ struct ScheduledChunk {
   std::vector<int32_t> token_ids;     // the tokens computed this step
   std::vector<int32_t> block_table;   // blocks covering cached + new tokens
   bool sample = false;                // the chunk reaches the end of the sequence: sample its next token
+  int32_t num_prompt_tokens = 0;      // the sequence's prompt length (some models' outputs depend on it)
 };
 
 // A sequence the runner has not seen: what its sampler needs.

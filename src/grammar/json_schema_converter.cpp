@@ -19,11 +19,15 @@
 namespace tern::grammar {
 namespace {
 
-using nlohmann::json;
+// Ordered: object properties are generated in the schema's order, as OpenAI's structured outputs write them.
+using json = nlohmann::ordered_json;
 
 // Shared JSON building blocks; a rule is emitted only when used.
 const std::vector<std::pair<std::string, std::string>> kPrimitives = {
-    {"ws", R"([ \t\n\r]*)"},
+    // At most one whitespace character between tokens (vLLM's disable_any_whitespace, xgrammar's compact JSON): a
+    // model that favours whitespace (a random one does) cannot stall an output in it forever, and every extra
+    // whitespace byte would be an automaton node of its own.
+    {"ws", R"([ \t\n]?)"},
     // Raw characters except '"', '\' and controls; escapes except lone surrogates (\uD800-\uDFFF), which would make
     // string lengths ambiguous.
     {"json-char",
@@ -52,6 +56,8 @@ const std::map<std::string, std::string> kFormatRegexes = {
     {"email", R"([a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)"},
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
     {"ipv4", R"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))"},
+    // Absolute URIs (RFC 3986) spelled with unreserved characters only, a subset every validator accepts.
+    {"uri", R"([a-zA-Z][a-zA-Z0-9+.-]*:(?://[a-zA-Z0-9._~-]+(?::[0-9]{1,5})?)?(?:/[a-zA-Z0-9._~-]*)*(?:\?[a-zA-Z0-9._~=&-]*)?(?:#[a-zA-Z0-9._~-]*)?)"},
 };
 
 // An EBNF "..." literal for arbitrary UTF-8 text.
@@ -397,7 +403,7 @@ class SchemaConverter {
       } else if (kFormatRegexes.count(format)) {
         regex = kFormatRegexes.at(format);
       }
-      // Other formats (uri, hostname, ...) are annotations here: any string.
+      // Other formats (hostname, ...) are annotations here: any string.
       if (!regex.empty()) {
         if (has_length) error(path, "'format' together with 'minLength'/'maxLength' is not supported");
         return rule(format, "\"\\\"\" " + regex_ebnf(regex, path + "/format") + " \"\\\"\"");
@@ -572,7 +578,9 @@ class SchemaConverter {
 
 }  // namespace
 
-std::string json_schema_to_ebnf(const nlohmann::json& schema) {
+std::string json_schema_to_ebnf(const nlohmann::json& schema) { return json_schema_to_ebnf(json(schema)); }
+
+std::string json_schema_to_ebnf(const nlohmann::ordered_json& schema) {
   try {
     return SchemaConverter(schema).convert();
   } catch (const nlohmann::json::exception& e) {
@@ -582,9 +590,9 @@ std::string json_schema_to_ebnf(const nlohmann::json& schema) {
 }
 
 std::string json_schema_to_ebnf(std::string_view schema_json) {
-  nlohmann::json schema;
+  json schema;
   try {
-    schema = nlohmann::json::parse(schema_json);
+    schema = json::parse(schema_json);
   } catch (const nlohmann::json::parse_error& e) {
     fail("invalid JSON schema: not valid JSON at byte {}: {}", e.byte, e.what());
   }

@@ -1,6 +1,9 @@
 #include "grammar/token_mask_cache.h"
 
+#include <algorithm>
 #include <atomic>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "grammar/token_prefix_walker.h"
@@ -8,10 +11,47 @@
 namespace tern::grammar {
 namespace {
 
+// Steps tokens through the plain-DFA part of a rule with single node transitions: while every node reached has no
+// call edges and is not accepting (so no path can leave the rule or enter another), the state after each byte is
+// one node, not a set of stacks. Most tokens of most nodes (string contents, numbers, keys) never leave that part;
+// the others return nullopt and go to the general walker. `path[d]` is the node after the first d bytes of the
+// previous token, for the first `path_len` + 1 entries.
+class DfaTokenWalker {
+ public:
+  DfaTokenWalker(const PushdownAutomaton& pda, uint32_t start) : pda_(pda), path_{start} {}
+
+  std::optional<TokenMatch> match(const std::string& token) {
+    size_t depth = 0;
+    if (previous_ != nullptr) {
+      const size_t limit = std::min({path_len_, token.size(), previous_->size()});
+      while (depth < limit && (*previous_)[depth] == token[depth]) ++depth;
+    }
+    previous_ = &token;
+    path_.resize(std::max(path_.size(), token.size() + 1));
+    for (; depth < token.size(); ++depth) {
+      const uint32_t next = pda_.next(path_[depth], static_cast<uint8_t>(token[depth]));
+      path_len_ = depth;
+      if (next == kNoNode) return TokenMatch{false, depth + 1, false};
+      const PdaNode& node = pda_.nodes[next];
+      if (node.accepting || node.num_call_edges != 0) return std::nullopt;
+      path_[depth + 1] = next;
+    }
+    path_len_ = token.size();
+    return TokenMatch{true, 0, false};
+  }
+
+ private:
+  const PushdownAutomaton& pda_;
+  std::vector<uint32_t> path_;
+  size_t path_len_ = 0;
+  const std::string* previous_ = nullptr;  // a vocabulary entry, which outlives the walker
+};
+
 NodeTokenMask classify_node(const PushdownAutomaton& pda, const TokenVocabulary& vocabulary, uint32_t node,
                             TokenPrefixWalker& walker) {
   FramePool pool;
   walker.reset({{node, kOpenFrame}});
+  DfaTokenWalker dfa_walker(pda, node);
   std::vector<int32_t> accepted;
   NodeTokenMask mask;
   const PdaNode& n = pda.nodes[node];
@@ -19,7 +59,9 @@ NodeTokenMask classify_node(const PushdownAutomaton& pda, const TokenVocabulary&
     const ByteEdge& edge = pda.byte_edges[n.first_byte_edge + e];
     size_t end = vocabulary.first_byte_begin(edge.hi + 1u);
     for (size_t i = vocabulary.first_byte_begin(edge.lo); i < end;) {
-      TokenMatch m = walker.match(pool, vocabulary.sorted_bytes(i));
+      const std::string& token = vocabulary.sorted_bytes(i);
+      std::optional<TokenMatch> fast = dfa_walker.match(token);
+      TokenMatch m = fast ? *fast : walker.match(pool, token);
       if (m.accepted) {
         accepted.push_back(vocabulary.sorted_id(i));
         ++i;

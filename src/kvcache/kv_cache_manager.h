@@ -29,7 +29,10 @@ struct PrefixCacheStats {
 
 class KvCacheManager {
  public:
-  KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache);
+  // Only whole blocks within a sequence's first `max_shared_prefix_tokens` tokens are cached and matched (0: no
+  // limit), for models whose later cache contents depend on more than the tokens (KvLayerSpec).
+  KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache,
+                 int64_t max_shared_prefix_tokens = 0);
 
   int32_t block_size() const { return block_size_; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
@@ -44,6 +47,13 @@ class KvCacheManager {
   // Gives a sequence that holds no blocks the longest cached prefix of `tokens`, in whole blocks, always leaving
   // at least one token to compute (its logits are needed). Returns the number of cached tokens.
   int32_t match_prefix(SequenceBlocks& seq, std::span<const int32_t> tokens);
+  // For KV computed by another engine (prefill/decode disaggregation): makes blocks [first_block, first_block +
+  // num_blocks) of `tokens` cached, allocating and inserting into the prefix cache those not cached yet. Returns one
+  // entry per block of that range, in order: the block id the caller must fill with the block's KV (before anything
+  // else allocates), or -1 when the block was cached already; fewer entries when the pool runs dry. Returns nothing
+  // when prefix caching is off or a block before `first_block` is not cached (its KV never arrived or was evicted),
+  // so no cached path ever has a hole.
+  std::vector<int32_t> import_prefix(std::span<const int32_t> tokens, int32_t first_block, int32_t num_blocks);
   // Counts one admitted request's prefix lookup in the hit statistics (a request that waits and matches again
   // is counted once, when it is admitted).
   void record_prefix_query(int64_t num_query_tokens, int64_t num_hit_tokens);
@@ -64,6 +74,7 @@ class KvCacheManager {
 
   int32_t block_size_;
   BlockPool pool_;
+  int32_t max_shared_blocks_;  // whole blocks of a sequence that the prefix cache may hold and match
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
   PrefixCacheStats stats_;
 };

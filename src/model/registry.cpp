@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/arch/deepseek_v3.h"
+#include "model/arch/deepseek_v4/deepseek_v4.h"
 #include "model/arch/llama_family.h"
 #include "model/arch/sparse_moe_family.h"
 #include "model/checkpoint.h"
@@ -18,6 +19,7 @@ using ModelFactory = std::function<std::unique_ptr<Model>(const ModelConfig&, co
 const std::map<std::string, ModelFactory>& registry() {
   static const std::map<std::string, ModelFactory> factories = {
       {"DeepseekV3ForCausalLM", make_deepseek_v3_model},
+      {"DeepseekV4ForCausalLM", make_deepseek_v4_model},
       {"GptOssForCausalLM", make_sparse_moe_family_model},
       {"LlamaForCausalLM", make_llama_family_model},
       {"MistralForCausalLM", make_llama_family_model},

@@ -1,5 +1,7 @@
 #include "server/chat_request.h"
 
+#include <algorithm>
+
 #include "server/api_error.h"
 
 namespace tern::server {
@@ -96,19 +98,43 @@ Json parse_tools(const RequestFields& fields) {
   return tools->empty() ? Json(nullptr) : *tools;
 }
 
-// Whether the model's tool calls are parsed out of its text. Forcing a call ("required" or a named function)
-// needs constrained decoding, which the engine does not offer yet: refused rather than silently not enforced.
-bool parse_tool_choice(const RequestFields& fields, bool has_tools) {
+struct ToolChoice {
+  bool parse_tool_calls = false;  // the model's tool calls are parsed out of its text
+  bool force = false;             // the output must be tool calls ("required" or a named function)
+  std::optional<std::string> function;
+};
+
+ToolChoice parse_tool_choice(const RequestFields& fields, const Json& tools) {
+  const bool has_tools = !tools.is_null();
   const Json* choice = fields.find("tool_choice");
-  if (!choice) return has_tools;
+  if (!choice) return {has_tools};
   if (choice->is_string()) {
     const auto value = choice->get<std::string>();
-    if (value == "none") return false;
-    if (value == "auto") return has_tools;
-    if (value == "required") fail_param("tool_choice", "'tool_choice' \"required\" is not supported (needs constrained decoding)");
+    if (value == "none") return {};
+    if (value == "auto") return {has_tools};
+    if (value == "required") {
+      if (!has_tools) fail_param("tool_choice", "'tool_choice' \"required\" needs 'tools'");
+      return {true, true, std::nullopt};
+    }
     fail_param("tool_choice", "'tool_choice' is '{}'; expected none, auto, required or a function", value);
   }
-  if (choice->is_object()) fail_param("tool_choice", "'tool_choice' naming a function is not supported (needs constrained decoding)");
+  if (choice->is_object()) {
+    RequestFields choice_fields(*choice, "tool_choice.");
+    if (choice_fields.string("type").value_or("function") != "function") {
+      fail_param("tool_choice.type", "'tool_choice.type' must be \"function\"");
+    }
+    const Json* function = choice_fields.find("function");
+    if (!function) fail_param("tool_choice.function", "'tool_choice.function' is required");
+    RequestFields function_fields(*function, "tool_choice.function.");
+    const auto name = function_fields.string("name");
+    if (!name) fail_param("tool_choice.function.name", "'tool_choice.function.name' is required");
+    if (!has_tools) fail_param("tool_choice", "'tool_choice' names the function '{}', but no 'tools' were given", *name);
+    const bool known = std::any_of(tools.begin(), tools.end(), [&](const Json& tool) {
+      return tool.at("function").at("name").get<std::string>() == *name;
+    });
+    if (!known) fail_param("tool_choice.function.name", "'tool_choice' names the function '{}', which is not in 'tools'", *name);
+    return {true, true, *name};
+  }
   fail_param("tool_choice", "'tool_choice' must be a string or an object, got {}", json_type_name(*choice));
 }
 
@@ -120,7 +146,15 @@ ChatRequest ChatRequest::parse(const Json& body) {
   request.options = parse_generation_options(fields, Endpoint::kChatCompletions);
   request.messages = parse_messages(fields);
   request.tools = parse_tools(fields);
-  request.parse_tool_calls = parse_tool_choice(fields, !request.tools.is_null());
+  const ToolChoice tool_choice = parse_tool_choice(fields, request.tools);
+  request.parse_tool_calls = tool_choice.parse_tool_calls;
+  request.force_tool_call = tool_choice.force;
+  request.forced_function = tool_choice.function;
+  request.constraint = parse_output_constraint(fields);
+  if (request.force_tool_call && request.constraint) {
+    fail_param(request.constraint->param, "'tool_choice' forcing a tool call cannot be combined with '{}'",
+               request.constraint->param);
+  }
   const bool logprobs = fields.boolean("logprobs").value_or(false);
   const auto top_logprobs = fields.integer("top_logprobs", 0, kMaxTopLogprobs);
   if (top_logprobs && !logprobs) fail_param("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
@@ -132,14 +166,6 @@ ChatRequest ChatRequest::parse(const Json& body) {
       fail_param("chat_template_kwargs", "'chat_template_kwargs' must be an object, got {}", json_type_name(*kwargs));
     }
     request.template_kwargs = *kwargs;
-  }
-  if (const Json* format = fields.find("response_format")) {
-    RequestFields format_fields(*format, "response_format.");
-    const auto type = format_fields.string("type");
-    if (type != "text") {
-      fail_param("response_format", "'response_format' type '{}' is not supported (needs constrained decoding)",
-                 type.value_or("null"));
-    }
   }
   return request;
 }

@@ -5,6 +5,7 @@
 
 #include "chat/chat_template.h"
 #include "server/generation_options.h"
+#include "server/structured_output.h"
 
 namespace tern::server {
 
@@ -13,6 +14,10 @@ struct ChatRequest {
   Json messages = Json::array();  // content parts joined into strings; tool-call arguments parsed into objects
   Json tools;                     // null: none
   bool parse_tool_calls = false;  // tools were given and tool_choice lets the model call them
+  // tool_choice "required" (force_tool_call, no name) or naming a function: the output is constrained to calls.
+  bool force_tool_call = false;
+  std::optional<std::string> forced_function;
+  std::optional<OutputConstraint> constraint;  // response_format, guided_*, structured_outputs
   std::optional<int32_t> top_logprobs;  // nullopt: no logprobs; else the sampled token's plus this many
   bool add_generation_prompt = true;
   Json template_kwargs = Json::object();  // chat_template_kwargs (enable_thinking, ...)

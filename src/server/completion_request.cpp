@@ -59,6 +59,7 @@ CompletionRequest CompletionRequest::parse(const Json& body) {
   request.options = parse_generation_options(fields, Endpoint::kCompletions);
   request.prompts = parse_prompts(fields);
   request.echo = fields.boolean("echo").value_or(false);
+  request.constraint = parse_output_constraint(fields);
   if (auto value = fields.integer("logprobs", 0, kMaxLogprobs)) request.logprobs = static_cast<int32_t>(*value);
   request.options.sampling.logprobs = request.logprobs;
   if (request.echo && request.logprobs) {

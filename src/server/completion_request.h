@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "server/generation_options.h"
+#include "server/structured_output.h"
 
 namespace tern::server {
 
@@ -20,6 +21,7 @@ struct CompletionRequest {
   std::vector<PromptInput> prompts;  // one engine request each; choice index = prompt index * n + sequence index
   bool echo = false;                 // put the prompt text before each choice's text
   std::optional<int32_t> logprobs;   // the sampled token's logprob plus this many alternatives
+  std::optional<OutputConstraint> constraint;  // response_format, guided_*, structured_outputs
 
   // `prompt` may be a string, a list of strings, a list of token ids or a list of token-id lists.
   // Throws a 400 ApiError naming the bad field.

@@ -14,8 +14,14 @@ namespace tern::server {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
+namespace {
+
+constexpr auto kCloseTimeout = std::chrono::seconds(2);
+
+}  // namespace
+
 HttpServer::HttpServer(HttpServerConfig config, OpenAiApi& api, ServerMetrics& metrics)
-    : config_(std::move(config)), api_(api), metrics_(metrics), acceptor_(io_), signals_(io_, SIGINT, SIGTERM),
+    : config_(std::move(config)), api_(api), metrics_(metrics), acceptor_(net::make_strand(io_)), signals_(io_, SIGINT, SIGTERM),
       workers_(static_cast<size_t>(std::max(1, config_.num_worker_threads))) {
   boost::system::error_code ec;
   const auto address = net::ip::make_address(config_.host, ec);
@@ -74,10 +80,19 @@ void HttpServer::begin_shutdown() {
     shutdown_requested_ = true;
   }
   changed_.notify_all();
-  net::post(io_, [this] {
-    boost::system::error_code ec;
-    acceptor_.close(ec);
+  net::post(acceptor_.get_executor(), [this] {
+    if (!acceptor_.is_open()) return;
     for (const auto& session : live_sessions()) session->close_if_idle();
+    // Connections the kernel completed but we have not accepted yet would be reset by the close: take them, so
+    // that their requests get an answer (503) and their clients a clean close.
+    boost::system::error_code ec;
+    acceptor_.non_blocking(true, ec);
+    while (!ec) {
+      tcp::socket socket(net::make_strand(io_));
+      acceptor_.accept(socket, ec);
+      if (!ec) std::make_shared<HttpSession>(std::move(socket), *this)->start();
+    }
+    acceptor_.close(ec);
   });
 }
 
@@ -96,6 +111,10 @@ void HttpServer::drain(std::chrono::milliseconds timeout) {
     }
   }
   for (const auto& session : live_sessions()) session->abort();
+  // Closing a connection completes its pending operations, whose handlers hold the session: wait for them to run,
+  // so that stop() does not drop sockets mid-close.
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, kCloseTimeout, [&] { return sessions_.empty(); });
 }
 
 void HttpServer::stop() {
@@ -111,8 +130,11 @@ void HttpServer::add_session(const std::shared_ptr<HttpSession>& session) {
 }
 
 void HttpServer::remove_session(const HttpSession* session) {
-  std::lock_guard lock(mutex_);
-  sessions_.erase(session);
+  {
+    std::lock_guard lock(mutex_);
+    sessions_.erase(session);
+  }
+  changed_.notify_all();
 }
 
 std::vector<std::shared_ptr<HttpSession>> HttpServer::live_sessions() {

@@ -47,12 +47,13 @@ class HttpServer {
   uint16_t port() const { return port_; }
   // Starts the I/O and worker threads and the accept loop; SIGINT and SIGTERM call begin_shutdown().
   void start();
-  // Stops accepting and closes idle connections; in-flight exchanges continue. Thread-safe; a second call
-  // (e.g. a second Ctrl-C) also ends the wait in drain().
+  // Stops accepting and closes idle connections; in-flight exchanges continue, requests that arrive get 503.
+  // Thread-safe; a second call (e.g. a second Ctrl-C) also ends the wait in drain().
   void begin_shutdown();
   // Blocks until begin_shutdown() has been called.
   void wait_for_shutdown_request();
-  // Blocks until no exchange is in flight, the timeout passes or shutdown is forced; then drops what remains.
+  // Blocks until no exchange is in flight, the timeout passes or shutdown is forced; then closes every connection
+  // (cancelling what still runs) and waits briefly for the closes to complete.
   void drain(std::chrono::milliseconds timeout);
   // Stops the I/O threads and joins every thread. Engine callbacks may still post afterwards (harmlessly).
   void stop();

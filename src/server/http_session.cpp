@@ -71,7 +71,13 @@ void HttpSession::start() {
 
 void HttpSession::close_if_idle() {
   net::post(stream_.get_executor(), [self = shared_from_this()] {
-    if (!self->in_exchange_) self->close();
+    if (self->in_exchange_ || self->closed_ || self->lingering_) return;
+    // The pending head read goes on as the linger's read (see on_header): the client sees our FIN, not a reset.
+    self->lingering_ = true;
+    beast::error_code ec;
+    self->stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+    if (ec) return self->close();
+    self->stream_.expires_after(kLingerTime);
   });
 }
 
@@ -94,6 +100,11 @@ void HttpSession::read_header() {
 
 void HttpSession::on_header(beast::error_code ec) {
   if (closed_) return;
+  if (lingering_) {
+    if (ec) return close();
+    discard_.resize(64 * 1024);
+    return discard_until_eof();
+  }
   if (ec == beast::error::timeout || ec == http::error::end_of_stream || ec == net::error::eof ||
       ec == net::error::operation_aborted || ec == net::error::connection_reset) {
     close();
@@ -120,6 +131,11 @@ void HttpSession::on_header(beast::error_code ec) {
   }
   if (ec) {
     send_reply(HttpReply::error(ApiError(400, fmt::format("malformed HTTP request: {}", ec.message()))), true);
+    return;
+  }
+  if (server_.draining()) {
+    send_reply(HttpReply::error(ApiError(503, "the server is shutting down", std::nullopt, "server_shutting_down")),
+               true);
     return;
   }
   if (beast::iequals(head[http::field::expect], "100-continue")) {
@@ -204,11 +220,12 @@ void HttpSession::send_reply(HttpReply reply, bool close_after) {
 
 void HttpSession::on_reply_written(beast::error_code ec, bool close_after) {
   reply_.reset();
-  log_exchange();
-  end_exchange();
-  if (ec) return close();
-  if (close_after) return linger_and_close();
-  next_request();
+  if (ec) {
+    log_exchange();
+    end_exchange();
+    return close();
+  }
+  finish_exchange(close_after);
 }
 
 void HttpSession::start_generation(PreparedGeneration generation) {
@@ -365,10 +382,7 @@ void HttpSession::on_stream_written(beast::error_code ec) {
     return;
   }
   stream_complete_ = false;
-  log_exchange();
-  end_exchange();
-  if (!keep_alive_ || server_.draining()) return linger_and_close();
-  next_request();
+  finish_exchange(!keep_alive_);
 }
 
 // Tells clients how long an idle connection stays open, so that they stop reusing it before we close it.
@@ -378,12 +392,12 @@ std::string HttpSession::keep_alive_hint() const {
 }
 
 void HttpSession::begin_exchange() {
-  if (in_exchange_) return;
-  in_exchange_ = true;
   received_at_ = Clock::now();
   status_ = 0;
   was_generation_ = false;
   usage_ = {};
+  if (in_exchange_) return;  // a pipelined request, counted as in flight since the previous response
+  in_exchange_ = true;
   server_.exchange_started();
 }
 
@@ -425,14 +439,24 @@ void HttpSession::log_exchange() {
   }
 }
 
-void HttpSession::next_request() {
+void HttpSession::finish_exchange(bool close_after) {
+  log_exchange();
+  if (close_after) {
+    end_exchange();
+    return linger_and_close();
+  }
+  // A pipelined request already received stays counted as in flight, so that a drain waits for its answer (a 503
+  // if the drain has begun) instead of cutting the connection under it.
+  const bool pipelined = buffer_.size() > 0;
+  if (!pipelined) end_exchange();
   if (closed_) return;
-  if (server_.draining()) return close();
+  if (server_.draining() && !pipelined) return linger_and_close();
   read_header();
 }
 
 void HttpSession::linger_and_close() {
-  if (closed_) return;
+  if (closed_ || lingering_) return;
+  lingering_ = true;
   beast::error_code ec;
   stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
   if (ec) return close();

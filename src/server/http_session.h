@@ -55,7 +55,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void begin_exchange();
   void end_exchange();
   void log_exchange();
-  void next_request();
+  // After a response: the next request on this connection, or a graceful close.
+  void finish_exchange(bool close_after);
   // Half-closes and discards what the client still sends for a moment, so it reads our reply before a reset.
   void linger_and_close();
   void discard_until_eof();
@@ -66,6 +67,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<Parser> parser_;
   HttpServer& server_;
   bool closed_ = false;
+  bool lingering_ = false;  // our side is shut; reading only to discard until the client closes
 
   // The exchange in progress.
   bool in_exchange_ = false;

@@ -101,8 +101,12 @@ ApiResult OpenAiApi::route(const ApiRequest& request, ServingModel* model) const
   if (path == "/v1/models") return models(*model);
   if (path == "/tokenize") return tokenize(request, *model);
   if (path == "/detokenize") return detokenize(request, *model);
-  if (path == "/v1/completions") return completions(request, *model);
-  return chat_completions(request, *model);
+  PreparedGeneration generation =
+      path == "/v1/completions" ? completions(request, *model) : chat_completions(request, *model);
+  if (generation_hook_) {
+    if (auto answered = generation_hook_(request, generation)) return std::move(*answered);
+  }
+  return generation;
 }
 
 void OpenAiApi::check_api_key(const ApiRequest& request) const {
@@ -226,6 +230,10 @@ PreparedGeneration OpenAiApi::completions(const ApiRequest& request, ServingMode
     if (parsed.echo) echo_texts.push_back(prompt.text ? *prompt.text : tokenizer.decode(prompt.token_ids, false));
     generation.requests.push_back({prompt.token_ids, parsed.options.sampling, parsed.options.stop});
   }
+  if (parsed.constraint) {
+    const auto constraint = compile_constraint(model.grammars(), *parsed.constraint);
+    for (auto& engine_request : generation.requests) engine_request.sampling.constraint = constraint;
+  }
   generation.response = std::make_unique<CompletionResponse>(
       response_context("cmpl-", request, parsed.options, parsed.prompts.size()),
       std::move(echo_texts), parsed.logprobs.has_value(), tokenizer);
@@ -233,13 +241,19 @@ PreparedGeneration OpenAiApi::completions(const ApiRequest& request, ServingMode
 }
 
 PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, ServingModel& model) const {
-  const ChatRequest parsed = ChatRequest::parse(parse_request_body(request.body));
+  ChatRequest parsed = ChatRequest::parse(parse_request_body(request.body));
   check_model_name(parsed.options.model);
   const std::string prompt = render_chat(model.chat_template(), parsed);
   std::vector<int32_t> ids = encode_prompt(model, prompt, /*add_special_tokens=*/false, "messages");
   check_length(ids.size(), parsed.options.stop.max_tokens, model.max_model_len(), "messages");
   chat::ChatOutputOptions parser_options = chat::ChatOutputOptions::for_template(model.chat_template()->source(), prompt);
   if (!parsed.parse_tool_calls) parser_options.tool_call_format = chat::ToolCallFormat::kNone;
+  if (parsed.force_tool_call) {
+    parsed.constraint = tool_call_constraint(parsed.tools, parsed.forced_function, parser_options.tool_call_format);
+  }
+  if (parsed.constraint) {
+    parsed.options.sampling.constraint = compile_constraint(model.grammars(), *parsed.constraint);
+  }
 
   PreparedGeneration generation;
   generation.engine = &model.engine();

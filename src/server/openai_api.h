@@ -3,6 +3,7 @@
 // or, for the generation endpoints, with the engine requests to submit and the response builder to feed.
 // Tokenization and chat-template rendering happen here, so callers run handle() off the I/O threads.
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,10 @@ struct PreparedGeneration {
 
 using ApiResult = std::variant<HttpReply, PreparedGeneration>;
 
+// Sees each prepared generation before the connection gets it and may answer in its place (nullopt: serve as
+// usual). Prefill/decode disaggregation's prefill role uses it (src/disagg).
+using GenerationHook = std::function<std::optional<ApiResult>(const ApiRequest&, PreparedGeneration&)>;
+
 class OpenAiApi {
  public:
   OpenAiApi(ApiConfig config, ServerMetrics& metrics);
@@ -49,6 +54,8 @@ class OpenAiApi {
   // The model is loaded: generation endpoints and /health start answering. `model` outlives the API's use.
   void set_model(ServingModel* model) { model_.store(model); }
   bool ready() const { return model_.load() != nullptr; }
+  // Set before set_model (requests read it without a lock).
+  void set_generation_hook(GenerationHook hook) { generation_hook_ = std::move(hook); }
 
   // Never throws: every failure becomes an error reply in OpenAI's shape.
   ApiResult handle(const ApiRequest& request) const;
@@ -75,6 +82,7 @@ class OpenAiApi {
   ApiConfig config_;
   ServerMetrics& metrics_;
   std::atomic<ServingModel*> model_{nullptr};
+  GenerationHook generation_hook_;
   int64_t created_;  // reported as the model's creation time
 };
 

@@ -21,8 +21,10 @@ void serve(const ServeConfig& config) {
 
   // Declared after the server: destroyed first, so no engine callback outlives the connections it posts to.
   std::unique_ptr<ServingModel> model;
+  std::shared_ptr<void> attached;  // released before the model it uses
   try {
     model = ServingModel::load(config.model);
+    if (config.attach) attached = config.attach(api, *model);
   } catch (...) {
     server.begin_shutdown();
     server.drain(std::chrono::milliseconds(0));
@@ -38,6 +40,7 @@ void serve(const ServeConfig& config) {
   server.drain(config.drain_timeout);
   server.stop();
   api.set_model(nullptr);
+  attached.reset();
   model.reset();
   std::fprintf(stderr, "tern: stopped\n");
 }

@@ -2,10 +2,13 @@
 // `tern serve`: binds the port, loads the model while /health answers 503, serves the OpenAI-compatible API until
 // SIGINT or SIGTERM, then drains in-flight requests and returns.
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "server/http_server.h"
+#include "server/openai_api.h"
 #include "server/serving_model.h"
 
 namespace tern::server {
@@ -16,6 +19,9 @@ struct ServeConfig {
   std::string served_model_name;  // empty: the --model path as given (vLLM's default)
   std::optional<std::string> api_key;
   std::chrono::milliseconds drain_timeout{30'000};  // in-flight requests still running after this are cancelled
+  // Started once the model is loaded, before requests reach it; the handle it returns is released after the server
+  // drained (prefill/decode disaggregation's roles, src/disagg).
+  std::function<std::shared_ptr<void>(OpenAiApi&, ServingModel&)> attach;
 };
 
 // Returns when the server has drained after a signal. Throws tern::Error if the port cannot be bound or the

@@ -25,6 +25,22 @@ std::optional<chat::ChatTemplate> load_chat_template(const std::filesystem::path
   return chat::ChatTemplate::from_tokenizer_dir(dir);
 }
 
+// The vocabulary as the grammar engine sees it. A grammar ends on the EOS tokens the engine stops at (the model's),
+// so that an output the grammar completes is also one the engine finishes.
+std::shared_ptr<const grammar::TokenVocabulary> grammar_vocabulary(const Tokenizer& tokenizer,
+                                                                  const std::vector<int32_t>& model_eos_ids) {
+  std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (!tokenizer.is_special(id)) bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(id);
+  }
+  std::vector<int32_t> eos;
+  for (int32_t id : model_eos_ids) {
+    if (id >= 0 && id < tokenizer.vocab_size()) eos.push_back(id);
+  }
+  if (eos.empty() && tokenizer.eos_id()) eos.push_back(*tokenizer.eos_id());
+  return std::make_shared<const grammar::TokenVocabulary>(std::move(bytes), std::move(eos));
+}
+
 }  // namespace
 
 ServingModel::ServingModel(Tokenizer tokenizer, std::optional<chat::ChatTemplate> chat_template)
@@ -41,6 +57,8 @@ std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& confi
   }
   model->backend_ = make_backend(config.backend, config.num_threads);
   model->model_ = load_model(config.model_dir, *model->backend_);
+  model->grammars_ = std::make_unique<grammar::GrammarCache>(
+      grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids));
   model->engine_ = std::make_unique<Engine>(*model->model_, *model->backend_, config.engine,
                                             tokenizer_text_streams(model->tokenizer_));
   return model;

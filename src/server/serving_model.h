@@ -8,6 +8,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
+#include "grammar/grammar_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern::server {
@@ -27,6 +28,8 @@ class ServingModel {
 
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const chat::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+  // Structured-output grammars compiled against this model's vocabulary (thread-safe).
+  grammar::GrammarCache& grammars() const { return *grammars_; }
   Engine& engine() { return *engine_; }
   const Engine& engine() const { return *engine_; }
   int64_t max_model_len() const { return engine_->max_model_len(); }
@@ -42,6 +45,7 @@ class ServingModel {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   size_t max_token_bytes_ = 1;  // the longest token's bytes
+  std::unique_ptr<grammar::GrammarCache> grammars_;
   std::unique_ptr<Engine> engine_;  // last: stops before the model and backend go away
 };
 

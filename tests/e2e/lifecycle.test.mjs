@@ -2,15 +2,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { startServer, waitForHealth, metrics, waitFor, post } from './server.mjs';
+import { startServer, waitForHealth, metrics, waitFor, post, rawExchange } from './server.mjs';
 
 test('the port is bound before loading: /health is 503 until the model is loaded, then 200', async () => {
   const server = await startServer({ waitReady: false });
   try {
-    const first = await fetch(`${server.url}/health`);
-    assert.equal(first.status, 503, 'the first probe should find the model still loading');
-    const body = await first.json();
-    assert.equal(body.error.code, 'model_loading');
+    // A raw socket probes at once (fetch's first call spends tens of ms on its own set-up, a race with loading).
+    const first = await rawExchange(server.port, ['GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n']);
+    assert.match(first.text, /^HTTP\/1\.1 503 /, 'the first probe should find the model still loading');
+    assert.equal(JSON.parse(first.text.slice(first.text.indexOf('\r\n\r\n') + 4)).error.code, 'model_loading');
     const models = await fetch(`${server.url}/v1/models`);
     assert.ok(models.status === 503 || models.status === 200);
     await waitForHealth(server.url);
@@ -104,4 +104,47 @@ test('SIGINT on an idle server exits 0 at once', async () => {
   assert.equal(exit.code, 0, server.stderr);
   assert.ok(Date.now() - started < 5_000);
   socket.destroy();
+});
+
+test('one log line per request: its id, tokens and latency', async () => {
+  const server = await startServer();
+  try {
+    const response = await post(server.url, '/v1/completions', { prompt: 'hello', max_tokens: 3, ignore_eos: true },
+      { 'x-request-id': 'log-line-1' });
+    assert.equal(response.status, 200);
+    assert.equal(response.headers.get('x-request-id'), 'log-line-1');
+    const usage = (await response.json()).usage;
+    const line = new RegExp(`^tern: request log-line-1 POST /v1/completions 200 prompt_tokens=${usage.prompt_tokens} ` +
+      'cached_tokens=\\d+ completion_tokens=3 latency_ms=[\\d.]+ engine_ms=[\\d.]+ overhead_ms=[\\d.]+$', 'm');
+    await waitFor(() => line.test(server.stderr), 5_000, `a log line for log-line-1 in:\n${server.stderr}`);
+    assert.equal(server.stderr.split('\n').filter((l) => l.includes('log-line-1')).length, 1, server.stderr);
+    await fetch(`${server.url}/v1/models`, { headers: { 'x-request-id': 'log-line-2' } });
+    await waitFor(() => /^tern: request log-line-2 GET \/v1\/models 200 latency_ms=[\d.]+$/m.test(server.stderr), 5_000,
+      'a log line for log-line-2');
+  } finally {
+    assert.equal((await server.stop()).code, 0, server.stderr);
+  }
+});
+
+test('while draining, a request that arrives behind a running stream is refused with 503', async () => {
+  const server = await startServer();
+  const stream = JSON.stringify({ messages: [{ role: 'user', content: 'Go on.' }], max_tokens: 200, ignore_eos: true,
+    stream: true });
+  // Two pipelined requests on one connection: the second is read only once the stream has ended.
+  const exchange = rawExchange(server.port, [
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(stream)}\r\n\r\n${stream}` +
+    'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n',
+  ], { timeoutMs: 60_000 });
+  await waitFor(async () => (await metrics(server.url))['tern:num_requests_running'] === 1, 5_000, 'the stream to run');
+  server.proc.kill('SIGTERM');
+  const { text, how } = await exchange;
+  assert.equal(how, 'closed');
+  assert.match(text, /^HTTP\/1\.1 200 OK\r\n/);
+  assert.ok(text.includes('data: [DONE]\n\n'), 'the running stream should complete');
+  const second = text.slice(text.indexOf('\r\n0\r\n\r\n') + 7);
+  assert.match(second, /^HTTP\/1\.1 503 /);
+  assert.match(second, /connection: close/i);
+  assert.match(second, /shutting down/);
+  assert.equal((await server.exitPromise).code, 0, server.stderr);
 });

@@ -68,7 +68,7 @@ async function streamChat(url, promptIndex) {
 const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 
 async function main() {
-  const server = await startServer({ args: ['--disable-log-requests', '--max-num-seqs', '256', '--threads', '1'] });
+  const server = await startServer({ args: ['--disable-log-requests', '--max-num-seqs', '256'] });
   let failures = 0;
   try {
     // References: each prompt alone, not streamed.

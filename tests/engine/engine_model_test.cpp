@@ -137,7 +137,72 @@ TEST_P(EngineArch, APoolFarSmallerThanTheLoadPreemptsAndStillMatches) {
   }
 }
 
+// A second prompt sharing a 40-token prefix with the first, and a second turn of the first conversation, reuse
+// cached blocks and still give the tokens of a run alone. DeepSeek-V4 shares less (its indexer's ties depend on the
+// prompt past index_topk entries; KvLayerSpec::shareable_prefix_tokens) but must still hit.
+TEST_P(EngineArch, APrefixSharedWithAnEarlierRequestIsReusedAndGivesTheSameTokens) {
+  auto m = load(GetParam());
+  std::vector<int32_t> prefix(40);
+  std::mt19937 rng(9);
+  for (auto& t : prefix) t = static_cast<int32_t>(rng() % m.model->config().vocab_size);
+  auto first = prefix;
+  first.insert(first.end(), {1, 2, 3});
+  auto second = prefix;
+  second.insert(second.end(), {4, 5, 6, 7});
+  EngineCore core(*m.model, *m.backend, small_config(64));
+  core.add_request(1, greedy(first, 8));
+  auto results = drain(core);
+  core.add_request(2, greedy(second, 8));
+  auto second_results = drain(core);
+  EXPECT_GT(entry(second_results, 2, 0).usage.cached_tokens, 0);
+  EXPECT_EQ(entry(second_results, 2, 0).tokens, greedy_generate(*m.model, *m.backend, second, 8));
+
+  auto turn2 = first;
+  turn2.insert(turn2.end(), entry(results, 1, 0).tokens.begin(), entry(results, 1, 0).tokens.end());
+  turn2.insert(turn2.end(), {9, 10, 11, 12, 13});
+  core.add_request(3, greedy(turn2, 8));
+  auto third = drain(core);
+  EXPECT_GT(entry(third, 3, 0).usage.cached_tokens, 0);
+  EXPECT_EQ(entry(third, 3, 0).tokens, greedy_generate(*m.model, *m.backend, turn2, 8));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dense, EngineArch, ::testing::Values("llama", "llama3_rope", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Moe, EngineArch,
+                         ::testing::Values("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "deepseek_v4"));
+
+// The engine's KV bytes per token (what sizes the pool and is logged at start) against config.json, in float32
+// (the CPU backend's element): MLA caches kv_lora_rank + qk_rope_head_dim per layer, not heads x head dims.
+TEST(EngineKvBytes, MlaCachesTheLatentAndTheRopeKeyPerLayer) {
+  auto m = load("deepseek_v3");
+  const auto config = testing::read_json(fixtures_dir() / "models" / "deepseek_v3" / "config.json");
+  const int64_t latent = config["kv_lora_rank"].get<int64_t>() + config["qk_rope_head_dim"].get<int64_t>();
+  const int64_t expanded = 2 * config["num_attention_heads"].get<int64_t>() *
+                           (config["qk_nope_head_dim"].get<int64_t>() + config["qk_rope_head_dim"].get<int64_t>());
+  const int64_t layers = config["num_hidden_layers"].get<int64_t>();
+  const int64_t bytes = measure_kv_bytes_per_token(*m.backend, m.model->kv_layers(), 16);
+  EXPECT_EQ(bytes, layers * latent * 4);
+  EXPECT_LT(bytes, layers * expanded * 4);
+}
+
+TEST(EngineKvBytes, GqaCachesKeysAndValuesOfTheKvHeads) {
+  auto m = load("gpt_oss");
+  const auto config = testing::read_json(fixtures_dir() / "models" / "gpt_oss" / "config.json");
+  const int64_t per_layer = 2 * config["num_key_value_heads"].get<int64_t>() * config["head_dim"].get<int64_t>();
+  EXPECT_EQ(measure_kv_bytes_per_token(*m.backend, m.model->kv_layers(), 16),
+            config["num_hidden_layers"].get<int64_t>() * per_layer * 4);
+}
+
+// DeepSeek-V4 also caches its compressors' per-token state: the measure must count it (deepseek_v4_test.cpp checks
+// the layer specs themselves against the config).
+TEST(EngineKvBytes, DeepseekV4CountsTheCompressorStates) {
+  auto m = load("deepseek_v4");
+  const auto layers = m.model->kv_layers();
+  int64_t keys_only = 0;
+  for (const auto& layer : layers) keys_only += layer.num_kv_heads * layer.key_dim * 4;
+  const int64_t bytes = measure_kv_bytes_per_token(*m.backend, layers, 16);
+  EXPECT_EQ(bytes, kv_bytes_per_token(layers, 4));
+  EXPECT_GT(bytes, keys_only);
+}
 
 TEST(Engine, ASharedPrefixIsComputedOnceAndGivesTheSameTokens) {
   auto m = load("llama");

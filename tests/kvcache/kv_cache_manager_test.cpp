@@ -39,6 +39,24 @@ TEST(KvCacheManager, ReusesAPrefixButAlwaysLeavesOneTokenToCompute) {
   EXPECT_EQ(kv.num_available_blocks(), 16);
 }
 
+// A model whose caches depend on more than the tokens past some position (DeepSeek-V4's indexer ties) limits
+// sharing to the whole blocks before it: later blocks are neither cached nor matched.
+TEST(KvCacheManager, ASharedPrefixLimitCachesAndMatchesOnlyTheBlocksBeforeIt) {
+  KvCacheManager kv(16, 4, true, 10);  // 10 tokens: two whole blocks
+  const auto tokens = iota_tokens(16);
+  SequenceBlocks first;
+  ASSERT_TRUE(kv.allocate(first, 16));
+  kv.cache_blocks(first, tokens, 16);
+  EXPECT_EQ(first.num_cached_blocks, 2);
+  kv.free(first);
+  EXPECT_EQ(kv.num_free_blocks(), 14);  // the two blocks past the limit went back to the pool
+
+  SequenceBlocks again;
+  EXPECT_EQ(kv.match_prefix(again, tokens), 8);
+  kv.free(again);
+  EXPECT_EQ(kv.num_available_blocks(), 16);
+}
+
 TEST(KvCacheManager, AllocationEvictsCachedBlocksAndFailsWithoutChangingAnything) {
   KvCacheManager kv(4, 4, true);
   SequenceBlocks cached;

@@ -71,7 +71,7 @@ TEST_P(GoldenTest, GreedyTokensMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Dense, GoldenTest, ::testing::Values("llama", "llama3_rope", "qwen2", "qwen3"));
 INSTANTIATE_TEST_SUITE_P(Moe, GoldenTest,
-                         ::testing::Values("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3"));
+                         ::testing::Values("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "deepseek_v4"));
 
 }  // namespace
 }  // namespace tern

@@ -66,7 +66,12 @@ TEST_P(MoeGoldenTest, GreedyTokensMatchTransformers) {
   }
 }
 
-TEST_P(MoeGoldenTest, ChunkedPrefillAndDecodeMatchOnePass) {
+// Not instantiated for deepseek_v4: its Lightning Indexer, like transformers', breaks exact score ties by the prompt
+// length, which a SequenceRunner fed in pieces does not know; deepseek_v4_test.cpp checks chunking with an indexer
+// that keeps every entry, and the engine tests (which pass the prompt length) with the fixture's own.
+class MoeChunkedPrefillTest : public MoeGoldenTest {};
+
+TEST_P(MoeChunkedPrefillTest, ChunkedPrefillAndDecodeMatchOnePass) {
   const auto ids = prompt(golden_["prompts"].size() - 1);
   const int64_t n = static_cast<int64_t>(ids.size());
   SequenceRunner whole(*model_, *backend_, n);
@@ -90,6 +95,8 @@ TEST_P(MoeGoldenTest, ChunkedPrefillAndDecodeMatchOnePass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Moe, MoeGoldenTest,
+                         ::testing::Values("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3", "deepseek_v4"));
+INSTANTIATE_TEST_SUITE_P(Moe, MoeChunkedPrefillTest,
                          ::testing::Values("mixtral", "qwen3_moe", "gpt_oss", "deepseek_v3"));
 
 }  // namespace

@@ -182,5 +182,38 @@ TEST(V4Ops, IndexerPicksTheBestClosedWindowsOnly) {
   EXPECT_EQ(chosen, expected);
 }
 
+// Exact score ties are broken as transformers breaks them, by a row as long as the prompt's entries (for prompt
+// tokens): so a prompt computed in chunks that carry its length picks what one pass picks.
+TEST(V4Ops, IndexerTiesDependOnThePromptLengthNotOnChunking) {
+  auto backend = make_cpu_backend(1);
+  const int64_t rate = 2, dim = 2, tokens = 24;
+  KvLayerSpec spec;
+  spec.num_kv_heads = 1;
+  spec.key_dim = dim;
+  spec.kind = KvLayerKind::compressed;
+  spec.compress_rate = rate;
+  spec.state_dim = dim;
+  KvCache cache = backend->allocate_kv_cache({spec}, 1, tokens);  // every entry 0: every score ties at 0
+  IndexerParams params;
+  params.compress_rate = rate;
+  params.top_k = 3;
+  auto select = [&](int32_t begin, int32_t count) {
+    ForwardBatch batch;
+    batch.token_ids.assign(count, 0);
+    batch.sequences.push_back({begin, count, {0}, static_cast<int32_t>(tokens)});
+    const auto step = backend->begin_step(batch);
+    return backend->to_host_i32(backend->select_compressed(
+        backend->from_host_f32(std::vector<float>(count * dim, 1.0f), {count, 1, dim}),
+        backend->from_host_f32(std::vector<float>(count, 1.0f), {count, 1}), cache, 0, params, *step));
+  };
+  const auto whole = select(0, tokens);
+  auto pieces = select(0, 5);
+  for (auto [begin, count] : {std::pair{5, 11}, std::pair{16, 8}}) {
+    const auto part = select(begin, count);
+    pieces.insert(pieces.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(pieces, whole);
+}
+
 }  // namespace
 }  // namespace tern

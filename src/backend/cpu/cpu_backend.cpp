@@ -10,6 +10,7 @@
 #include "backend/cpu/host_tensor.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/v4_ops.h"
+#include "backend/kv_block_transfer.h"
 #include "core/error.h"
 
 namespace tern {
@@ -116,6 +117,18 @@ class CpuBackend final : public Backend {
       cache.states.push_back(host_tensor(DType::F32, {slots, layer.state_dim}));
     }
     return cache;
+  }
+
+  std::vector<uint8_t> export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks) override {
+    return export_kv_blocks_with(cache, blocks, [](const void* memory, uint8_t* host, size_t bytes) {
+      std::memcpy(host, memory, bytes);
+    });
+  }
+
+  void import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes) override {
+    import_kv_blocks_with(cache, blocks, bytes, [](void* memory, const uint8_t* host, size_t n) {
+      std::memcpy(memory, host, n);
+    });
   }
 
   std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {

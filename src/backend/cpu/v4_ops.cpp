@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numeric>
 
 #include "backend/cpu/host_tensor.h"
 #include "core/error.h"
@@ -27,13 +26,6 @@ void require_f32(const Tensor& t, const char* op, const char* what) {
 }
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-// The unsigned key whose order is torch's radix-select order of floats (total, with -0 < +0).
-uint32_t radix_key(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
 
 // Where each new token of a batch lives: its sequence and its position in it.
 struct TokenPlace {
@@ -296,7 +288,7 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
 #pragma omp parallel
   {
     std::vector<float> scores;
-    std::vector<int32_t> order;
+    std::vector<std::pair<float, int64_t>> queue;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t t = 0; t < num_tokens; ++t) {
       const int64_t num_visible = (places[t].position + 1) / rate;
@@ -306,9 +298,7 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
       for (int64_t e = 0; e < num_visible; ++e) {
         const int64_t slot = slot_of(*places[t].sequence, (e + 1) * rate - 1, cache.block_size);
         const float* key = states.ptr<float>() + slot * state_dim + params.entry_offset;
-        // Starts from -0 so that a sum of only negatively weighted zeros stays -0, as torch's sum does: the
-        // selection below orders -0 below +0.
-        float score = -0.0f;
+        float score = 0.0f;
         for (int64_t h = 0; h < num_heads; ++h) {
           double dot = 0.0;
           for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(q[h * dim + d]) * key[d];
@@ -317,16 +307,36 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
         }
         scores[e] = score;
       }
-      order.resize(num_visible);
-      std::iota(order.begin(), order.end(), 0);
-      const int64_t keep = std::min(top_k, num_visible);
-      // Many scores are exactly zero (every head's relu at 0), so ties are common: they are broken as torch.topk's
-      // radix selection breaks them, -0 below +0 and then the earlier entry first.
-      std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
-        const uint32_t key_a = radix_key(scores[a]), key_b = radix_key(scores[b]);
-        return key_a > key_b || (key_a == key_b && a < b);
-      });
-      std::copy_n(order.begin(), keep, out.ptr<int32_t>() + t * top_k);
+      // Ties are common (every head's relu at 0), and there is no canonical order among them: they are broken as
+      // transformers' generate breaks them, which is what the goldens are. It runs torch.topk (CPU) over a row of
+      // every entry its cache holds, those of open windows at -inf, and torch's choice among ties depends on the
+      // row's length: the prompt's entries for the prompt's tokens (one prefill pass), the entries up to the token
+      // itself for generated ones. The row is therefore a function of the position and the prompt length, never
+      // of how the engine chunks the sequence, so chunked prefill and preemption give transformers' tokens. (An
+      // order fixed by value and index, like a radix select's, would not depend on the prompt but misses the
+      // goldens: it was tried and dropped.) Without a known prompt length, the step's chunk counts as the prompt.
+      const SequenceChunk& seq = *places[t].sequence;
+      const int64_t chunk_end = static_cast<int64_t>(seq.num_cached_tokens) + seq.num_new_tokens;
+      const int64_t prompt_len = seq.num_prompt_tokens > 0 ? seq.num_prompt_tokens : chunk_end;
+      const int64_t num_entries = std::max<int64_t>(places[t].position + 1, prompt_len) / rate;
+      queue.resize(num_entries);
+      for (int64_t e = 0; e < num_entries; ++e) {
+        queue[e] = {e < num_visible ? scores[e] : -std::numeric_limits<float>::infinity(), e};
+      }
+      const int64_t keep = std::min(top_k, num_entries);
+      if (keep == 0) continue;
+      auto larger = [](const std::pair<float, int64_t>& x, const std::pair<float, int64_t>& y) {
+        return (std::isnan(x.first) && !std::isnan(y.first)) || x.first > y.first;
+      };
+      if (keep * 64 <= num_entries) {
+        std::partial_sort(queue.begin(), queue.begin() + keep, queue.end(), larger);
+      } else {
+        std::nth_element(queue.begin(), queue.begin() + keep - 1, queue.end(), larger);
+      }
+      int32_t* chosen = out.ptr<int32_t>() + t * top_k;
+      for (int64_t i = 0, n = 0; i < keep; ++i) {
+        if (queue[i].second < num_visible) chosen[n++] = static_cast<int32_t>(queue[i].second);
+      }
     }
   }
   return out;

@@ -9,6 +9,7 @@
 #include "attention/decode_attention.h"
 #include "attention/prefill_attention.h"
 #include "backend/backend.h"
+#include "backend/kv_block_transfer.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_step.h"
 #include "backend/cuda/device_allocator.h"
@@ -158,6 +159,35 @@ class CudaBackend final : public Backend {
       cache.values.push_back(zeros(DType::BF16, {slots, layer.num_kv_heads, layer.value_dim}));
     }
     return cache;
+  }
+
+  // Export copies straight into the returned vector; import stages the bytes in pinned memory first, so its many
+  // small segment copies queue back to back instead of each waiting for a pageable transfer.
+  std::vector<uint8_t> export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks) override {
+    auto staged = export_kv_blocks_with(cache, blocks, [&](const void* memory, uint8_t* host, size_t bytes) {
+      check(cudaMemcpyAsync(host, memory, bytes, cudaMemcpyDeviceToHost, stream_), "export_kv_blocks");
+    });
+    check(cudaStreamSynchronize(stream_), "export_kv_blocks");
+    return staged;
+  }
+
+  void import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes) override {
+    void* pinned = nullptr;
+    check(cudaMallocHost(&pinned, bytes.size()), "import_kv_blocks: pinned staging buffer");
+    std::memcpy(pinned, bytes.data(), bytes.size());
+    const auto* base = static_cast<const uint8_t*>(pinned);
+    try {
+      import_kv_blocks_with(cache, blocks, bytes, [&](void* memory, const uint8_t* host, size_t n) {
+        check(cudaMemcpyAsync(memory, base + (host - bytes.data()), n, cudaMemcpyHostToDevice, stream_),
+              "import_kv_blocks");
+      });
+      check(cudaStreamSynchronize(stream_), "import_kv_blocks");
+    } catch (...) {
+      cudaStreamSynchronize(stream_);
+      cudaFreeHost(pinned);
+      throw;
+    }
+    cudaFreeHost(pinned);
   }
 
   std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "model/layers/decoder_block.h"
 #include "model/weight_loader.h"
 
 namespace tern {
@@ -22,12 +23,12 @@ struct AttentionConfig {
   bool sinks = false;
 };
 
-class GqaAttention {
+class GqaAttention final : public AttentionBlock {
  public:
   // Loads `<prefix>.q_proj`, `k_proj`, `v_proj`, `o_proj` (and `q_norm`, `k_norm`, `sinks` when configured).
   GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config, const RopeTable& rope);
 
-  KvLayerSpec kv_spec() const {
+  KvLayerSpec kv_spec() const override {
     KvLayerSpec spec{config_.num_kv_heads, config_.head_dim, config_.head_dim};
     if (config_.sliding_window > 0) {
       spec.kind = KvLayerKind::sliding_window;
@@ -36,11 +37,12 @@ class GqaAttention {
     return spec;
   }
   // x [T, hidden] -> [T, hidden]; writes the tokens' keys and values into layer `layer` of the cache.
-  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer, const StepContext& step) const;
+  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+                 const StepContext& step) const override;
 
  private:
   AttentionConfig config_;
-  const RopeTable& rope_;
+  RopeTable rope_;
   Tensor qkv_weight_;  // [(heads + 2 * kv_heads) * head_dim, hidden]
   std::optional<Tensor> qkv_bias_;
   Tensor output_weight_;  // [hidden, heads * head_dim]

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "model/layers/decoder_block.h"
 #include "model/weight_loader.h"
 
 namespace tern {
@@ -15,12 +16,13 @@ struct MlpNames {
   std::string down = "down_proj";
 };
 
-class GatedMlp {
+class GatedMlp final : public FeedForwardBlock {
  public:
   // Loads `<prefix>.<names.gate>`, `<names.up>`, `<names.down>`; `activation` may clamp (DeepSeek-V4's swiglu_limit).
   GatedMlp(WeightLoader& weights, const std::string& prefix, int64_t hidden_size, int64_t intermediate_size,
            const MlpNames& names = {}, const GluActivation& activation = {});
   Tensor forward(Backend& backend, const Tensor& x) const;  // [T, hidden] -> [T, hidden]
+  Tensor forward(Backend& backend, const Tensor& x, const StepContext&) const override { return forward(backend, x); }
 
  private:
   Tensor gate_up_weight_;  // [2 * intermediate, hidden]

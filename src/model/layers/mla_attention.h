@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "model/layers/decoder_block.h"
 #include "model/weight_loader.h"
 
 namespace tern {
@@ -24,24 +25,25 @@ struct MlaConfig {
   float softmax_scale = 1.0f;
 };
 
-class MlaAttention {
+class MlaAttention final : public AttentionBlock {
  public:
   // Loads `<prefix>.q_a_proj`, `q_a_layernorm`, `q_b_proj` (or `q_proj`), `kv_a_proj_with_mqa`, `kv_a_layernorm`,
   // `kv_b_proj`, `o_proj`.
   MlaAttention(WeightLoader& weights, const std::string& prefix, const MlaConfig& config, const RopeTable& rope);
 
   // One latent "head" per token: kv_lora_rank latent dims followed by the rotary key.
-  KvLayerSpec kv_spec() const {
+  KvLayerSpec kv_spec() const override {
     KvLayerSpec spec{1, config_.kv_lora_rank + config_.qk_rope_head_dim, 0};
     spec.kind = KvLayerKind::mla_latent;
     return spec;
   }
   // x [T, hidden] -> [T, hidden]; writes the tokens' latents into layer `layer` of the cache.
-  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer, const StepContext& step) const;
+  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+                 const StepContext& step) const override;
 
  private:
   MlaConfig config_;
-  const RopeTable& rope_;
+  RopeTable rope_;
   std::optional<Tensor> q_a_weight_;  // [q_lora_rank, hidden]
   std::optional<Tensor> q_a_norm_;    // [q_lora_rank]
   Tensor q_b_weight_;                 // [heads * (nope + rope), q_lora_rank or hidden]

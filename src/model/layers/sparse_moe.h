@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "model/layers/decoder_block.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/moe_router.h"
 #include "model/weight_loader.h"
@@ -29,10 +30,11 @@ struct SparseMoeConfig {
   std::string shared_name = "shared_experts";
 };
 
-class SparseMoe {
+class SparseMoe final : public FeedForwardBlock {
  public:
   SparseMoe(WeightLoader& weights, const std::string& prefix, const SparseMoeConfig& config);
-  Tensor forward(Backend& backend, const Tensor& x, const StepContext& step) const;  // [T, hidden] -> [T, hidden]
+  // [T, hidden] -> [T, hidden]
+  Tensor forward(Backend& backend, const Tensor& x, const StepContext& step) const override;
 
  private:
   std::optional<MoeRouter> router_;

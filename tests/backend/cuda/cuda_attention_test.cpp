@@ -1,6 +1,7 @@
 // Paged attention on the GPU against the CPU reference: mixed prefill/decode batches in one step, prefix-cached
-// context, GQA, sliding windows, sinks, long contexts split over several KV chunks, and every head size built
-// (the tiled prefill kernel for 64/128, split-KV for all).
+// context, GQA, sliding windows, sinks, long contexts split over several KV shares with partial key tiles, random
+// batches, and every head size built (the tiled prefill kernel for 64/128; split-KV on tensor cores for 64/128, on
+// CUDA cores for 16/32/256).
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -83,6 +84,21 @@ TEST_P(CudaAttentionTest, MatchesCpu) {
 // KV chunks), a short chunk that takes the decode path.
 const std::vector<std::pair<int, int>> kMixed = {{0, 200}, {100, 37}, {300, 1}, {700, 1}, {5, 3}, {0, 1}};
 
+// Long decodes: contexts of several shares, ends that cut key tiles and warp slices anywhere, and a first token.
+const std::vector<std::pair<int, int>> kLongDecodes = {{4000, 1}, {1234, 1}, {63, 1}, {64, 1}, {0, 1}, {2047, 1}};
+
+// A random batch: mostly decodes over contexts up to 3000 tokens, some prefills with or without cached context.
+std::vector<std::pair<int, int>> random_sequences(uint32_t seed, int count) {
+  std::mt19937 rng(seed);
+  std::vector<std::pair<int, int>> sequences;
+  for (int i = 0; i < count; ++i) {
+    const int cached = std::uniform_int_distribution<int>(0, 3000)(rng);
+    const bool prefill = std::uniform_int_distribution<int>(0, 3)(rng) == 0;
+    sequences.emplace_back(cached, prefill ? std::uniform_int_distribution<int>(2, 300)(rng) : 1);
+  }
+  return sequences;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionTest,
     ::testing::Values(AttentionCase{4, 2, 16, 0, false, kMixed},       // the fixture models' shape
@@ -96,7 +112,14 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{8, 2, 128, 130, false, kMixed},    // window over tile boundaries
                       AttentionCase{4, 2, 16, 7, true, kMixed},
                       AttentionCase{4, 1, 128, 0, false, {{0, 300}}},  // prefill only, tiles of two sizes
-                      AttentionCase{4, 2, 128, 0, false, {{1000, 1}, {2000, 1}, {17, 1}}}));  // decode only
+                      AttentionCase{4, 2, 128, 0, false, {{1000, 1}, {2000, 1}, {17, 1}}},  // decode only
+                      AttentionCase{32, 8, 128, 0, true, kLongDecodes},     // group of 4, sinks
+                      AttentionCase{8, 8, 128, 0, false, kLongDecodes},     // group of 1
+                      AttentionCase{16, 2, 64, 1000, false, kLongDecodes},  // group of 8, window over shares
+                      AttentionCase{16, 1, 128, 0, true, kLongDecodes},     // group of 16
+                      AttentionCase{32, 8, 128, 0, false, random_sequences(11, 12)},
+                      AttentionCase{16, 2, 64, 300, true, random_sequences(12, 12)},
+                      AttentionCase{8, 1, 128, 700, false, random_sequences(13, 12)}));
 
 }  // namespace
 }  // namespace tern

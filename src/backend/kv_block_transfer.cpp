@@ -1,0 +1,146 @@
+#include "backend/kv_block_transfer.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace tern {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x3156'4B54;  // "TKV1" little-endian
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint32_t num_layers = 0;
+  uint32_t block_size = 0;
+  uint32_t num_blocks = 0;
+};
+
+size_t header_bytes(size_t num_layers) { return sizeof(Header) + num_layers * sizeof(uint64_t); }
+
+// Bytes of one token slot (one row of dimension 0) of a layer's tensor; 0 when the backend keeps no such tensor
+// (the CUDA backend has no state rows).
+size_t row_bytes(const std::vector<Tensor>& tensors, size_t layer) {
+  if (layer >= tensors.size()) return 0;
+  const Tensor& t = tensors[layer];
+  return static_cast<size_t>(t.row_numel()) * dtype_size(t.dtype);
+}
+
+// Block `block` of a layer's tensor is rows [block * block_size, (block + 1) * block_size): one contiguous run.
+template <typename Visit>
+void for_each_segment(const KvCache& cache, int32_t block, const Visit& visit) {
+  for (size_t layer = 0; layer < cache.layers.size(); ++layer) {
+    for (const auto* tensors : {&cache.keys, &cache.values, &cache.states}) {
+      const size_t bytes = row_bytes(*tensors, layer) * static_cast<size_t>(cache.block_size);
+      if (bytes == 0) continue;
+      visit(static_cast<char*>((*tensors)[layer].data) + bytes * static_cast<size_t>(block), bytes);
+    }
+  }
+}
+
+void check_blocks(const KvCache& cache, std::span<const int32_t> blocks, const char* what) {
+  for (int32_t block : blocks) {
+    if (block < 0 || block >= cache.num_blocks) fail("{} KV blocks: block {} outside the cache's {}", what, block, cache.num_blocks);
+  }
+}
+
+Header read_header(std::span<const uint8_t> bytes) {
+  Header header;
+  if (bytes.size() < sizeof(Header)) fail("KV block import: {} bytes are too few for a header", bytes.size());
+  std::memcpy(&header, bytes.data(), sizeof(Header));
+  if (header.magic != kMagic) fail("KV block import: the bytes do not start with a KV block header");
+  if (bytes.size() < header_bytes(header.num_layers)) fail("KV block import: header cut short");
+  return header;
+}
+
+}  // namespace
+
+int64_t kv_block_bytes(const KvCache& cache, int layer) {
+  const auto l = static_cast<size_t>(layer);
+  return static_cast<int64_t>((row_bytes(cache.keys, l) + row_bytes(cache.values, l) + row_bytes(cache.states, l)) *
+                              static_cast<size_t>(cache.block_size));
+}
+
+std::vector<uint8_t> export_kv_blocks_with(const KvCache& cache, std::span<const int32_t> blocks,
+                                           const KvSegmentRead& read) {
+  check_blocks(cache, blocks, "export");
+  const size_t num_layers = cache.layers.size();
+  size_t per_block = 0;
+  std::vector<uint64_t> layer_bytes(num_layers);
+  for (size_t l = 0; l < num_layers; ++l) {
+    layer_bytes[l] = static_cast<uint64_t>(kv_block_bytes(cache, static_cast<int>(l)));
+    per_block += layer_bytes[l];
+  }
+  std::vector<uint8_t> out(header_bytes(num_layers) + per_block * blocks.size());
+  const Header header{kMagic, static_cast<uint32_t>(num_layers), static_cast<uint32_t>(cache.block_size),
+                      static_cast<uint32_t>(blocks.size())};
+  std::memcpy(out.data(), &header, sizeof(Header));
+  std::memcpy(out.data() + sizeof(Header), layer_bytes.data(), num_layers * sizeof(uint64_t));
+  uint8_t* cursor = out.data() + header_bytes(num_layers);
+  for (int32_t block : blocks) {
+    for_each_segment(cache, block, [&](void* memory, size_t bytes) {
+      read(memory, cursor, bytes);
+      cursor += bytes;
+    });
+  }
+  return out;
+}
+
+void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes) {
+  const Header header = read_header(bytes);
+  if (header.num_layers != cache.layers.size()) {
+    fail("KV block import: the blocks have {} layers, this cache {}", header.num_layers, cache.layers.size());
+  }
+  if (header.block_size != cache.block_size) {
+    fail("KV block import: the blocks hold {} tokens each, this cache's {}", header.block_size, cache.block_size);
+  }
+  size_t per_block = 0;
+  for (size_t l = 0; l < cache.layers.size(); ++l) {
+    uint64_t sent = 0;
+    std::memcpy(&sent, bytes.data() + sizeof(Header) + l * sizeof(uint64_t), sizeof(uint64_t));
+    const auto expected = static_cast<uint64_t>(kv_block_bytes(cache, static_cast<int>(l)));
+    if (sent != expected) {
+      fail("KV block import: layer {} sends {} bytes per block, this cache holds {} (another model or dtype?)", l,
+           sent, expected);
+    }
+    per_block += expected;
+  }
+  const size_t expected_size = header_bytes(cache.layers.size()) + per_block * header.num_blocks;
+  if (bytes.size() != expected_size) fail("KV block import: {} bytes, expected {}", bytes.size(), expected_size);
+}
+
+void import_kv_blocks_with(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes,
+                           const KvSegmentWrite& write) {
+  check_blocks(cache, blocks, "import");
+  check_kv_export_fits(cache, bytes);
+  if (static_cast<size_t>(kv_blocks_in_export(bytes)) != blocks.size()) {
+    fail("KV block import: {} blocks sent, {} blocks to fill", kv_blocks_in_export(bytes), blocks.size());
+  }
+  const uint8_t* cursor = bytes.data() + header_bytes(cache.layers.size());
+  for (int32_t block : blocks) {
+    for_each_segment(cache, block, [&](void* memory, size_t n) {
+      write(memory, cursor, n);
+      cursor += n;
+    });
+  }
+}
+
+int32_t kv_blocks_in_export(std::span<const uint8_t> bytes) { return static_cast<int32_t>(read_header(bytes).num_blocks); }
+
+std::vector<uint8_t> slice_kv_blocks(std::span<const uint8_t> bytes, int32_t begin, int32_t count) {
+  Header header = read_header(bytes);
+  if (begin < 0 || count < 0 || static_cast<uint32_t>(begin + count) > header.num_blocks) {
+    fail("KV block slice [{}, +{}) of an export of {} blocks", begin, count, header.num_blocks);
+  }
+  const size_t head = header_bytes(header.num_layers);
+  const size_t per_block = header.num_blocks ? (bytes.size() - head) / header.num_blocks : 0;
+  header.num_blocks = static_cast<uint32_t>(count);
+  std::vector<uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(head));
+  std::memcpy(out.data(), &header, sizeof(Header));
+  const auto first = bytes.begin() + static_cast<std::ptrdiff_t>(head + per_block * static_cast<size_t>(begin));
+  out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(per_block * static_cast<size_t>(count)));
+  return out;
+}
+
+}  // namespace tern

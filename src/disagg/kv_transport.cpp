@@ -1,0 +1,13 @@
+#include "disagg/kv_transport.h"
+
+#include "core/error.h"
+#include "disagg/tcp_kv_transport.h"
+
+namespace tern::disagg {
+
+std::unique_ptr<KvTransport> make_kv_transport(std::string_view name) {
+  if (name == "tcp") return std::make_unique<TcpKvTransport>();
+  fail("--kv-transfer '{}': unknown KV transport (this build has: tcp)", name);
+}
+
+}  // namespace tern::disagg

@@ -1,0 +1,53 @@
+#pragma once
+// How a prompt's KV travels from a prefill instance to a decode instance (prefill/decode disaggregation). The
+// prefill side opens a KvSender to the decode instance's endpoint and sends the prompt's whole blocks a chunk at a
+// time (exports of Engine::export_prompt_kv); the decode side's KvReceiver imports each chunk into its engine's
+// prefix cache as it arrives (Engine::import_prompt_kv), so a later request for the prompt reuses it. Nothing
+// else ties the two: a chunk that never arrives only means the decode instance computes those tokens itself.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tern {
+class Engine;
+}
+
+namespace tern::disagg {
+
+// One transfer to one decode instance.
+class KvSender {
+ public:
+  virtual ~KvSender() = default;
+  // Queues blocks [first_block, ...) of `prompt` (an export) for the decode instance without waiting for it to
+  // import them, so that export, transfer and import of successive chunks overlap. Throws tern::Error on failure.
+  virtual void send(std::span<const int32_t> prompt, int32_t first_block, std::span<const uint8_t> blocks) = 0;
+  // Waits until the decode instance has imported every chunk sent; returns how many blocks it newly cached.
+  // Throws tern::Error with the decode side's message when it refused a chunk.
+  virtual int64_t finish() = 0;
+};
+
+// Accepts transfers for `engine` until destroyed.
+class KvReceiver {
+ public:
+  virtual ~KvReceiver() = default;
+  virtual uint16_t port() const = 0;
+  // Blocks imported so far (for logs and tests).
+  virtual int64_t num_imported_blocks() const = 0;
+};
+
+class KvTransport {
+ public:
+  virtual ~KvTransport() = default;
+  virtual std::string_view name() const = 0;
+  // `endpoint`: the decode instance's transfer address as it gives it ("host:port" for TCP).
+  virtual std::unique_ptr<KvSender> connect(const std::string& endpoint) = 0;
+  // Listens on host:port (0: any free port); throws tern::Error when it cannot bind.
+  virtual std::unique_ptr<KvReceiver> listen(const std::string& host, uint16_t port, Engine& engine) = 0;
+};
+
+// "tcp"; throws tern::Error naming the transport otherwise.
+std::unique_ptr<KvTransport> make_kv_transport(std::string_view name);
+
+}  // namespace tern::disagg

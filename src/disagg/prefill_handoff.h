@@ -1,0 +1,33 @@
+#pragma once
+// The prefill role of prefill/decode disaggregation. A completion or chat request that carries
+// "kv_transfer_params": {"decode_url": "host:port", "request_key": "..."} (vLLM's field) is run here with
+// max_tokens 1, which computes and caches its prompt's KV; the prompt's whole blocks are then sent to the decode
+// instance's KV endpoint chunk by chunk, and the answer (the one-token completion) goes out once the decode side
+// has imported them. Requests without the field are served as usual.
+#include <cstdint>
+#include <optional>
+
+#include "disagg/kv_transport.h"
+#include "server/openai_api.h"
+
+namespace tern::disagg {
+
+class PrefillHandoff {
+ public:
+  // `blocks_per_chunk`: blocks per transfer message.
+  PrefillHandoff(server::ServingModel& model, KvTransport& transport, int32_t blocks_per_chunk);
+
+  // For OpenAiApi's generation hook (called on a worker thread; blocks while the prompt runs and transfers).
+  // nullopt when the request carries no kv_transfer_params.
+  std::optional<server::ApiResult> handle(const server::ApiRequest& request, server::PreparedGeneration& generation);
+
+ private:
+  // Sends every prompt's cached whole blocks; returns the blocks the decode side newly cached.
+  int64_t transfer(const std::string& decode_endpoint, const server::PreparedGeneration& generation);
+
+  server::ServingModel& model_;
+  KvTransport& transport_;
+  int32_t blocks_per_chunk_;
+};
+
+}  // namespace tern::disagg

@@ -1,0 +1,75 @@
+#pragma once
+// `tern gateway`: an OpenAI-compatible HTTP front over tern replicas. One acceptor and a few I/O threads run
+// every client connection and every replica connection asynchronously (Boost.Asio/Beast): no thread per
+// connection, and a stream costs the gateway a 64 KiB buffer, not a thread.
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gateway/gateway_api.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/health_checker.h"
+#include "gateway/prefill_router.h"
+#include "gateway/replica_pool.h"
+#include "gateway/routing_policy.h"
+#include "gateway/upstream_exchange.h"
+
+namespace tern::gateway {
+
+struct GatewayConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;  // 0: any free port (printed in the "listening on" line)
+  int num_io_threads = 2;
+  std::vector<std::string> replica_urls;
+  std::string policy = "cache_aware";
+  CacheAwareConfig cache_aware;
+  std::optional<std::string> api_key;  // guards /admin/replicas; /v1/ requests carry their own to the replicas
+  std::chrono::milliseconds health_interval{1'000};
+  std::chrono::milliseconds health_timeout{2'000};
+  UpstreamTimeouts upstream;
+  std::chrono::milliseconds header_timeout{30'000};  // a client must send a request (head and body) within this
+  uint64_t max_body_bytes = 32ull << 20;
+  // Prefill/decode mode (see prefill_router.h) when prefill_urls is given: replica_urls are the decode replicas.
+  std::vector<std::string> prefill_urls;
+  std::vector<std::pair<std::string, std::string>> decode_kv_endpoints;  // decode URL -> KV endpoint host:port
+};
+
+class GatewayServer {
+ public:
+  // Validates the configuration and binds (throws tern::Error naming what was wrong); serves nothing until run().
+  explicit GatewayServer(GatewayConfig config);
+  ~GatewayServer();
+
+  uint16_t port() const { return port_; }
+  // Serves until SIGINT or SIGTERM, then closes every connection and returns.
+  void run();
+
+  // For connections.
+  const GatewayConfig& config() const { return config_; }
+  ReplicaPool& pool() { return pool_; }
+  GatewayMetrics& metrics() { return metrics_; }
+  GatewayApi& api() { return api_; }
+  PrefillRouter* prefill_router() { return prefill_router_ ? &*prefill_router_ : nullptr; }
+
+ private:
+  void accept();
+
+  GatewayConfig config_;
+  ReplicaPool pool_;
+  std::optional<PrefillRouter> prefill_router_;
+  GatewayMetrics metrics_;
+  boost::asio::io_context io_;
+  HealthChecker health_;
+  GatewayApi api_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::signal_set signals_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace tern::gateway

@@ -1,0 +1,100 @@
+#include "gateway/upstream_exchange.h"
+
+#include <boost/asio/ip/address.hpp>
+#include <limits>
+
+namespace tern::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+UpstreamExchange::UpstreamExchange(asio::any_io_executor executor, ReplicaAddress address, Request request,
+                                   UpstreamTimeouts timeouts)
+    : address_(std::move(address)),
+      request_(std::move(request)),
+      timeouts_(timeouts),
+      resolver_(executor),
+      stream_(executor) {
+  // No limit on what a replica sends. Not boost::none: Boost 1.74 compares a Content-Length against an empty
+  // optional as "greater" and fails every response that announces its length.
+  parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+}
+
+void UpstreamExchange::start(HeadHandler on_head) {
+  on_head_ = std::move(on_head);
+  request_.set(http::field::host, address_.host + ":" + address_.port);
+  request_.keep_alive(false);
+  request_.prepare_payload();
+  // A numeric host (the usual case) skips the resolver, which would cost a thread hop per request.
+  beast::error_code ec;
+  const asio::ip::address ip = asio::ip::make_address(address_.host, ec);
+  if (!ec) {
+    stream_.expires_after(timeouts_.connect);
+    stream_.async_connect(tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(address_.port))),
+                          [self = shared_from_this()](beast::error_code ec) { self->on_connected(ec); });
+    return;
+  }
+  resolver_.async_resolve(address_.host, address_.port,
+                          [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
+                            if (ec) return self->report_head(ec);
+                            self->connect(results);
+                          });
+}
+
+void UpstreamExchange::connect(const tcp::resolver::results_type& endpoints) {
+  stream_.expires_after(timeouts_.connect);
+  stream_.async_connect(endpoints, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+    self->on_connected(ec);
+  });
+}
+
+void UpstreamExchange::on_connected(beast::error_code ec) {
+  if (ec) return report_head(ec);
+  stream_.socket().set_option(tcp::no_delay(true), ec);
+  stream_.expires_after(timeouts_.connect);
+  http::async_write(stream_, request_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->on_written(ec);
+  });
+}
+
+void UpstreamExchange::on_written(beast::error_code ec) {
+  if (ec) return report_head(ec);
+  request_sent_at_ = std::chrono::steady_clock::now();
+  if (timeouts_.response_head.count() > 0) {
+    stream_.expires_after(timeouts_.response_head);
+  } else {
+    stream_.expires_never();
+  }
+  http::async_read_header(stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->stream_.expires_never();
+    self->report_head(ec);
+  });
+}
+
+void UpstreamExchange::report_head(beast::error_code ec) {
+  // Moved out first: the handler usually owns this exchange's owner, which owns the exchange.
+  HeadHandler on_head = std::move(on_head_);
+  on_head(ec);
+}
+
+void UpstreamExchange::read_body(BodyHandler on_piece) {
+  if (parser_.is_done()) return on_piece({}, {}, true);
+  parser_.get().body().data = piece_.data();
+  parser_.get().body().size = piece_.size();
+  http::async_read_some(stream_, buffer_, parser_,
+                        [self = shared_from_this(), on_piece = std::move(on_piece)](beast::error_code ec, size_t) {
+                          if (ec == http::error::need_buffer) ec = {};
+                          const size_t num_bytes = self->piece_.size() - self->parser_.get().body().size;
+                          on_piece(ec, std::string_view(self->piece_.data(), num_bytes), self->parser_.is_done());
+                        });
+}
+
+void UpstreamExchange::cancel() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.close();
+}
+
+}  // namespace tern::gateway

@@ -1,0 +1,138 @@
+#include "model/arch/deepseek_v4/v4_attention.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tern {
+
+V4Attention::V4Attention(WeightLoader& weights, const std::string& prefix, const ModelConfig& config,
+                         const DeepseekV4Config& v4, V4AttentionKind kind, const RopeTable& rope)
+    : kind_(kind),
+      num_heads_(config.num_heads),
+      head_dim_(config.head_dim),
+      o_groups_(v4.o_groups),
+      o_lora_rank_(v4.o_lora_rank),
+      sliding_window_(v4.sliding_window),
+      compress_rate_(v4.compress_rate(kind)),
+      norm_eps_(static_cast<float>(config.rms_norm_eps)),
+      rope_(rope) {
+  if (config.num_kv_heads != 1) fail("{}: V4 attention shares one K=V head, got {}", prefix, config.num_kv_heads);
+  const int64_t hidden = config.hidden_size;
+  const int64_t width = num_heads_ * head_dim_;
+  q_a_weight_ = weights.load(prefix + ".wq_a.weight", {v4.q_lora_rank, hidden});
+  q_a_norm_ = weights.load(prefix + ".q_norm.weight", {v4.q_lora_rank});
+  q_b_weight_ = weights.load(prefix + ".wq_b.weight", {width, v4.q_lora_rank});
+  head_ones_ = weights.backend().from_host_f32(std::vector<float>(head_dim_, 1.0f), {head_dim_});
+  kv_weight_ = weights.load(prefix + ".wkv.weight", {head_dim_, hidden});
+  kv_norm_ = weights.load(prefix + ".norm.weight", {head_dim_});
+  o_a_weight_ = weights.load(prefix + ".wo_a.weight", {o_groups_ * o_lora_rank_, width / o_groups_})
+                    .reshape({o_groups_, o_lora_rank_, width / o_groups_});
+  o_b_weight_ = weights.load(prefix + ".wo_b.weight", {hidden, o_groups_ * o_lora_rank_});
+  sinks_ = weights.load(prefix + ".attn_sink", {num_heads_});
+  if (kind_ == V4AttentionKind::sliding) return;
+
+  compressor_ = load_compressor(weights, prefix + ".compressor", hidden, head_dim_, 0);
+  if (kind_ == V4AttentionKind::compressed_sparse) {
+    Indexer& indexer = indexer_.emplace();
+    indexer.num_heads = v4.index_num_heads;
+    indexer.head_dim = v4.index_head_dim;
+    indexer.compressor = load_compressor(weights, prefix + ".indexer.compressor", hidden, v4.index_head_dim,
+                                         compressor_->params.state_dim());
+    indexer.query_weight = weights.load(prefix + ".indexer.wq_b.weight",
+                                        {v4.index_num_heads * v4.index_head_dim, v4.q_lora_rank});
+    indexer.weights_proj = weights.load(prefix + ".indexer.weights_proj.weight", {v4.index_num_heads, hidden});
+    indexer.params.compress_rate = compress_rate_;
+    indexer.params.top_k = v4.index_topk;
+    indexer.params.entry_offset = indexer.compressor.params.entry_offset();
+    indexer.params.softmax_scale = 1.0f / std::sqrt(static_cast<float>(v4.index_head_dim));
+    indexer.params.weights_scale = 1.0f / std::sqrt(static_cast<float>(v4.index_num_heads));
+  }
+}
+
+V4Attention::Compressor V4Attention::load_compressor(WeightLoader& weights, const std::string& prefix,
+                                                     int64_t hidden, int64_t entry_dim, int64_t state_offset) const {
+  Compressor c;
+  c.params.compress_rate = compress_rate_;
+  c.params.entry_dim = entry_dim;
+  c.params.overlapping = kind_ == V4AttentionKind::compressed_sparse;
+  c.params.state_offset = state_offset;
+  c.params.norm_eps = norm_eps_;
+  const int64_t width = c.params.width();
+  c.kv_weight = weights.load(prefix + ".wkv.weight", {width, hidden});
+  c.gate_weight = weights.load(prefix + ".wgate.weight", {width, hidden});
+  c.position_bias = weights.load(prefix + ".ape", {compress_rate_, width});
+  c.norm = weights.load(prefix + ".norm.weight", {entry_dim});
+  return c;
+}
+
+KvLayerSpec V4Attention::kv_spec() const {
+  KvLayerSpec spec;
+  spec.num_kv_heads = 1;
+  spec.key_dim = head_dim_;
+  spec.value_dim = 0;  // K = V
+  spec.sliding_window_tokens = sliding_window_;
+  if (kind_ == V4AttentionKind::sliding) {
+    spec.kind = KvLayerKind::sliding_window;
+    return spec;
+  }
+  spec.kind = KvLayerKind::compressed;
+  spec.compress_rate = compress_rate_;
+  spec.state_dim = compressor_->params.state_dim() + (indexer_ ? indexer_->compressor.params.state_dim() : 0);
+  // A token at position p sees (p + 1) / rate entries; ties among them start to matter past top_k of them.
+  if (indexer_) spec.shareable_prefix_tokens = (indexer_->params.top_k + 1) * compress_rate_ - 1;
+  return spec;
+}
+
+void V4Attention::compress(Backend& backend, const Compressor& compressor, const Tensor& x, KvCache& cache, int layer,
+                           const StepContext& step) const {
+  CompressorParams params = compressor.params;
+  params.position_bias = &compressor.position_bias;
+  params.norm_weight = &compressor.norm;
+  params.rope = &rope_;
+  backend.compress_kv(cache, layer, backend.linear(x, compressor.kv_weight, nullptr),
+                      backend.linear(x, compressor.gate_weight, nullptr), params, step);
+}
+
+Tensor V4Attention::forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+                            const StepContext& step) const {
+  const int64_t num_tokens = x.size(0);
+  const Tensor q_residual = backend.rms_norm(backend.linear(x, q_a_weight_, nullptr), q_a_norm_, norm_eps_);
+  Tensor query = backend.rms_norm(
+      backend.linear(q_residual, q_b_weight_, nullptr).reshape({num_tokens, num_heads_, head_dim_}), head_ones_,
+      norm_eps_);
+  backend.rope(query, rope_, step);
+  Tensor kv = backend.rms_norm(backend.linear(x, kv_weight_, nullptr), kv_norm_, norm_eps_)
+                  .reshape({num_tokens, 1, head_dim_});
+  backend.rope(kv, rope_, step);
+  backend.store_kv(cache, layer, kv, kv, step);
+
+  CompressedAttentionParams params;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  params.sliding_window = sliding_window_;
+  params.sinks = &sinks_;
+  std::optional<Tensor> selected;
+  if (compressor_) {
+    compress(backend, *compressor_, x, cache, layer, step);
+    params.compress_rate = compress_rate_;
+    params.entry_offset = compressor_->params.entry_offset();
+  }
+  if (indexer_) {
+    compress(backend, indexer_->compressor, x, cache, layer, step);
+    Tensor index_query = backend.linear(q_residual, indexer_->query_weight, nullptr)
+                             .reshape({num_tokens, indexer_->num_heads, indexer_->head_dim});
+    backend.rope(index_query, rope_, step);
+    const Tensor head_weights = backend.linear(x, indexer_->weights_proj, nullptr);
+    selected = backend.select_compressed(index_query, head_weights, cache, layer, indexer_->params, step);
+    params.selected = &*selected;
+  }
+  Tensor attended = backend.compressed_attention(query, cache, layer, params, step);  // [T, heads, head_dim]
+  // Values are the rotated keys: rotating the output back by its query position leaves each entry's
+  // contribution a function of the relative distance.
+  backend.rope_at(attended, rope_, batch_positions(step.batch()), true);
+  const Tensor grouped = backend.grouped_linear(
+      attended.reshape({num_tokens, o_groups_, num_heads_ * head_dim_ / o_groups_}), o_a_weight_);
+  return backend.linear(grouped.reshape({num_tokens, o_groups_ * o_lora_rank_}), o_b_weight_, nullptr);
+}
+
+}  // namespace tern

@@ -1,0 +1,70 @@
+#include "model/layers/decoder_stack.h"
+
+#include "core/error.h"
+
+namespace tern {
+
+DecoderStack::DecoderStack(const ModelConfig& config, WeightLoader& weights, const DecoderLayerBuilder& build_layer,
+                           const DecoderWeightNames& names)
+    : norm_eps_(static_cast<float>(config.rms_norm_eps)) {
+  const int64_t hidden = config.hidden_size;
+  if (config.num_layers < 1) fail("{}: num_hidden_layers {} must be >= 1", config.architecture, config.num_layers);
+  embed_tokens_ = weights.load("model.embed_tokens.weight", {config.vocab_size, hidden});
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i);
+    DecoderLayer& layer = layers_.emplace_back();
+    layer.attention_norm = weights.load(prefix + "." + names.attention_norm + ".weight", {hidden});
+    layer.feed_forward_norm = weights.load(prefix + "." + names.feed_forward_norm + ".weight", {hidden});
+    build_layer(weights, i, prefix, layer);
+    if (!layer.attention || !layer.feed_forward) fail("{}: layer {} was built without its blocks", config.architecture, i);
+  }
+  final_norm_ = weights.load("model.norm.weight", {hidden});
+  if (config.tie_word_embeddings) return;
+  for (const auto& name : names.lm_head) {
+    if (weights.has(name)) {
+      lm_head_ = weights.load(name, {config.vocab_size, hidden});
+      return;
+    }
+  }
+  fail("{}: the checkpoint has no lm_head ({}) and tie_word_embeddings is false", config.architecture,
+       names.lm_head.empty() ? std::string("no name given") : names.lm_head.front());
+}
+
+std::vector<KvLayerSpec> DecoderStack::kv_layers() const {
+  std::vector<KvLayerSpec> specs;
+  for (const auto& layer : layers_) specs.push_back(layer.attention->kv_spec());
+  return specs;
+}
+
+Tensor DecoderStack::embed(Backend& backend, const StepContext& step) const {
+  return backend.embedding(embed_tokens_, step);
+}
+
+Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache) const {
+  Tensor residual = embed(backend, step);
+  Tensor x = backend.rms_norm(residual, layers_[0].attention_norm, norm_eps_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const DecoderLayer& layer = layers_[i];
+    const Tensor attended = layer.attention->forward(backend, x, cache, static_cast<int>(i), step);
+    x = backend.add_rms_norm(residual, attended, layer.feed_forward_norm, norm_eps_);
+    const Tensor fed = layer.feed_forward->forward(backend, x, step);
+    // Each residual add is fused with the norm that reads it next: the next layer's input norm, or the final norm.
+    const Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].attention_norm : final_norm_;
+    x = backend.add_rms_norm(residual, fed, next_norm, norm_eps_);
+  }
+  const Tensor rows = backend.gather_logit_rows(x, step);
+  return backend.linear(rows, lm_head_ ? *lm_head_ : embed_tokens_, nullptr);
+}
+
+Tensor DecoderStack::final_norm_logits(Backend& backend, const Tensor& rows) const {
+  return backend.linear(backend.rms_norm(rows, final_norm_, norm_eps_), lm_head_ ? *lm_head_ : embed_tokens_, nullptr);
+}
+
+DecoderModel::DecoderModel(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend,
+                           const DecoderLayerBuilder& build_layer, const DecoderWeightNames& names)
+    : config_(config), backend_(backend) {
+  WeightLoader weights(checkpoint, backend);
+  stack_.emplace(config_, weights, build_layer, names);
+}
+
+}  // namespace tern

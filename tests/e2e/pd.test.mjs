@@ -1,0 +1,129 @@
+// Prefill/decode disaggregation end to end: one `tern serve --role prefill`, one `--role decode`, and
+// `tern gateway --prefill ... --decode ...` in front. Greedy completions through the gateway equal a single
+// instance's token for token; the decode instance's prefix cache shows the prompts' KV arrived over TCP; with the
+// prefill instance killed, requests still succeed (the decode instance prefills itself).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { startServer, ternBinary, metrics, post, waitFor } from './server.mjs';
+
+const MODEL = 'tern-py-13m';  // a real (small) model: wrong KV shows as different text
+const API_KEY = 'pd-test-key';
+const HITS = 'tern:prefix_cache_hits_total';
+
+// Each well over a few 16-token blocks.
+const PROMPTS = [
+  'import os\nimport sys\nimport json\n\n\ndef read_config(path):\n    """Read a JSON config file and return a dict."""\n' +
+    '    with open(path) as handle:\n        return json.load(handle)\n\n\ndef main():\n    config = read_config(',
+  'class Stack:\n    """A simple stack."""\n\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n' +
+    '        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop()\n\n    def peek(self):\n',
+  'def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n\n' +
+    'def factorial(n):\n    result = 1\n    for i in range(2, n + 1):\n        result *= i\n    return result\n\n\ndef primes(',
+  '# Parse command line arguments\nimport argparse\n\nparser = argparse.ArgumentParser(description="Process files")\n' +
+    'parser.add_argument("--input", help="the input file")\nparser.add_argument("--output", help="the output file")\n',
+];
+
+let single;
+let prefill;
+let decode;
+let gateway;
+let kvPort;
+
+async function startGateway(args) {
+  const argv = ['gateway', '--host', '127.0.0.1', '--port', '0', '--policy', 'round_robin', '--health-interval',
+    '0.2', '--api-key', API_KEY, ...args];
+  const proc = spawn(ternBinary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const gw = { proc, stderr: '', exited: null };
+  gw.exitPromise = new Promise((resolve) => proc.on('exit', (code, signal) => resolve((gw.exited = { code, signal }))));
+  gw.port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no "listening" line within 30 s:\n${gw.stderr}`)), 30_000);
+    proc.stderr.on('data', (data) => {
+      gw.stderr += data.toString();
+      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(gw.stderr);
+      if (match) {
+        clearTimeout(timer);
+        resolve(Number(match[1]));
+      }
+    });
+    proc.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`tern gateway exited with ${code} before listening:\n${gw.stderr}`));
+    });
+  });
+  gw.url = `http://127.0.0.1:${gw.port}`;
+  gw.stop = async () => {
+    if (!gw.exited) proc.kill('SIGTERM');
+    return gw.exitPromise;
+  };
+  await waitFor(async () => {
+    const response = await fetch(`${gw.url}/admin/replicas`, { headers: { authorization: `Bearer ${API_KEY}` } });
+    return (await response.json()).replicas.every((r) => r.healthy);
+  }, 30_000, 'decode replica healthy');
+  return gw;
+}
+
+async function complete(url, prompt) {
+  const response = await post(url, '/v1/completions',
+    { model: 'tiny', prompt, max_tokens: 24, temperature: 0, logprobs: 0 });
+  const body = await response.json();
+  assert.equal(response.status, 200, JSON.stringify(body));
+  const choice = body.choices[0];
+  // The sampled tokens themselves ("token_id:<id>" is not asked for; the tokens' strings and count pin them down).
+  return { text: choice.text, tokens: choice.logprobs.tokens, completion_tokens: body.usage.completion_tokens };
+}
+
+before(async () => {
+  [single, prefill, decode] = await Promise.all([
+    startServer({ model: MODEL }),
+    startServer({ model: MODEL, args: ['--role', 'prefill'] }),
+    startServer({ model: MODEL, args: ['--role', 'decode', '--kv-transfer-port', '0'] }),
+  ]);
+  const match = /accepting KV transfers \(tcp\) on 127\.0\.0\.1:(\d+)/.exec(decode.stderr);
+  assert.ok(match, `no KV transfer line:\n${decode.stderr}`);
+  kvPort = Number(match[1]);
+  gateway = await startGateway(['--prefill', prefill.url, '--decode', decode.url, '--decode-kv',
+    `127.0.0.1:${kvPort}`]);
+});
+
+after(async () => {
+  await Promise.all([gateway, single, prefill, decode].filter(Boolean).map((p) => p.stop()));
+});
+
+test('disaggregated greedy output equals a single instance token for token, with the KV sent over TCP', async () => {
+  for (const prompt of PROMPTS) {
+    const expected = await complete(single.url, prompt);
+    const hitsBefore = (await metrics(decode.url))[HITS] ?? 0;
+    const got = await complete(gateway.url, prompt);
+    assert.deepEqual(got, expected);
+    const hitsAfter = (await metrics(decode.url))[HITS];
+    // The decode instance never saw this prompt: every hit is KV that came from the prefill instance.
+    assert.ok(hitsAfter - hitsBefore >= 32, `decode prefix cache hits grew by ${hitsAfter - hitsBefore} tokens`);
+  }
+  assert.match(prefill.stderr, /KV of 1 prompt\(s\) sent to 127\.0\.0\.1:\d+: [1-9]\d* blocks newly cached there/);
+});
+
+test('a kv_transfer_params request to the prefill instance is answered with one token', async () => {
+  const response = await post(prefill.url, '/v1/completions', {
+    model: 'tiny', prompt: PROMPTS[0] + ' # again', max_tokens: 50, temperature: 0,
+    kv_transfer_params: { decode_url: `127.0.0.1:${kvPort}`, request_key: 'direct' },
+  });
+  const body = await response.json();
+  assert.equal(response.status, 200, JSON.stringify(body));
+  assert.equal(body.usage.completion_tokens, 1);
+  const refused = await post(prefill.url, '/v1/completions', {
+    model: 'tiny', prompt: PROMPTS[1] + ' # refused', max_tokens: 5,
+    kv_transfer_params: { decode_url: '127.0.0.1:1', request_key: 'nowhere' },
+  });
+  assert.equal(refused.status, 502);
+  assert.match((await refused.json()).error.message, /KV transfer to 127\.0\.0\.1:1/);
+});
+
+test('with the prefill instance killed, requests still succeed and still match', async () => {
+  await prefill.stop('SIGKILL');
+  for (const prompt of PROMPTS) {
+    const variant = `${prompt}\n# after the prefill instance died\n`;
+    const expected = await complete(single.url, variant);
+    assert.deepEqual(await complete(gateway.url, variant), expected);
+  }
+  assert.match(gateway.stderr, /prefill on http:\/\/127\.0\.0\.1:\d+ failed/);
+});
