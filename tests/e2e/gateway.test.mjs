@@ -4,8 +4,7 @@
 //     not started streaming; (c) streaming through the gateway equals the replica's own output; plus the admin API.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { startServer, ternBinary, metrics, post, readSse, waitFor } from './server.mjs';
+import { startServer, spawnTern, metrics, post, readSse, waitFor } from './server.mjs';
 
 const NUM_REPLICAS = 3;
 // 64 blocks of 16 tokens hold about five of the workload's ~200-token prefixes: enough for the two or three a
@@ -18,32 +17,7 @@ let replicas = [];
 async function startGateway(replicaUrls, { policy = 'cache_aware', args = [] } = {}) {
   const argv = ['gateway', '--host', '127.0.0.1', '--port', '0', '--policy', policy, '--health-interval', '0.2',
     '--api-key', API_KEY, ...replicaUrls.flatMap((url) => ['--replica', url]), ...args];
-  const proc = spawn(ternBinary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const gateway = { proc, stderr: '', exited: null };
-  gateway.exitPromise = new Promise((resolve) => proc.on('exit', (code, signal) => {
-    gateway.exited = { code, signal };
-    resolve(gateway.exited);
-  }));
-  gateway.port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no "listening" line within 30 s:\n${gateway.stderr}`)), 30_000);
-    proc.stderr.on('data', (data) => {
-      gateway.stderr += data.toString();
-      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(gateway.stderr);
-      if (match) {
-        clearTimeout(timer);
-        resolve(Number(match[1]));
-      }
-    });
-    proc.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`tern gateway exited with ${code} before listening:\n${gateway.stderr}`));
-    });
-  });
-  gateway.url = `http://127.0.0.1:${gateway.port}`;
-  gateway.stop = async () => {
-    if (!gateway.exited) proc.kill('SIGTERM');
-    return gateway.exitPromise;
-  };
+  const gateway = await spawnTern(argv, { what: 'tern gateway', timeoutMs: 30_000 });
   await waitFor(async () => (await listReplicas(gateway)).every((r) => r.healthy), 30_000, 'replicas healthy');
   return gateway;
 }

@@ -4,8 +4,7 @@
 // prefill instance killed, requests still succeed (the decode instance prefills itself).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { startServer, ternBinary, metrics, post, waitFor } from './server.mjs';
+import { startServer, spawnTern, metrics, post, waitFor } from './server.mjs';
 
 const MODEL = 'tern-py-13m';  // a real (small) model: wrong KV shows as different text
 const API_KEY = 'pd-test-key';
@@ -32,29 +31,7 @@ let kvPort;
 async function startGateway(args) {
   const argv = ['gateway', '--host', '127.0.0.1', '--port', '0', '--policy', 'round_robin', '--health-interval',
     '0.2', '--api-key', API_KEY, ...args];
-  const proc = spawn(ternBinary, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const gw = { proc, stderr: '', exited: null };
-  gw.exitPromise = new Promise((resolve) => proc.on('exit', (code, signal) => resolve((gw.exited = { code, signal }))));
-  gw.port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no "listening" line within 30 s:\n${gw.stderr}`)), 30_000);
-    proc.stderr.on('data', (data) => {
-      gw.stderr += data.toString();
-      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(gw.stderr);
-      if (match) {
-        clearTimeout(timer);
-        resolve(Number(match[1]));
-      }
-    });
-    proc.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`tern gateway exited with ${code} before listening:\n${gw.stderr}`));
-    });
-  });
-  gw.url = `http://127.0.0.1:${gw.port}`;
-  gw.stop = async () => {
-    if (!gw.exited) proc.kill('SIGTERM');
-    return gw.exitPromise;
-  };
+  const gw = await spawnTern(argv, { what: 'tern gateway', timeoutMs: 30_000 });
   await waitFor(async () => {
     const response = await fetch(`${gw.url}/admin/replicas`, { headers: { authorization: `Bearer ${API_KEY}` } });
     return (await response.json()).replicas.every((r) => r.healthy);

@@ -10,23 +10,23 @@ export const modelDir = (name) => path.join(fixtures, 'models', name);
 
 export const CHAT_MODEL = 'qwen3-chat-tiny';
 
-// Options: model (fixture name), args (extra CLI arguments), waitReady (default true), env.
-export async function startServer({ model = CHAT_MODEL, args = [], waitReady = true, env = {} } = {}) {
-  const argv = ['serve', '--model', modelDir(model), '--host', '127.0.0.1', '--port', '0', '--served-model-name',
-    'tiny', '--kv-cache-memory', '64MiB', '--threads', '1', '--max-model-len', '2048', ...args];
+// Spawns `tern <argv>` and resolves once it prints its "listening on" line; `what` names it in errors.
+// The handle: proc, stderr (all so far), exited, exitPromise, port, url, stop(signal).
+export async function spawnTern(argv, { what = 'tern', env = {}, timeoutMs = 60_000 } = {}) {
   const proc = spawn(ternBinary, argv, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
-  const server = { proc, stderr: '', exited: null };
-  server.exitPromise = new Promise((resolve) => {
+  const handle = { proc, stderr: '', exited: null };
+  handle.exitPromise = new Promise((resolve) => {
     proc.on('exit', (code, signal) => {
-      server.exited = { code, signal };
-      resolve(server.exited);
+      handle.exited = { code, signal };
+      resolve(handle.exited);
     });
   });
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no "listening" line within 60 s:\n${server.stderr}`)), 60_000);
+  handle.port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no "listening" line within ${timeoutMs / 1000} s:\n${handle.stderr}`)),
+      timeoutMs);
     proc.stderr.on('data', (data) => {
-      server.stderr += data.toString();
-      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(server.stderr);
+      handle.stderr += data.toString();
+      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(handle.stderr);
       if (match) {
         clearTimeout(timer);
         resolve(Number(match[1]));
@@ -34,16 +34,23 @@ export async function startServer({ model = CHAT_MODEL, args = [], waitReady = t
     });
     proc.on('exit', (code) => {
       clearTimeout(timer);
-      reject(new Error(`tern serve exited with ${code} before listening:\n${server.stderr}`));
+      reject(new Error(`${what} exited with ${code} before listening:\n${handle.stderr}`));
     });
   });
-  server.port = port;
-  server.url = `http://127.0.0.1:${port}`;
-  server.baseURL = `${server.url}/v1`;
-  server.stop = async (signal = 'SIGTERM') => {
-    if (!server.exited) proc.kill(signal);
-    return server.exitPromise;
+  handle.url = `http://127.0.0.1:${handle.port}`;
+  handle.stop = async (signal = 'SIGTERM') => {
+    if (!handle.exited) proc.kill(signal);
+    return handle.exitPromise;
   };
+  return handle;
+}
+
+// Options: model (fixture name), args (extra CLI arguments), waitReady (default true), env.
+export async function startServer({ model = CHAT_MODEL, args = [], waitReady = true, env = {} } = {}) {
+  const argv = ['serve', '--model', modelDir(model), '--host', '127.0.0.1', '--port', '0', '--served-model-name',
+    'tiny', '--kv-cache-memory', '64MiB', '--threads', '1', '--max-model-len', '2048', ...args];
+  const server = await spawnTern(argv, { what: 'tern serve', env });
+  server.baseURL = `${server.url}/v1`;
   if (waitReady) await waitForHealth(server.url);
   return server;
 }
