@@ -32,10 +32,11 @@ common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-fraction 
 run() {  # name, then bench flags
   local name="$1"; shift
   echo "== tern bench $name: $*"
-  local start=$(date +%s.%N)
+  local start=$(date +%s%N)
   timeout "${TERN_TIMEOUT_S:-150}" "$tern" bench "${common[@]}" "$@" >"$out/tern_$name.json" 2>"$out/tern_$name.err"
   local rc=$?
-  echo "process wall time: $(echo "$(date +%s.%N) - $start" | bc) s (rc $rc)" | tee -a "$out/tern_$name.err"
+  local elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))  # the GPU machine has no bc
+  echo "process wall time: $((elapsed_ms / 1000)).$(printf %03d $((elapsed_ms % 1000))) s (rc $rc)" | tee -a "$out/tern_$name.err"
   tail -5 "$out/tern_$name.err"
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in \
     ('load_s','ready_s','duration_s','input_tokens_per_s','output_tokens_per_s','itl_ms','ttft_ms','steps')})" \

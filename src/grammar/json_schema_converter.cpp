@@ -57,7 +57,8 @@ const std::map<std::string, std::string> kFormatRegexes = {
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
     {"ipv4", R"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))"},
     // Absolute URIs (RFC 3986) spelled with unreserved characters only, a subset every validator accepts.
-    {"uri", R"([a-zA-Z][a-zA-Z0-9+.-]*:(?://[a-zA-Z0-9._~-]+(?::[0-9]{1,5})?)?(?:/[a-zA-Z0-9._~-]*)*(?:\?[a-zA-Z0-9._~=&-]*)?(?:#[a-zA-Z0-9._~-]*)?)"},
+    // (a non-empty hier-part: ajv and RFC 3986 validators differ on "scheme:" alone).
+    {"uri", R"([a-zA-Z][a-zA-Z0-9+.-]*:(?://[a-zA-Z0-9._~-]+(?::[0-9]{1,5})?(?:/[a-zA-Z0-9._~-]*)*|/?[a-zA-Z0-9._~-]+(?:/[a-zA-Z0-9._~-]*)*)(?:\?[a-zA-Z0-9._~=&-]*)?(?:#[a-zA-Z0-9._~-]*)?)"},
 };
 
 // An EBNF "..." literal for arbitrary UTF-8 text.

@@ -198,11 +198,15 @@ TEST(ChatRequestTest, ToolChoice) {
   const char* with_tools = R"({"messages": [{"role": "user", "content": "hi"}],
     "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})";
   EXPECT_FALSE(ChatRequest::parse(body(with_tools)).parse_tool_calls);
-  expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required",
-    "tools": [{"type": "function", "function": {"name": "f"}}]})", "tool_choice");
+  const auto required = ChatRequest::parse(body(R"({"messages": [{"role": "user", "content": "hi"}],
+    "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}]})"));
+  EXPECT_TRUE(required.force_tool_call);
+  expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"})", "tool_choice");
   expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "sometimes"})", "tool_choice");
   expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function",
     "function": {"name": "f"}}})", "tool_choice");
+  expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function",
+    "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]})", "tool_choice");
 }
 
 TEST(ChatRequestTest, BadRequestsNameTheField) {
@@ -226,7 +230,7 @@ TEST(ChatRequestTest, BadRequestsNameTheField) {
                     "max_completion_tokens");
   expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": []})",
                     "chat_template_kwargs");
-  expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})",
+  expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}})",
                     "response_format");
 }
 
