@@ -206,7 +206,8 @@ TEST(ChatRequestTest, ToolChoice) {
   expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function",
     "function": {"name": "f"}}})", "tool_choice");
   expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function",
-    "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]})", "tool_choice");
+    "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]})",
+                    "tool_choice.function.name");
 }
 
 TEST(ChatRequestTest, BadRequestsNameTheField) {
@@ -231,7 +232,7 @@ TEST(ChatRequestTest, BadRequestsNameTheField) {
   expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": []})",
                     "chat_template_kwargs");
   expect_chat_error(R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}})",
-                    "response_format");
+                    "response_format.type");
 }
 
 TEST(RequestBodyTest, MalformedBodiesAre400) {
