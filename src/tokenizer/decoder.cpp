@@ -1,5 +1,6 @@
 #include "tokenizer/decoder.h"
 
+#include <charconv>
 #include <optional>
 
 #include "core/error.h"
@@ -58,18 +59,8 @@ class ReplaceDecoder : public Decoder {
 std::optional<unsigned char> parse_byte_token(const std::string& token) {
   if (token.size() != 6 || !token.starts_with("<0x") || token.back() != '>') return std::nullopt;
   unsigned value = 0;
-  for (char c : token.substr(3, 2)) {
-    value <<= 4;
-    if (c >= '0' && c <= '9') {
-      value |= static_cast<unsigned>(c - '0');
-    } else if (c >= 'a' && c <= 'f') {
-      value |= static_cast<unsigned>(c - 'a' + 10);
-    } else if (c >= 'A' && c <= 'F') {
-      value |= static_cast<unsigned>(c - 'A' + 10);
-    } else {
-      return std::nullopt;
-    }
-  }
+  const char* digits = token.data() + 3;
+  if (std::from_chars(digits, digits + 2, value, 16).ptr != digits + 2) return std::nullopt;
   return static_cast<unsigned char>(value);
 }
 

@@ -229,17 +229,31 @@ class JsonReader {
     emit();
   }
 
-  void parse_object(int depth) {
+  // Parses `{ members }` or `[ elements ]` from its opening bracket, calling parse_element for each member.
+  template <typename ParseElement>
+  void parse_sequence(char close, ParseElement&& parse_element) {
     ++pos_;
-    sax_.start_object(static_cast<std::size_t>(-1));
     skip_whitespace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
+    if (pos_ < text_.size() && text_[pos_] == close) {
       ++pos_;
-      sax_.end_object();
       return;
     }
     while (true) {
       skip_whitespace();
+      parse_element();
+      skip_whitespace();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      expect(close);
+      return;
+    }
+  }
+
+  void parse_object(int depth) {
+    sax_.start_object(static_cast<std::size_t>(-1));
+    parse_sequence('}', [&] {
       if (pos_ >= text_.size() || text_[pos_] != '"') error("expected a string key");
       std::string key = parse_string();
       sax_.key(key);
@@ -247,56 +261,22 @@ class JsonReader {
       expect(':');
       skip_whitespace();
       parse_value(depth + 1);
-      skip_whitespace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      sax_.end_object();
-      return;
-    }
+    });
+    sax_.end_object();
   }
 
   void parse_array(int depth) {
-    ++pos_;
     sax_.start_array(static_cast<std::size_t>(-1));
-    skip_whitespace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      sax_.end_array();
-      return;
-    }
-    while (true) {
-      skip_whitespace();
-      parse_value(depth + 1);
-      skip_whitespace();
-      if (pos_ < text_.size() && text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      sax_.end_array();
-      return;
-    }
+    parse_sequence(']', [&] { parse_value(depth + 1); });
+    sax_.end_array();
   }
 
   unsigned parse_hex4() {
     if (pos_ + 4 > text_.size()) error("truncated \\u escape");
     unsigned value = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      value <<= 4;
-      if (c >= '0' && c <= '9') {
-        value |= static_cast<unsigned>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        value |= static_cast<unsigned>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        value |= static_cast<unsigned>(c - 'A' + 10);
-      } else {
-        error("invalid \\u escape");
-      }
-    }
+    const char* digits = text_.data() + pos_;
+    if (std::from_chars(digits, digits + 4, value, 16).ptr != digits + 4) error("invalid \\u escape");
+    pos_ += 4;
     return value;
   }
 
