@@ -1,7 +1,5 @@
-#include <cstdio>
-
 #include "cli/commands.h"
-#include "core/error.h"
+#include "cli/run.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tern: LLM inference and serving engine"};
@@ -15,13 +13,5 @@ int main(int argc, char** argv) {
   tern::cli::add_render_chat_command(app);
   tern::cli::add_serve_command(app);
   tern::cli::add_gateway_command(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tern: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return tern::cli::run(app, argc, argv);
 }
