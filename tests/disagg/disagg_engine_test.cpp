@@ -8,24 +8,14 @@
 #include "disagg/kv_transport.h"
 #include "engine/engine.h"
 #include "engine/engine_core.h"
+#include "fixture_model.h"
 #include "fixtures.h"
 
 namespace tern {
 namespace {
 
 using testing::fixtures_dir;
-
-struct Loaded {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const std::string& name) {
-  Loaded l;
-  l.backend = make_cpu_backend(2);
-  l.model = load_model(fixtures_dir() / "models" / name, *l.backend);
-  return l;
-}
+using testing::load_fixture_model;
 
 EngineConfig config(int32_t block_size = 4) {
   EngineConfig c;
@@ -73,7 +63,7 @@ Golden golden_of(const std::string& arch) {
 }
 
 TEST(DisaggEngine, ImportedChunksAreReusedAndTheOutputEqualsTheGoldens) {
-  auto m = load("llama");
+  auto m = load_fixture_model("llama");
   const auto golden = golden_of("llama");
   EngineCore prefill(*m.model, *m.backend, config());
   EngineCore decode(*m.model, *m.backend, config());
@@ -92,7 +82,7 @@ TEST(DisaggEngine, ImportedChunksAreReusedAndTheOutputEqualsTheGoldens) {
 }
 
 TEST(DisaggEngine, AChunkWhoseEarlierBlocksNeverArrivedIsIgnored) {
-  auto m = load("llama");
+  auto m = load_fixture_model("llama");
   const auto golden = golden_of("llama");
   EngineCore prefill(*m.model, *m.backend, config());
   EngineCore decode(*m.model, *m.backend, config());
@@ -103,7 +93,7 @@ TEST(DisaggEngine, AChunkWhoseEarlierBlocksNeverArrivedIsIgnored) {
 }
 
 TEST(DisaggEngine, KvOfAnotherCacheShapeIsRefusedAndLeavesNothingCached) {
-  auto m = load("llama");
+  auto m = load_fixture_model("llama");
   const auto golden = golden_of("llama");
   EngineCore prefill(*m.model, *m.backend, config(4));
   EngineCore decode(*m.model, *m.backend, config(8));
@@ -118,7 +108,7 @@ TEST(DisaggEngine, KvOfAnotherCacheShapeIsRefusedAndLeavesNothingCached) {
 }
 
 TEST(DisaggEngine, TcpTransferBetweenThreadedEnginesIsReusedByTheDecodeEngine) {
-  auto m = load("llama");
+  auto m = load_fixture_model("llama");
   const auto golden = golden_of("llama");
   Engine prefill(*m.model, *m.backend, config());
   Engine decode(*m.model, *m.backend, config());
@@ -142,7 +132,7 @@ TEST(DisaggEngine, TcpTransferBetweenThreadedEnginesIsReusedByTheDecodeEngine) {
 }
 
 TEST(DisaggEngine, TcpTransferErrorsReachTheSender) {
-  auto m = load("llama");
+  auto m = load_fixture_model("llama");
   const auto golden = golden_of("llama");
   Engine prefill(*m.model, *m.backend, config(4));
   Engine decode(*m.model, *m.backend, config(8));

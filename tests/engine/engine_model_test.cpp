@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/engine_core.h"
+#include "fixture_model.h"
 #include "fixtures.h"
 #include "model/sequence_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -17,18 +18,7 @@ namespace tern {
 namespace {
 
 using testing::fixtures_dir;
-
-struct Loaded {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const std::string& name) {
-  Loaded l;
-  l.backend = make_cpu_backend(2);
-  l.model = load_model(fixtures_dir() / "models" / name, *l.backend);
-  return l;
-}
+using testing::load_fixture_model;
 
 EngineConfig small_config(int32_t num_blocks, bool prefix_cache = true) {
   EngineConfig c;
@@ -94,7 +84,7 @@ std::vector<std::vector<int32_t>> random_prompts(int count, int64_t vocab, uint3
 class EngineArch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineArch, GreedyMatchesTheTransformersGoldens) {
-  auto m = load(GetParam());
+  auto m = load_fixture_model(GetParam());
   const auto golden = testing::read_json(fixtures_dir() / "models" / GetParam() / "golden.json");
   EngineCore core(*m.model, *m.backend, small_config(64));
   for (size_t p = 0; p < golden["prompts"].size(); ++p) {
@@ -107,7 +97,7 @@ TEST_P(EngineArch, GreedyMatchesTheTransformersGoldens) {
 }
 
 TEST_P(EngineArch, ThirtyTwoConcurrentRequestsEqualEachRunAlone) {
-  auto m = load(GetParam());
+  auto m = load_fixture_model(GetParam());
   const auto prompts = random_prompts(32, m.model->config().vocab_size, 11);
   EngineCore core(*m.model, *m.backend, small_config(256));
   for (size_t i = 0; i < prompts.size(); ++i) core.add_request(i + 1, greedy(prompts[i], 4 + static_cast<int32_t>(i % 13)));
@@ -119,7 +109,7 @@ TEST_P(EngineArch, ThirtyTwoConcurrentRequestsEqualEachRunAlone) {
 }
 
 TEST_P(EngineArch, APoolFarSmallerThanTheLoadPreemptsAndStillMatches) {
-  auto m = load(GetParam());
+  auto m = load_fixture_model(GetParam());
   const auto prompts = random_prompts(16, m.model->config().vocab_size, 5);
   for (bool prefix_cache : {false, true}) {
     EngineCore core(*m.model, *m.backend, small_config(8, prefix_cache));  // 128 tokens for ~700 of load
@@ -141,7 +131,7 @@ TEST_P(EngineArch, APoolFarSmallerThanTheLoadPreemptsAndStillMatches) {
 // cached blocks and still give the tokens of a run alone. DeepSeek-V4 shares less (its indexer's ties depend on the
 // prompt past index_topk entries; KvLayerSpec::shareable_prefix_tokens) but must still hit.
 TEST_P(EngineArch, APrefixSharedWithAnEarlierRequestIsReusedAndGivesTheSameTokens) {
-  auto m = load(GetParam());
+  auto m = load_fixture_model(GetParam());
   std::vector<int32_t> prefix(40);
   std::mt19937 rng(9);
   for (auto& t : prefix) t = static_cast<int32_t>(rng() % m.model->config().vocab_size);
@@ -173,7 +163,7 @@ INSTANTIATE_TEST_SUITE_P(Moe, EngineArch,
 // The engine's KV bytes per token (what sizes the pool and is logged at start) against config.json, in float32
 // (the CPU backend's element): MLA caches kv_lora_rank + qk_rope_head_dim per layer, not heads x head dims.
 TEST(EngineKvBytes, MlaCachesTheLatentAndTheRopeKeyPerLayer) {
-  auto m = load("deepseek_v3");
+  auto m = load_fixture_model("deepseek_v3");
   const auto config = testing::read_json(fixtures_dir() / "models" / "deepseek_v3" / "config.json");
   const int64_t latent = config["kv_lora_rank"].get<int64_t>() + config["qk_rope_head_dim"].get<int64_t>();
   const int64_t expanded = 2 * config["num_attention_heads"].get<int64_t>() *
@@ -185,7 +175,7 @@ TEST(EngineKvBytes, MlaCachesTheLatentAndTheRopeKeyPerLayer) {
 }
 
 TEST(EngineKvBytes, GqaCachesKeysAndValuesOfTheKvHeads) {
-  auto m = load("gpt_oss");
+  auto m = load_fixture_model("gpt_oss");
   const auto config = testing::read_json(fixtures_dir() / "models" / "gpt_oss" / "config.json");
   const int64_t per_layer = 2 * config["num_key_value_heads"].get<int64_t>() * config["head_dim"].get<int64_t>();
   EXPECT_EQ(measure_kv_bytes_per_token(*m.backend, m.model->kv_layers(), 16),
@@ -195,7 +185,7 @@ TEST(EngineKvBytes, GqaCachesKeysAndValuesOfTheKvHeads) {
 // DeepSeek-V4 also caches its compressors' per-token state: the measure must count it (deepseek_v4_test.cpp checks
 // the layer specs themselves against the config).
 TEST(EngineKvBytes, DeepseekV4CountsTheCompressorStates) {
-  auto m = load("deepseek_v4");
+  auto m = load_fixture_model("deepseek_v4");
   const auto layers = m.model->kv_layers();
   int64_t keys_only = 0;
   for (const auto& layer : layers) keys_only += layer.num_kv_heads * layer.key_dim * 4;
@@ -205,7 +195,7 @@ TEST(EngineKvBytes, DeepseekV4CountsTheCompressorStates) {
 }
 
 TEST(Engine, ASharedPrefixIsComputedOnceAndGivesTheSameTokens) {
-  auto m = load("llama");
+  auto m = load_fixture_model("llama");
   std::vector<int32_t> prefix(40);
   std::mt19937 rng(9);
   for (auto& t : prefix) t = static_cast<int32_t>(rng() % 512);
@@ -249,7 +239,7 @@ GenerateRequest seeded(std::vector<int32_t> prompt, uint64_t seed, int32_t n = 1
 }
 
 TEST(Engine, SeededSamplingIsReproducibleWhateverTheBatch) {
-  auto m = load("qwen3");
+  auto m = load_fixture_model("qwen3");
   const auto prompts = random_prompts(12, m.model->config().vocab_size, 21);
   EngineCore alone(*m.model, *m.backend, small_config(128));
   alone.add_request(1, seeded(prompts[5], 42));
@@ -265,7 +255,7 @@ TEST(Engine, SeededSamplingIsReproducibleWhateverTheBatch) {
 }
 
 TEST(Engine, ParallelSamplesShareThePromptAndTheFirstEqualsNEqualsOne) {
-  auto m = load("qwen2");
+  auto m = load_fixture_model("qwen2");
   const auto prompt = random_prompts(8, m.model->config().vocab_size, 2)[6];  // 43 tokens
   EngineCore single(*m.model, *m.backend, small_config(128));
   single.add_request(1, seeded(prompt, 7));
@@ -282,7 +272,7 @@ TEST(Engine, ParallelSamplesShareThePromptAndTheFirstEqualsNEqualsOne) {
 }
 
 TEST(Engine, ThreadedSubmitStreamsAndCancel) {
-  auto m = load("llama");
+  auto m = load_fixture_model("llama");
   const auto prompts = random_prompts(6, m.model->config().vocab_size, 8);
   Engine engine(*m.model, *m.backend, small_config(128));
   std::vector<std::shared_ptr<RequestStream>> streams(prompts.size());
@@ -322,7 +312,7 @@ TEST(Engine, ThreadedSubmitStreamsAndCancel) {
 }
 
 TEST(Engine, DetokenizedTextAndStopStringsWithTheRealTokenizer) {
-  auto m = load("tern-py-13m");
+  auto m = load_fixture_model("tern-py-13m");
   const auto dir = fixtures_dir() / "models" / "tern-py-13m";
   const auto tokenizer = Tokenizer::load(dir);
   const auto golden = testing::read_json(dir / "golden.json");
