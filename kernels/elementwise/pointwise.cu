@@ -69,18 +69,19 @@ __global__ void bf16_to_f32_kernel(const __nv_bfloat16* src, float* dst, int64_t
   }
 }
 
-__global__ void gather_rows_kernel(const uint16_t* table, const int32_t* rows, uint16_t* out, int64_t row_elems) {
+// Element: uint16_t (one bf16) or uint4 (eight); rows outside the table's range become zeros.
+template <typename Element>
+__global__ void gather_rows_kernel(const Element* table, const int32_t* rows, Element* out, int64_t row_elems,
+                                   GatherRange range) {
   const int64_t r = blockIdx.x;
-  const uint16_t* src = table + rows[r] * row_elems;
-  uint16_t* dst = out + r * row_elems;
+  const int64_t row = rows[r] - range.first_row;
+  Element* dst = out + r * row_elems;
+  if (row < 0 || row >= range.num_rows) {
+    for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[i] = Element{};
+    return;
+  }
+  const Element* src = table + row * row_elems;
   for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[i] = src[i];
-}
-
-__global__ void gather_rows_vec_kernel(const uint4* table, const int32_t* rows, uint4* out, int64_t row_vecs) {
-  const int64_t r = blockIdx.x;
-  const uint4* src = table + rows[r] * row_vecs;
-  uint4* dst = out + r * row_vecs;
-  for (int64_t i = threadIdx.x; i < row_vecs; i += blockDim.x) dst[i] = src[i];
 }
 
 }  // namespace
@@ -113,17 +114,17 @@ void launch_bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t count, cud
 }
 
 void launch_gather_rows(const void* table, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, GatherRange range) {
   if (row_bytes % 2 != 0) throw std::invalid_argument("gather_rows: rows must be a whole number of 2-byte elements");
   if (num_rows == 0 || row_bytes == 0) return;
   const bool vectorized = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(table) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(out) % 16 == 0;
   if (vectorized) {
-    gather_rows_vec_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const uint4*>(table), rows,
-                                                         static_cast<uint4*>(out), row_bytes / 16);
+    gather_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const uint4*>(table), rows,
+                                                     static_cast<uint4*>(out), row_bytes / 16, range);
   } else {
     gather_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const uint16_t*>(table), rows,
-                                                     static_cast<uint16_t*>(out), row_bytes / 2);
+                                                     static_cast<uint16_t*>(out), row_bytes / 2, range);
   }
 }
 

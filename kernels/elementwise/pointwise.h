@@ -14,8 +14,15 @@ void launch_silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t n
 void launch_add(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t count, cudaStream_t stream);
 void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t count, cudaStream_t stream);
 void launch_bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t count, cudaStream_t stream);
-// out[r] = table[rows[r]] for rows of row_bytes bytes (a multiple of 2); rows are checked by the caller.
+// The row ids a table holds: [first_row, first_row + num_rows) (one rank's shard of a vocab-parallel embedding).
+struct GatherRange {
+  int64_t first_row = 0;
+  int64_t num_rows = INT64_MAX;
+};
+
+// out[r] = table[rows[r] - range.first_row] for rows of row_bytes bytes (a multiple of 2), zeros for a row outside
+// `range`; ids are checked by the caller.
 void launch_gather_rows(const void* table, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
-                        cudaStream_t stream);
+                        cudaStream_t stream, GatherRange range = {});
 
 }  // namespace tern::kernels

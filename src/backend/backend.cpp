@@ -6,6 +6,23 @@
 
 namespace tern {
 
+// A group of one needs no communication; backends that form larger groups override both.
+void Backend::all_reduce_sum(Tensor&) {
+  if (tensor_parallel_size() != 1) fail("backend {} has no all_reduce_sum op", name());
+}
+
+Tensor Backend::linear_all_reduce(const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  Tensor out = linear(x, weight, bias);
+  all_reduce_sum(out);
+  return out;
+}
+
+Tensor Backend::all_gather_columns(const Tensor& x, int64_t num_columns) {
+  if (tensor_parallel_size() != 1) fail("backend {} has no all_gather_columns op", name());
+  if (num_columns == x.size(-1)) return x;
+  return slice_columns(x, 0, num_columns);
+}
+
 Tensor Backend::concat_columns(const Tensor&, const Tensor&) { fail("backend {} has no concat_columns op", name()); }
 
 Tensor Backend::gated_activation(const Tensor&, const GluActivation&) {

@@ -49,6 +49,13 @@ struct AttentionParams {
   int64_t values_from_keys = 0;
 };
 
+// The rows of the vocabulary an embedding table holds: all of it, or one rank's shard under tensor parallelism
+// (vocab-parallel embedding).
+struct VocabShard {
+  int64_t first_id = 0;
+  int64_t vocab_size = 0;  // every valid token id is below it; 0: the table's rows
+};
+
 struct DeviceMemory {
   int64_t free_bytes = 0;
   int64_t total_bytes = 0;
@@ -104,7 +111,9 @@ class Backend {
   // The ops of MoE, MLA and DeepSeek-V4 models (concat_columns .. moe_experts, rope_at, hyper_mix ..
   // compressed_attention) have defaults that fail naming the backend and op, so a backend without them still
   // serves the dense models.
-  virtual Tensor embedding(const Tensor& table, const StepContext& step) = 0;        // -> [T, H]
+  // -> [T, H]: each token's row of `table`, which holds ids [shard.first_id, shard.first_id + rows); a token of
+  // another shard gets a zero row (the tensor-parallel all-reduce adds its own). Ids outside the vocabulary fail.
+  virtual Tensor embedding(const Tensor& table, const StepContext& step, const VocabShard& shard) = 0;
   virtual Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) = 0;     // over the last dim
   // residual += x, then returns rms_norm(residual).
   virtual Tensor add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps) = 0;
@@ -163,6 +172,18 @@ class Backend {
   // query [T, heads, head_dim] -> [T, heads, head_dim].
   virtual Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
                                       const CompressedAttentionParams& params, const StepContext& step);
+  // Tensor parallelism: the group of backends, one per device (or thread), that this one computes with. Ranks run
+  // the same model shard by shard and meet at these collectives, which every rank calls in the same order.
+  virtual int tensor_parallel_rank() const { return 0; }
+  virtual int tensor_parallel_size() const { return 1; }
+  // x <- sum of x over the group's ranks; every rank gets the same values.
+  virtual void all_reduce_sum(Tensor& x);
+  // A row-parallel linear: linear(x, weight, bias) summed over the ranks (each holds its columns of the weight;
+  // one rank the bias). Backends with narrow activations sum the partial products before rounding them.
+  virtual Tensor linear_all_reduce(const Tensor& x, const Tensor& weight, const Tensor* bias);
+  // x [R, C] on every rank -> [R, num_columns]: rank r's columns land at [r * C, (r + 1) * C), cut at num_columns
+  // (the last rank's shard may be padded).
+  virtual Tensor all_gather_columns(const Tensor& x, int64_t num_columns);
   virtual Tensor gather_logit_rows(const Tensor& x, const StepContext& step) = 0;  // [T, H] -> [R, H]
   virtual Tensor argmax(const Tensor& logits) = 0;                                  // [R, V] -> [R] int32
   // Temperature, top-k and top-p sampling of each row of logits [R, V] -> [R] int32 on the device, where
@@ -175,10 +196,25 @@ class Backend {
   }
 };
 
+// The backends of one tensor-parallel group. make(rank) is called once per rank, on the thread that will run all of
+// that rank's work (the CUDA backend binds the thread to device `rank`).
+class BackendGroup {
+ public:
+  virtual ~BackendGroup() = default;
+  virtual int size() const = 0;
+  virtual std::unique_ptr<Backend> make(int rank) = 0;
+};
+
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+// CPU ranks of one process, meeting through shared memory (tests and CI of the sharding logic); `num_threads`
+// are shared out among the ranks.
+std::unique_ptr<BackendGroup> make_cpu_backend_group(int size, int num_threads = 0);
 // The Hopper backend (bf16 activations, float32 accumulation); defined only in builds with TERN_CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// Devices 0 .. size - 1, meeting through NCCL.
+std::unique_ptr<BackendGroup> make_cuda_backend_group(int size);
 // "cpu" or "cuda"; fails clearly for an unknown name or for "cuda" in a build without CUDA.
 std::unique_ptr<Backend> make_backend(const std::string& name, int num_threads = 0);
+std::unique_ptr<BackendGroup> make_backend_group(const std::string& name, int size, int num_threads = 0);
 
 }  // namespace tern

@@ -3,15 +3,26 @@
 
 namespace tern {
 
+#ifndef TERN_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  fail("backend 'cuda': this tern was built without CUDA (configure with -DTERN_CUDA=ON)");
+}
+
+std::unique_ptr<BackendGroup> make_cuda_backend_group(int) {
+  fail("backend 'cuda': this tern was built without CUDA (configure with -DTERN_CUDA=ON)");
+}
+#endif
+
 std::unique_ptr<Backend> make_backend(const std::string& name, int num_threads) {
   if (name == "cpu") return make_cpu_backend(num_threads);
-  if (name == "cuda") {
-#ifdef TERN_CUDA
-    return make_cuda_backend(0);
-#else
-    fail("backend 'cuda': this tern was built without CUDA (configure with -DTERN_CUDA=ON)");
-#endif
-  }
+  if (name == "cuda") return make_cuda_backend(0);
+  fail("unknown backend '{}' (expected cpu or cuda)", name);
+}
+
+std::unique_ptr<BackendGroup> make_backend_group(const std::string& name, int size, int num_threads) {
+  if (size < 1) fail("tensor parallel size {} must be >= 1", size);
+  if (name == "cpu") return make_cpu_backend_group(size, num_threads);
+  if (name == "cuda") return make_cuda_backend_group(size);
   fail("unknown backend '{}' (expected cpu or cuda)", name);
 }
 

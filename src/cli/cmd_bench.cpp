@@ -61,11 +61,10 @@ struct BenchOptions {
 };
 
 nlohmann::json run_engine_bench(const BenchOptions& options) {
-  auto backend = make_backend(options.backend, options.threads);
   const auto load_start = Clock::now();
-  auto model = load_model(options.model, *backend);
+  auto model = ShardedModel::load(options.model, options.backend, options.engine.tensor_parallel_size, options.threads);
   const double load_s = seconds_since(load_start);
-  EngineCore core(*model, *backend, options.engine.to_config("1GiB"));
+  EngineCore core(*model, options.engine.to_config("1GiB"));
   const double ready_s = seconds_since(load_start);  // weights, KV pool sizing and allocation, recorded steps
 
   std::mt19937 rng(options.seed);
@@ -105,7 +104,8 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
   return {
       {"mode", "offline"},
       {"model", options.model},
-      {"backend", backend->name()},
+      {"backend", model->backend(0).name()},
+      {"tensor_parallel_size", model->size()},
       {"threads", options.threads == 0 ? static_cast<int>(std::thread::hardware_concurrency()) : options.threads},
       {"num_prompts", options.num_prompts},
       {"input_len", options.input_len},

@@ -34,8 +34,8 @@ void add_generate_command(CLI::App& app) {
     request.prompt_token_ids = parse_token_ids(options->prompt_ids);
     request.sampling = options->sampling.to_params();
     request.stop.ignore_eos = options->sampling.ignore_eos;
-    auto backend = make_backend(options->backend, options->threads);
-    auto model = load_model(options->model, *backend);
+    auto model =
+        ShardedModel::load(options->model, options->backend, options->engine.tensor_parallel_size, options->threads);
     const int64_t limit = model->config().max_position_embeddings;
     if (static_cast<int64_t>(request.prompt_token_ids.size()) + options->max_tokens > limit) {
       fail("prompt of {} tokens plus {} new tokens exceeds the model's context of {}", request.prompt_token_ids.size(),
@@ -44,7 +44,7 @@ void add_generate_command(CLI::App& app) {
     std::vector<int32_t> tokens;
     if (options->max_tokens > 0) {
       request.stop.max_tokens = options->max_tokens;
-      EngineCore core(*model, *backend, options->engine.to_config("256MiB"));
+      EngineCore core(*model, options->engine.to_config("256MiB"));
       core.add_request(1, std::move(request));
       while (core.has_unfinished_requests()) {
         for (const auto& output : core.step()) tokens.insert(tokens.end(), output.token_ids.begin(), output.token_ids.end());

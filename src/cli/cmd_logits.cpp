@@ -1,7 +1,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
-#include "model/model.h"
+#include "engine/sharded_model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
 
@@ -14,6 +14,7 @@ void add_logits_command(CLI::App& app) {
     std::string out;
     int threads = 0;
     std::string backend = "cpu";
+    int tensor_parallel_size = 1;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position to a safetensors file");
@@ -22,17 +23,25 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--out", options->out, "Output file: one float32 tensor 'logits' of shape [T, vocab]")->required();
   cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", options->backend, "cpu or cuda");
+  cmd->add_option("--tensor-parallel-size,--tp", options->tensor_parallel_size, "GPUs (or CPU ranks) to split over")
+      ->check(CLI::PositiveNumber);
   cmd->callback([options] {
     const auto prompt = parse_token_ids(options->prompt_ids);
-    auto backend = make_backend(options->backend, options->threads);
-    auto model = load_model(options->model, *backend);
+    auto model = ShardedModel::load(options->model, options->backend, options->tensor_parallel_size, options->threads);
     if (static_cast<int64_t>(prompt.size()) > model->config().max_position_embeddings) {
       fail("prompt of {} tokens exceeds the model's context of {}", prompt.size(),
            model->config().max_position_embeddings);
     }
-    SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
-    const Tensor logits = runner.append(prompt, true);
-    write_safetensors_f32(options->out, {{"logits", logits.shape, backend->to_host_f32(logits)}});
+    std::vector<int64_t> shape;
+    std::vector<float> values;
+    model->run_on_ranks([&](int rank) {
+      SequenceRunner runner(model->model(rank), model->backend(rank), static_cast<int64_t>(prompt.size()));
+      const Tensor logits = runner.append(prompt, true);
+      if (rank != 0) return;  // every rank holds the gathered logits
+      shape = logits.shape;
+      values = model->backend(rank).to_host_f32(logits);
+    });
+    write_safetensors_f32(options->out, {{"logits", shape, values}});
   });
 }
 

@@ -60,6 +60,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--backend", config.model.backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--threads", config.model.num_threads, "CPU backend threads (0: all cores)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tensor-parallel-size,--tp", config.model.tensor_parallel_size,
+                  "GPUs (or CPU ranks) the model is split over, one thread each, meeting through NCCL")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-num-seqs", config.model.engine.max_num_seqs, "Sequences running at once")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", config.model.engine.max_num_batched_tokens, "Tokens per engine step")
@@ -110,6 +113,9 @@ void add_serve_command(CLI::App& app) {
     config.http.max_body_bytes = static_cast<uint64_t>(options->max_body_mib) << 20;
     config.http.log_requests = !options->disable_log_requests;
     disagg::check_disagg_config(options->disagg);
+    if (config.model.tensor_parallel_size > 1 && options->disagg.role != "both") {
+      fail("--role {} needs --tensor-parallel-size 1: KV transfer moves one rank's cache", options->disagg.role);
+    }
     config.attach = [disagg = options->disagg](server::OpenAiApi& api, server::ServingModel& model) {
       return disagg::attach_disagg_role(disagg, api, model);
     };

@@ -39,6 +39,9 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config, TextStreamFa
     : core_(model, backend, std::move(config), std::move(text_streams)), stats_(core_.stats()),
       thread_([this] { loop(); }) {}
 
+Engine::Engine(ShardedModel& model, EngineConfig config, TextStreamFactory text_streams)
+    : core_(model, std::move(config), std::move(text_streams)), stats_(core_.stats()), thread_([this] { loop(); }) {}
+
 Engine::~Engine() {
   {
     std::lock_guard lock(inbox_mutex_);

@@ -49,6 +49,7 @@ using OutputCallback = std::function<void(RequestOutput)>;
 class Engine {
  public:
   Engine(Model& model, Backend& backend, EngineConfig config, TextStreamFactory text_streams = {});
+  Engine(ShardedModel& model, EngineConfig config, TextStreamFactory text_streams = {});
   // Aborts whatever is unfinished and joins the loop.
   ~Engine();
   Engine(const Engine&) = delete;

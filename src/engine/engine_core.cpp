@@ -73,21 +73,41 @@ int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSp
 }
 
 EngineCore::EngineCore(Model& model, Backend& backend, EngineConfig config, TextStreamFactory text_streams)
-    : model_(model) {
+    : single_rank_(std::make_unique<ShardedModel>(model, backend)), model_(*single_rank_) {
+  start(std::move(config), std::move(text_streams));
+}
+
+EngineCore::EngineCore(ShardedModel& model, EngineConfig config, TextStreamFactory text_streams) : model_(model) {
+  start(std::move(config), std::move(text_streams));
+}
+
+void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   if (config.block_size < 1) fail("engine: block size {} must be >= 1", config.block_size);
-  const int64_t model_len = model.config().max_position_embeddings;
+  const int64_t model_len = model_.config().max_position_embeddings;
   max_model_len_ = config.max_model_len > 0 ? config.max_model_len : model_len;
   if (model_len > 0 && max_model_len_ > model_len) {
     fail("engine: max_model_len {} exceeds the model's context of {}", max_model_len_, model_len);
   }
-  const auto layers = model.kv_layers();
-  budget_ = resolve_budget(config, backend, model, measure_kv_bytes_per_token(backend, layers, config.block_size));
+  const int num_ranks = model_.size();
+  std::vector<KvCacheBudget> budgets(static_cast<size_t>(num_ranks));
+  bool on_device = false;
+  model_.run_on_ranks([&](int rank) {
+    Backend& backend = model_.backend(rank);
+    Model& model = model_.model(rank);
+    if (rank == 0) on_device = backend.device_memory().has_value();
+    budgets[rank] = resolve_budget(config, backend, model,
+                                   measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size));
+  });
+  budget_ = *std::min_element(budgets.begin(), budgets.end(),
+                              [](const auto& a, const auto& b) { return a.num_blocks < b.num_blocks; });
+  const auto layers = model_.model(0).kv_layers();
   if (config.log_kv_cache) {
     std::fprintf(stderr,
-                 "tern: KV cache: %lld bytes per token (%s layers), %d blocks of %d tokens = %lld tokens, %.1f MiB\n",
+                 "tern: KV cache: %lld bytes per token (%s layers%s), %d blocks of %d tokens = %lld tokens, %.1f MiB%s\n",
                  static_cast<long long>(budget_.bytes_per_token), kv_layers_summary(layers).c_str(),
-                 budget_.num_blocks, budget_.block_size, static_cast<long long>(budget_.num_tokens()),
-                 budget_.total_bytes() / 1048576.0);
+                 num_ranks > 1 ? ", per tensor-parallel rank" : "", budget_.num_blocks, budget_.block_size,
+                 static_cast<long long>(budget_.num_tokens()), budget_.total_bytes() / 1048576.0,
+                 num_ranks > 1 ? " on each rank" : "");
   }
   kv_ = std::make_unique<KvCacheManager>(budget_.num_blocks, budget_.block_size, config.enable_prefix_cache,
                                          shareable_prefix_tokens(layers));
@@ -97,23 +117,35 @@ EngineCore::EngineCore(Model& model, Backend& backend, EngineConfig config, Text
   scheduler_config.max_model_len = max_model_len_;
   scheduler_config.enable_chunked_prefill = config.enable_chunked_prefill;
   scheduler_config.policy = config.policy;
-  scheduler_config.eos_token_ids = model.config().eos_token_ids;
+  scheduler_config.eos_token_ids = model_.config().eos_token_ids;
   scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), *kv_, std::move(text_streams));
-  if (backend.device_memory()) {
-    // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
-    runner_ = std::make_unique<ModelRunner>(
-        model, backend, backend.allocate_kv_cache(layers, budget_.num_blocks + 1, budget_.block_size),
-        budget_.num_blocks, config.max_num_seqs);
-    const auto record_start = std::chrono::steady_clock::now();
-    const int recorded = runner_->record_decode_steps();
-    if (config.log_kv_cache && recorded > 0) {
-      std::fprintf(stderr, "tern: recorded decode steps for %d batch sizes in %.2f s\n", recorded,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count());
+  runners_.resize(static_cast<size_t>(num_ranks));
+  const auto record_start = std::chrono::steady_clock::now();
+  std::vector<int> recorded(static_cast<size_t>(num_ranks));
+  model_.run_on_ranks([&](int rank) {
+    Backend& backend = model_.backend(rank);
+    Model& model = model_.model(rank);
+    const bool samples = rank == 0;  // the other ranks only compute their shards
+    if (on_device) {
+      // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
+      runners_[rank] = std::make_unique<ModelRunner>(
+          model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size),
+          budget_.num_blocks, config.max_num_seqs, samples);
+      recorded[rank] = runners_[rank]->record_decode_steps();
+    } else {
+      runners_[rank] = std::make_unique<ModelRunner>(
+          model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks, budget_.block_size), -1, 0,
+          samples);
     }
-  } else {
-    runner_ = std::make_unique<ModelRunner>(model, backend,
-                                            backend.allocate_kv_cache(layers, budget_.num_blocks, budget_.block_size));
+  });
+  if (config.log_kv_cache && recorded[0] > 0) {
+    std::fprintf(stderr, "tern: recorded decode steps for %d batch sizes in %.2f s\n", recorded[0],
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count());
   }
+}
+
+void EngineCore::require_one_rank(const char* what) const {
+  if (model_.size() != 1) fail("{} needs tensor parallel size 1 (this engine has {} ranks)", what, model_.size());
 }
 
 void EngineCore::validate(const GenerateRequest& request) const {
@@ -141,7 +173,9 @@ std::vector<RequestOutput> EngineCore::step() {
   const auto start = Clock::now();
   const StepPlan plan = scheduler_->schedule();
   const auto scheduled = Clock::now();
-  const StepResult result = runner_->execute(plan);
+  std::vector<StepResult> results(runners_.size());
+  model_.run_on_ranks([&](int rank) { results[rank] = runners_[rank]->execute(plan); });
+  const StepResult& result = results.front();
   const auto executed = Clock::now();
   auto outputs = scheduler_->update(plan, result);
   const auto updated = Clock::now();
@@ -154,6 +188,7 @@ std::vector<RequestOutput> EngineCore::step() {
 
 std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
                                                   int32_t max_blocks) {
+  require_one_rank("KV export (prefill/decode disaggregation)");
   SequenceBlocks cached;
   kv_->match_prefix(cached, prompt);
   const auto num_cached = static_cast<int32_t>(cached.blocks.size());
@@ -162,7 +197,7 @@ std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> promp
   const std::vector<int32_t> blocks(cached.blocks.begin() + begin, cached.blocks.begin() + end);
   std::vector<uint8_t> bytes;
   try {
-    bytes = runner_->export_kv_blocks(blocks);
+    bytes = leader().export_kv_blocks(blocks);
   } catch (...) {
     kv_->free(cached);
     throw;
@@ -173,8 +208,9 @@ std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> promp
 
 int32_t EngineCore::import_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
                                      std::span<const uint8_t> bytes) {
+  require_one_rank("KV import (prefill/decode disaggregation)");
   // Checked before anything is inserted into the prefix cache: an unfilled cached block would be reused as garbage.
-  check_kv_export_fits(runner_->kv_cache(), bytes);
+  check_kv_export_fits(leader().kv_cache(), bytes);
   const int32_t num_blocks = kv_blocks_in_export(bytes);
   const auto block_size = static_cast<int64_t>(kv_->block_size());
   const int64_t reusable = prompt.empty() ? 0 : static_cast<int64_t>(prompt.size() - 1) / block_size;
@@ -188,7 +224,7 @@ int32_t EngineCore::import_prompt_kv(std::span<const int32_t> prompt, int32_t fi
   const std::vector<int32_t> fresh(first_new, to_fill.end());
   if (fresh.empty()) return 0;
   const auto skipped = static_cast<int32_t>(first_new - to_fill.begin());
-  runner_->import_kv_blocks(fresh, slice_kv_blocks(bytes, skipped, static_cast<int32_t>(fresh.size())));
+  leader().import_kv_blocks(fresh, slice_kv_blocks(bytes, skipped, static_cast<int32_t>(fresh.size())));
   return static_cast<int32_t>(fresh.size());
 }
 

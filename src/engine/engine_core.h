@@ -11,6 +11,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/sharded_model.h"
 #include "engine/text_stream.h"
 #include "kvcache/kv_cache_budget.h"
 #include "kvcache/kv_cache_manager.h"
@@ -30,6 +31,9 @@ struct StepTiming {
 class EngineCore {
  public:
   EngineCore(Model& model, Backend& backend, EngineConfig config, TextStreamFactory text_streams = {});
+  // Every rank of a tensor-parallel group runs each step; rank 0's sampled tokens are the step's result. The KV
+  // pool has the same blocks on every rank (each holds its heads), sized by the rank with the least memory.
+  EngineCore(ShardedModel& model, EngineConfig config, TextStreamFactory text_streams = {});
 
   // Throws tern::Error naming what is wrong with the request. Reads only immutable state: safe from any thread.
   void validate(const GenerateRequest& request) const;
@@ -40,7 +44,7 @@ class EngineCore {
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   std::vector<uint64_t> unfinished_request_ids() const { return scheduler_->unfinished_request_ids(); }
 
-  // Prefill/decode disaggregation. The KV of blocks [first_block, first_block + max_blocks) of `prompt` that the
+  // Prefill/decode disaggregation (tensor parallel size 1). The KV of blocks [first_block, first_block + max_blocks) of `prompt` that the
   // prefix cache holds, as self-describing bytes (kv_block_transfer.h); only blocks a request for `prompt` could
   // reuse are exported (the last prompt token is always recomputed), and the export stops at the first block not
   // cached. Empty (zero blocks) when nothing is cached.
@@ -57,12 +61,17 @@ class EngineCore {
   int64_t max_model_len() const { return max_model_len_; }
 
  private:
-  Model& model_;
+  void start(EngineConfig config, TextStreamFactory text_streams);
+  ModelRunner& leader() { return *runners_.front(); }
+  void require_one_rank(const char* what) const;
+
+  std::unique_ptr<ShardedModel> single_rank_;  // the view of a Model and Backend given to the first constructor
+  ShardedModel& model_;
   int64_t max_model_len_ = 0;
   KvCacheBudget budget_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::vector<std::unique_ptr<ModelRunner>> runners_;  // one per rank
   StepTiming last_step_timing_;
 };
 

@@ -36,8 +36,13 @@ std::future<void> prepare_masks_async(std::vector<SequenceSampler*> constrained)
 
 }  // namespace
 
-ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block, int32_t max_num_seqs)
-    : model_(model), backend_(backend), cache_(std::move(cache)), scratch_block_(scratch_block) {
+ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block, int32_t max_num_seqs,
+                         bool samples_tokens)
+    : model_(model),
+      backend_(backend),
+      cache_(std::move(cache)),
+      scratch_block_(scratch_block),
+      samples_tokens_(samples_tokens) {
   if (scratch_block_ < 0) return;
   if (scratch_block_ >= cache_.num_blocks) {
     fail("model runner: scratch block {} outside the cache's {} blocks", scratch_block_, cache_.num_blocks);
@@ -110,6 +115,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   if (bucket > 0) {
     const size_t num_rows = batch.logit_rows.size();
     if (auto ids = run_recorded_decode(batch, bucket)) {
+      if (!samples_tokens_) return result;
       ids->resize(num_rows);  // the padding's ids go
       for (size_t r = 0; r < num_rows; ++r) {
         row_samplers[r]->record((*ids)[r]);
@@ -121,14 +127,14 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
 
   std::vector<SequenceSampler*> constrained;
   for (SequenceSampler* sampler : row_samplers) {
-    if (sampler->is_constrained()) constrained.push_back(sampler);
+    if (samples_tokens_ && sampler->is_constrained()) constrained.push_back(sampler);
   }
   std::future<void> masks = prepare_masks_async(std::move(constrained));
 
   const auto step = backend_.begin_step(batch);
   const Tensor logits = model_.forward(*step, cache_);
   if (masks.valid()) masks.get();
-  if (row_samplers.empty()) return result;
+  if (row_samplers.empty() || !samples_tokens_) return result;
 
   std::vector<int32_t> sequence_of_row;
   for (const auto& chunk : plan.chunks) {

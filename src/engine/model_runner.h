@@ -20,7 +20,10 @@ class ModelRunner {
   // `scratch_block`: a KV block outside the scheduler's pool (or -1 for none). With one, greedy decode steps are
   // padded with one-token sequences that write only that block up to a batch-size bucket (at most
   // `max_num_seqs`) and run as recorded graphs on backends that record steps (CUDA graphs).
-  ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block = -1, int32_t max_num_seqs = 0);
+  // `samples_tokens`: false for the tensor-parallel ranks other than the first, which run the same forward steps
+  // (their collectives meet the first rank's) but leave sampling to it; their results hold no tokens.
+  ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block = -1, int32_t max_num_seqs = 0,
+              bool samples_tokens = true);
 
   StepResult execute(const StepPlan& plan);
   const KvCache& kv_cache() const { return cache_; }
@@ -44,6 +47,7 @@ class ModelRunner {
   Backend& backend_;
   KvCache cache_;
   int32_t scratch_block_ = -1;
+  bool samples_tokens_ = true;
   std::vector<int32_t> decode_buckets_;  // ascending
   std::unordered_map<uint64_t, SequenceSampler> samplers_;
 };

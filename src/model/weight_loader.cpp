@@ -1,6 +1,29 @@
 #include "model/weight_loader.h"
 
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
 namespace tern {
+
+namespace {
+
+size_t row_bytes(const TensorInfo& info) {
+  return info.shape.empty() || info.shape[0] == 0 ? 0 : info.size_bytes / static_cast<size_t>(info.shape[0]);
+}
+
+// Rows [begin, begin + count) of `info`, viewing its memory.
+TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count) {
+  TensorInfo view = info;
+  const size_t bytes = row_bytes(info);
+  view.data = info.data + static_cast<size_t>(begin) * bytes;
+  view.shape[0] = count;
+  view.size_bytes = static_cast<size_t>(count) * bytes;
+  return view;
+}
+
+}  // namespace
 
 Tensor WeightLoader::load(const std::string& name, const std::vector<int64_t>& shape) {
   const TensorInfo* part = &checkpoint_.get(name, shape);
@@ -16,6 +39,67 @@ Tensor WeightLoader::load_concat(const std::vector<std::pair<std::string, std::v
 std::optional<Tensor> WeightLoader::load_optional(const std::string& name, const std::vector<int64_t>& shape) {
   if (!checkpoint_.has(name)) return std::nullopt;
   return load(name, shape);
+}
+
+int64_t WeightLoader::shard_count(int64_t count, const std::string& what) const {
+  if (count % shard_.size != 0) {
+    fail("tensor parallelism: {} ({}) does not split evenly over {} ranks", what, count, shard_.size);
+  }
+  return count / shard_.size;
+}
+
+Tensor WeightLoader::load_row_shards(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+  if (shard_.size == 1) return load_concat(parts);
+  std::vector<TensorInfo> views;
+  views.reserve(parts.size());
+  for (const auto& [name, shape] : parts) {
+    const TensorInfo& info = checkpoint_.get(name, shape);
+    const int64_t rows = shard_count(shape.at(0), "dimension 0 of " + name);
+    views.push_back(row_view(info, shard_.rank * rows, rows));
+  }
+  std::vector<const TensorInfo*> infos;
+  for (const auto& view : views) infos.push_back(&view);
+  return backend_.load_weight(infos);
+}
+
+Tensor WeightLoader::load_column_shard(const std::string& name, const std::vector<int64_t>& shape) {
+  if (shard_.size == 1) return load(name, shape);
+  const TensorInfo& info = checkpoint_.get(name, shape);
+  if (shape.size() != 2) fail("tensor parallelism: {} is not 2-D, its columns cannot be split", name);
+  const int64_t columns = shard_count(shape[1], "dimension 1 of " + name);
+  const size_t element = info.size_bytes / static_cast<size_t>(info.numel());
+  const size_t shard_row = static_cast<size_t>(columns) * element;
+  std::vector<std::byte> bytes(static_cast<size_t>(shape[0]) * shard_row);
+  for (int64_t r = 0; r < shape[0]; ++r) {
+    std::memcpy(bytes.data() + r * shard_row, info.data + r * row_bytes(info) + shard_.rank * shard_row, shard_row);
+  }
+  TensorInfo view = info;
+  view.shape = {shape[0], columns};
+  view.data = bytes.data();
+  view.size_bytes = bytes.size();
+  const TensorInfo* part = &view;
+  return backend_.load_weight({&part, 1});
+}
+
+Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector<int64_t>& shape) {
+  if (shard_.size == 1) return load(name, shape);
+  const TensorInfo& info = checkpoint_.get(name, shape);
+  const int64_t rows = vocab_shard_rows(shape.at(0));
+  const int64_t begin = shard_.rank * rows;
+  const int64_t present = std::clamp<int64_t>(shape[0] - begin, 0, rows);
+  if (present == rows) {
+    const TensorInfo view = row_view(info, begin, rows);
+    const TensorInfo* part = &view;
+    return backend_.load_weight({&part, 1});
+  }
+  std::vector<std::byte> bytes(static_cast<size_t>(rows) * row_bytes(info));  // zero rows pad the last shard
+  std::memcpy(bytes.data(), info.data + static_cast<size_t>(begin) * row_bytes(info), present * row_bytes(info));
+  TensorInfo view = info;
+  view.shape[0] = rows;
+  view.data = bytes.data();
+  view.size_bytes = bytes.size();
+  const TensorInfo* part = &view;
+  return backend_.load_weight({&part, 1});
 }
 
 }  // namespace tern

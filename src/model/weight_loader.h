@@ -1,5 +1,8 @@
 #pragma once
 // Loads checkpoint tensors onto a backend, checking each name and shape against what the architecture expects.
+// Under tensor parallelism (the backend is one rank of a group) the sharded loads give the rank its part:
+// Megatron-LM's column-parallel (output rows) and row-parallel (input columns) splits, and a vocab-parallel split
+// padded to equal shards.
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -10,9 +13,17 @@
 
 namespace tern {
 
+struct TensorParallelShard {
+  int rank = 0;
+  int size = 1;
+};
+
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& checkpoint, Backend& backend) : checkpoint_(checkpoint), backend_(backend) {}
+  WeightLoader(const Checkpoint& checkpoint, Backend& backend)
+      : checkpoint_(checkpoint),
+        backend_(backend),
+        shard_{backend.tensor_parallel_rank(), backend.tensor_parallel_size()} {}
 
   Tensor load(const std::string& name, const std::vector<int64_t>& shape);
   // Tensors concatenated along dimension 0, each checked against its own shape (e.g. q, k and v projections).
@@ -25,9 +36,22 @@ class WeightLoader {
   }
   Backend& backend() { return backend_; }
 
+  const TensorParallelShard& shard() const { return shard_; }
+  // `count` items split evenly over the ranks: this rank's share; fails naming `what` unless it divides.
+  int64_t shard_count(int64_t count, const std::string& what) const;
+  // This rank's rows (dimension 0) of each part, concatenated: a column-parallel linear's weight or bias.
+  Tensor load_row_shards(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
+  // This rank's columns (dimension 1) of a 2-D tensor: a row-parallel linear's weight.
+  Tensor load_column_shard(const std::string& name, const std::vector<int64_t>& shape);
+  // This rank's rows of a [vocab, hidden] tensor split into shards of vocab_shard_rows(vocab) rows, the last
+  // padded with zero rows.
+  Tensor load_vocab_shard(const std::string& name, const std::vector<int64_t>& shape);
+  int64_t vocab_shard_rows(int64_t vocab) const { return (vocab + shard_.size - 1) / shard_.size; }
+
  private:
   const Checkpoint& checkpoint_;
   Backend& backend_;
+  TensorParallelShard shard_;
 };
 
 }  // namespace tern

@@ -55,12 +55,12 @@ std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& confi
   for (int32_t id = 0; id < model->tokenizer_.vocab_size(); ++id) {
     model->max_token_bytes_ = std::max(model->max_token_bytes_, model->tokenizer_.token_bytes(id).size());
   }
-  model->backend_ = make_backend(config.backend, config.num_threads);
-  model->model_ = load_model(config.model_dir, *model->backend_);
+  model->model_ =
+      ShardedModel::load(config.model_dir, config.backend, config.tensor_parallel_size, config.num_threads);
   model->grammars_ = std::make_unique<grammar::GrammarCache>(
       grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids));
-  model->engine_ = std::make_unique<Engine>(*model->model_, *model->backend_, config.engine,
-                                            tokenizer_text_streams(model->tokenizer_));
+  model->engine_ =
+      std::make_unique<Engine>(*model->model_, config.engine, tokenizer_text_streams(model->tokenizer_));
   return model;
 }
 

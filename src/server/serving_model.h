@@ -17,6 +17,7 @@ struct ServingModelConfig {
   std::filesystem::path model_dir;
   std::string backend = "cpu";
   int num_threads = 0;  // CPU backend threads; 0: all cores
+  int tensor_parallel_size = 1;
   EngineConfig engine;
 };
 
@@ -42,11 +43,10 @@ class ServingModel {
 
   Tokenizer tokenizer_;
   std::optional<chat::ChatTemplate> chat_template_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<ShardedModel> model_;
   size_t max_token_bytes_ = 1;  // the longest token's bytes
   std::unique_ptr<grammar::GrammarCache> grammars_;
-  std::unique_ptr<Engine> engine_;  // last: stops before the model and backend go away
+  std::unique_ptr<Engine> engine_;  // last: stops before the model goes away
 };
 
 }  // namespace tern::server

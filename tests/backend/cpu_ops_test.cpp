@@ -236,7 +236,22 @@ TEST_F(CpuOpsTest, EmbeddingRejectsOutOfVocabularyIds) {
   batch.token_ids = {7};
   batch.sequences.push_back({0, 1, {0}});
   auto step = backend->begin_step(batch);
-  EXPECT_THROW(backend->embedding(backend->from_host_f32(table, {4, 3}), *step), Error);
+  EXPECT_THROW(backend->embedding(backend->from_host_f32(table, {4, 3}), *step, {}), Error);
+}
+
+// A vocab-parallel shard holds rows [first_id, first_id + rows): other ranks' tokens read as zero rows, and ids are
+// checked against the whole vocabulary.
+TEST_F(CpuOpsTest, EmbeddingShardZeroesOtherRanksTokens) {
+  const std::vector<float> table = {1, 2, 3, 4, 5, 6};  // ids 4 and 5 of a vocabulary of 7
+  ForwardBatch batch;
+  batch.token_ids = {5, 0, 4, 6};
+  batch.sequences.push_back({0, 4, {0}});
+  auto step = backend->begin_step(batch);
+  const Tensor out = backend->embedding(backend->from_host_f32(table, {2, 3}), *step, {4, 7});
+  EXPECT_EQ(backend->to_host_f32(out), (std::vector<float>{4, 5, 6, 0, 0, 0, 1, 2, 3, 0, 0, 0}));
+  batch.token_ids = {7, 0, 0, 0};
+  step = backend->begin_step(batch);
+  EXPECT_THROW(backend->embedding(backend->from_host_f32(table, {2, 3}), *step, {4, 7}), Error);
 }
 
 }  // namespace

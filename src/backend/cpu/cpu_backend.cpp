@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/backend.h"
+#include "backend/cpu/host_collective.h"
 #include "backend/cpu/host_tensor.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/v4_ops.h"
@@ -49,7 +50,9 @@ float rms_scale(const float* x, int64_t n, float eps) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads) {
+  // `collective`: the tensor-parallel group this backend is rank `rank` of; null for a group of one.
+  CpuBackend(int num_threads, std::shared_ptr<HostCollective> collective = nullptr, int rank = 0)
+      : collective_(std::move(collective)), rank_(rank) {
     if (num_threads > 0) omp_set_num_threads(num_threads);
   }
 
@@ -139,16 +142,42 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuStepContext>(batch, std::move(positions));
   }
 
-  Tensor embedding(const Tensor& table, const StepContext& step) override {
+  Tensor embedding(const Tensor& table, const StepContext& step, const VocabShard& shard) override {
     const auto& ids = step.batch().token_ids;
-    const int64_t vocab = table.size(0);
+    const int64_t table_rows = table.size(0);
+    const int64_t vocab = shard.vocab_size > 0 ? shard.vocab_size : table_rows;
     const int64_t hidden = table.size(1);
     Tensor out = host_tensor(DType::F32, {static_cast<int64_t>(ids.size()), hidden});
     for (size_t t = 0; t < ids.size(); ++t) {
       if (ids[t] < 0 || ids[t] >= vocab) fail("token id {} is outside the vocabulary of {}", ids[t], vocab);
-      const char* row = static_cast<const char*>(table.data) + ids[t] * hidden * dtype_size(table.dtype);
-      convert_to_f32(table.dtype, row, out.ptr<float>() + t * hidden, hidden);
+      float* out_row = out.ptr<float>() + t * hidden;
+      const int64_t row = ids[t] - shard.first_id;
+      if (row < 0 || row >= table_rows) {
+        std::fill(out_row, out_row + hidden, 0.0f);
+        continue;
+      }
+      convert_to_f32(table.dtype, static_cast<const char*>(table.data) + row * hidden * dtype_size(table.dtype),
+                     out_row, hidden);
     }
+    return out;
+  }
+
+  int tensor_parallel_rank() const override { return rank_; }
+  int tensor_parallel_size() const override { return collective_ ? collective_->size() : 1; }
+
+  void all_reduce_sum(Tensor& x) override {
+    if (!collective_) return;
+    require_f32(x, "all_reduce_sum");
+    collective_->all_reduce_sum(rank_, x.ptr<float>(), x.numel());
+  }
+
+  Tensor all_gather_columns(const Tensor& x, int64_t num_columns) override {
+    if (!collective_) return Backend::all_gather_columns(x, num_columns);
+    require_f32(x, "all_gather_columns");
+    const int64_t columns = x.size(-1);
+    const int64_t rows = x.numel() / columns;
+    Tensor out = host_tensor(DType::F32, {rows, num_columns});
+    collective_->all_gather_columns(rank_, x.ptr<float>(), rows, columns, out.ptr<float>(), num_columns);
     return out;
   }
 
@@ -404,10 +433,36 @@ class CpuBackend final : public Backend {
     }
     return out;
   }
+
+ private:
+  std::shared_ptr<HostCollective> collective_;
+  int rank_ = 0;
+};
+
+class CpuBackendGroup final : public BackendGroup {
+ public:
+  CpuBackendGroup(int size, int num_threads)
+      : collective_(size > 1 ? std::make_shared<HostCollective>(size) : nullptr),
+        size_(size),
+        threads_per_rank_(std::max(1, (num_threads > 0 ? num_threads : omp_get_num_procs()) / size)) {}
+  int size() const override { return size_; }
+  std::unique_ptr<Backend> make(int rank) override {
+    if (rank < 0 || rank >= size_) fail("cpu backend group: rank {} outside a group of {}", rank, size_);
+    return std::make_unique<CpuBackend>(threads_per_rank_, collective_, rank);
+  }
+
+ private:
+  std::shared_ptr<HostCollective> collective_;
+  int size_;
+  int threads_per_rank_;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return std::make_unique<CpuBackend>(num_threads); }
+
+std::unique_ptr<BackendGroup> make_cpu_backend_group(int size, int num_threads) {
+  return std::make_unique<CpuBackendGroup>(size, num_threads);
+}
 
 }  // namespace tern

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_step.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/nccl_library.h"
 #include "backend/cuda/step_graphs.h"
 #include "elementwise/argmax.h"
 #include "elementwise/pointwise.h"
@@ -51,7 +52,9 @@ int checked_int(int64_t v, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : allocator_(std::make_shared<cuda::DeviceAllocator>()) {
+  // `group`: the tensor-parallel group whose rank `device` this backend is; null for a group of one.
+  explicit CudaBackend(int device, std::shared_ptr<cuda::NcclGroup> group = nullptr)
+      : allocator_(std::make_shared<cuda::DeviceAllocator>()), group_(std::move(group)), rank_(device) {
     int count = 0;
     check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (device < 0 || device >= count) fail("cuda backend: device {} does not exist ({} found)", device, count);
@@ -215,11 +218,11 @@ class CudaBackend final : public Backend {
 
   // ---- Ops ----
 
-  Tensor embedding(const Tensor& table, const StepContext& step) override {
+  Tensor embedding(const Tensor& table, const StepContext& step, const VocabShard& shard) override {
     const auto& ctx = cuda_step(step);
     const auto& ids = step.batch().token_ids;
     if (table.shape.size() != 2) fail("embedding: table must be [vocab, hidden], got {}", shape_string(table.shape));
-    const int64_t vocab = table.size(0);
+    const int64_t vocab = shard.vocab_size > 0 ? shard.vocab_size : table.size(0);
     for (int32_t id : ids) {
       if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary of {}", id, vocab);
     }
@@ -227,8 +230,42 @@ class CudaBackend final : public Backend {
     Tensor out = allocator_->allocate(DType::BF16, {static_cast<int64_t>(ids.size()), table.size(1)});
     launch("embedding", [&] {
       kernels::launch_gather_rows(weights.data, ctx.token_ids(), out.data, out.size(0),
-                                  table.size(1) * sizeof(bf16), stream_);
+                                  table.size(1) * sizeof(bf16), stream_, {shard.first_id, table.size(0)});
     });
+    return out;
+  }
+
+  int tensor_parallel_rank() const override { return group_ ? rank_ : 0; }
+  int tensor_parallel_size() const override { return group_ ? group_->size() : 1; }
+
+  void all_reduce_sum(Tensor& x) override {
+    if (!group_) return;
+    group_->library().check(group_->library().all_reduce(x.data, x.data, static_cast<size_t>(x.numel()),
+                                                         nccl_type(x, "all_reduce_sum"), ncclSum,
+                                                         group_->comm(rank_), stream_),
+                            "ncclAllReduce");
+  }
+
+  Tensor all_gather_columns(const Tensor& x, int64_t num_columns) override {
+    if (!group_) return Backend::all_gather_columns(x, num_columns);
+    const int64_t columns = x.size(-1);
+    const int64_t rows = columns ? x.numel() / columns : 0;
+    const size_t element = dtype_size(x.dtype);
+    // NCCL gathers whole buffers rank after rank ([size, rows, columns]); the shards then move into their columns.
+    Tensor gathered = allocator_->allocate(x.dtype, {group_->size(), rows, columns});
+    group_->library().check(group_->library().all_gather(x.data, gathered.data, static_cast<size_t>(x.numel()),
+                                                         nccl_type(x, "all_gather_columns"), group_->comm(rank_),
+                                                         stream_),
+                            "ncclAllGather");
+    Tensor out = allocator_->allocate(x.dtype, {rows, num_columns});
+    for (int r = 0; r < group_->size(); ++r) {
+      const int64_t width = std::clamp<int64_t>(num_columns - r * columns, 0, columns);
+      if (width == 0 || rows == 0) continue;
+      check(cudaMemcpy2DAsync(out.ptr<char>() + r * columns * element, num_columns * element,
+                              gathered.ptr<char>() + r * rows * columns * element, columns * element, width * element,
+                              rows, cudaMemcpyDeviceToDevice, stream_),
+            "all_gather_columns");
+    }
     return out;
   }
 
@@ -249,20 +286,19 @@ class CudaBackend final : public Backend {
   }
 
   Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
-    if (weight.shape.size() != 2) fail("linear: weight must be [N, K], got {}", shape_string(weight.shape));
-    const int64_t n = weight.size(0);
-    const int64_t k = weight.size(1);
-    if (x.shape.empty() || x.size(-1) != k) fail("linear: input has {} features, weight expects {}", x.shape.empty() ? 0 : x.size(-1), k);
-    const Tensor in = activation(x, "linear");
-    const Tensor w = activation(weight, "linear (weight)");
-    std::optional<Tensor> b;
-    if (bias) {
-      if (bias->numel() != n) fail("linear: bias has {} values for {} outputs", bias->numel(), n);
-      b = activation(*bias, "linear (bias)");
-    }
-    const int64_t m = x.numel() / k;
-    Tensor out = allocator_->allocate(DType::BF16, {m, n});
-    gemm_->run(in.data, w.data, b ? b->data : nullptr, out.data, m, n, k);
+    return linear_to(x, weight, bias, DType::BF16);
+  }
+
+  // Partial products are summed in float32 and rounded to bf16 once, as one GPU's GEMM would round them: summing
+  // bf16 partials would round three times and drift from the unsharded model.
+  Tensor linear_all_reduce(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
+    if (!group_) return linear(x, weight, bias);
+    Tensor partial = linear_to(x, weight, bias, DType::F32);
+    all_reduce_sum(partial);
+    Tensor out = allocator_->allocate(DType::BF16, partial.shape);
+    launch("linear_all_reduce", [&] {
+      kernels::launch_f32_to_bf16(partial.ptr<float>(), out.ptr<bf16>(), out.numel(), stream_);
+    });
     return out;
   }
 
@@ -568,7 +604,33 @@ class CudaBackend final : public Backend {
     return write;
   }
 
+  Tensor linear_to(const Tensor& x, const Tensor& weight, const Tensor* bias, DType out_dtype) {
+    if (weight.shape.size() != 2) fail("linear: weight must be [N, K], got {}", shape_string(weight.shape));
+    const int64_t n = weight.size(0);
+    const int64_t k = weight.size(1);
+    if (x.shape.empty() || x.size(-1) != k) fail("linear: input has {} features, weight expects {}", x.shape.empty() ? 0 : x.size(-1), k);
+    const Tensor in = activation(x, "linear");
+    const Tensor w = activation(weight, "linear (weight)");
+    std::optional<Tensor> b;
+    if (bias) {
+      if (bias->numel() != n) fail("linear: bias has {} values for {} outputs", bias->numel(), n);
+      b = activation(*bias, "linear (bias)");
+    }
+    const int64_t m = x.numel() / k;
+    Tensor out = allocator_->allocate(out_dtype, {m, n});
+    gemm_->run(in.data, w.data, b ? b->data : nullptr, out.data, m, n, k, out_dtype == DType::F32);
+    return out;
+  }
+
+  static ncclDataType_t nccl_type(const Tensor& x, const char* op) {
+    if (x.dtype == DType::BF16) return ncclBfloat16;
+    if (x.dtype == DType::F32) return ncclFloat32;
+    fail("{}: {} tensors are not supported", op, dtype_name(x.dtype));
+  }
+
   std::shared_ptr<cuda::DeviceAllocator> allocator_;
+  std::shared_ptr<cuda::NcclGroup> group_;
+  int rank_ = 0;
   std::string device_name_;
   int num_sms_ = 1;
   // KV heads of the allocated cache's layers (the most of any layer), for the split-KV plan: a plan is made once
@@ -583,6 +645,28 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+namespace {
+
+class CudaBackendGroup final : public BackendGroup {
+ public:
+  explicit CudaBackendGroup(int size) : size_(size) {
+    if (size > 1) nccl_ = std::make_shared<cuda::NcclGroup>(size);
+  }
+  int size() const override { return size_; }
+  std::unique_ptr<Backend> make(int rank) override {
+    if (rank < 0 || rank >= size_) fail("cuda backend group: rank {} outside a group of {}", rank, size_);
+    return std::make_unique<CudaBackend>(rank, nccl_);
+  }
+
+ private:
+  int size_;
+  std::shared_ptr<cuda::NcclGroup> nccl_;
+};
+
+}  // namespace
+
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+std::unique_ptr<BackendGroup> make_cuda_backend_group(int size) { return std::make_unique<CudaBackendGroup>(size); }
 
 }  // namespace tern

@@ -33,7 +33,7 @@ Gemm::~Gemm() {
 Gemm::Plan& Gemm::plan(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
-  const auto [m, n, k, has_bias, align] = key;
+  const auto [m, n, k, has_bias, align, f32_out] = key;
   Plan p;
   // Column-major view: out^T [N, M] = weight [K, N]^T * x^T [K, M].
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -50,7 +50,7 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   }
   check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "layout A");
   check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "layout B");
-  check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, n, m, n), "layout C");
+  check(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, n), "layout C");
 
   cublasLtMatmulPreference_t pref;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -74,11 +74,12 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   return plans_.emplace(key, p).first->second;
 }
 
-void Gemm::run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k) {
+void Gemm::run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k,
+               bool f32_out) {
   if (m == 0 || n == 0) return;
   const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
                               bias ? alignment_of(bias) : 256});
-  Plan& p = plan({m, n, k, bias != nullptr, align});
+  Plan& p = plan({m, n, k, bias != nullptr, align, f32_out});
   if (bias) {
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
           "bias pointer");

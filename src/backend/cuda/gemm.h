@@ -1,5 +1,6 @@
 #pragma once
-// bf16 GEMMs through cuBLASLt with float32 accumulation: out [M, N] = x [M, K] * weight [N, K]^T (+ bias [N]).
+// bf16 GEMMs through cuBLASLt with float32 accumulation: out [M, N] = x [M, K] * weight [N, K]^T (+ bias [N]),
+// written as bf16, or as float32 where the caller sums partial products first (row-parallel linears).
 // The algorithm for each shape (and pointer alignment) is chosen once, by cuBLASLt's heuristic, and reused.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -17,7 +18,8 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  void run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k);
+  void run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k,
+           bool f32_out = false);
 
  private:
   struct Plan {
@@ -25,7 +27,7 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, int>;  // m, n, k, bias, alignment bytes
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, int, bool>;  // m, n, k, bias, alignment bytes, f32 out
   Plan& plan(const Key& key);
 
   cublasLtHandle_t handle_ = nullptr;

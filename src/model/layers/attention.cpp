@@ -7,24 +7,28 @@ namespace tern {
 GqaAttention::GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config,
                            const RopeTable& rope)
     : config_(config), rope_(rope) {
+  // Tensor parallelism splits the heads: q/k/v are column-parallel, o_proj row-parallel (an all-reduce follows).
+  config_.num_heads = weights.shard_count(config.num_heads, prefix + " attention heads");
+  config_.num_kv_heads = weights.shard_count(config.num_kv_heads, prefix + " key/value heads");
   const int64_t q_rows = config.num_heads * config.head_dim;
   const int64_t kv_rows = config.num_kv_heads * config.head_dim;
   const int64_t hidden = config.hidden_size;
-  qkv_weight_ = weights.load_concat({{prefix + ".q_proj.weight", {q_rows, hidden}},
-                                     {prefix + ".k_proj.weight", {kv_rows, hidden}},
-                                     {prefix + ".v_proj.weight", {kv_rows, hidden}}});
+  qkv_weight_ = weights.load_row_shards({{prefix + ".q_proj.weight", {q_rows, hidden}},
+                                         {prefix + ".k_proj.weight", {kv_rows, hidden}},
+                                         {prefix + ".v_proj.weight", {kv_rows, hidden}}});
   if (config.qkv_bias) {
-    qkv_bias_ = weights.load_concat({{prefix + ".q_proj.bias", {q_rows}},
-                                     {prefix + ".k_proj.bias", {kv_rows}},
-                                     {prefix + ".v_proj.bias", {kv_rows}}});
+    qkv_bias_ = weights.load_row_shards({{prefix + ".q_proj.bias", {q_rows}},
+                                         {prefix + ".k_proj.bias", {kv_rows}},
+                                         {prefix + ".v_proj.bias", {kv_rows}}});
   }
-  output_weight_ = weights.load(prefix + ".o_proj.weight", {hidden, q_rows});
-  if (config.output_bias) output_bias_ = weights.load(prefix + ".o_proj.bias", {hidden});
+  output_weight_ = weights.load_column_shard(prefix + ".o_proj.weight", {hidden, q_rows});
+  // The bias joins the sum once: rank 0 adds it before the all-reduce.
+  if (config.output_bias && weights.shard().rank == 0) output_bias_ = weights.load(prefix + ".o_proj.bias", {hidden});
   if (config.qk_norm) {
     q_norm_ = weights.load(prefix + ".q_norm.weight", {config.head_dim});
     k_norm_ = weights.load(prefix + ".k_norm.weight", {config.head_dim});
   }
-  if (config.sinks) sinks_ = weights.load(prefix + ".sinks", {config.num_heads});
+  if (config.sinks) sinks_ = weights.load_row_shards({{prefix + ".sinks", {config.num_heads}}});
 }
 
 Tensor GqaAttention::forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
@@ -48,8 +52,8 @@ Tensor GqaAttention::forward(Backend& backend, const Tensor& x, KvCache& cache, 
   params.sliding_window = config_.sliding_window;
   params.sinks = sinks_ ? &*sinks_ : nullptr;
   const Tensor attended = backend.attention(q, cache, layer, params, step);
-  return backend.linear(attended.reshape({num_tokens, q_width}), output_weight_,
-                        output_bias_ ? &*output_bias_ : nullptr);
+  return backend.linear_all_reduce(attended.reshape({num_tokens, q_width}), output_weight_,
+                                   output_bias_ ? &*output_bias_ : nullptr);
 }
 
 }  // namespace tern

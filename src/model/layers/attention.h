@@ -41,7 +41,7 @@ class GqaAttention final : public AttentionBlock {
                  const StepContext& step) const override;
 
  private:
-  AttentionConfig config_;
+  AttentionConfig config_;  // heads of this tensor-parallel rank
   RopeTable rope_;
   Tensor qkv_weight_;  // [(heads + 2 * kv_heads) * head_dim, hidden]
   std::optional<Tensor> qkv_bias_;

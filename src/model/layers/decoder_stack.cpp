@@ -9,7 +9,9 @@ DecoderStack::DecoderStack(const ModelConfig& config, WeightLoader& weights, con
     : norm_eps_(static_cast<float>(config.rms_norm_eps)) {
   const int64_t hidden = config.hidden_size;
   if (config.num_layers < 1) fail("{}: num_hidden_layers {} must be >= 1", config.architecture, config.num_layers);
-  embed_tokens_ = weights.load("model.embed_tokens.weight", {config.vocab_size, hidden});
+  // Vocab-parallel under tensor parallelism: each rank holds a shard of the embedding and of the lm_head.
+  vocab_shard_ = {weights.shard().rank * weights.vocab_shard_rows(config.vocab_size), config.vocab_size};
+  embed_tokens_ = weights.load_vocab_shard("model.embed_tokens.weight", {config.vocab_size, hidden});
   for (int64_t i = 0; i < config.num_layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i);
     DecoderLayer& layer = layers_.emplace_back();
@@ -22,7 +24,7 @@ DecoderStack::DecoderStack(const ModelConfig& config, WeightLoader& weights, con
   if (config.tie_word_embeddings) return;
   for (const auto& name : names.lm_head) {
     if (weights.has(name)) {
-      lm_head_ = weights.load(name, {config.vocab_size, hidden});
+      lm_head_ = weights.load_vocab_shard(name, {config.vocab_size, hidden});
       return;
     }
   }
@@ -37,7 +39,14 @@ std::vector<KvLayerSpec> DecoderStack::kv_layers() const {
 }
 
 Tensor DecoderStack::embed(Backend& backend, const StepContext& step) const {
-  return backend.embedding(embed_tokens_, step);
+  Tensor embedded = backend.embedding(embed_tokens_, step, vocab_shard_);
+  backend.all_reduce_sum(embedded);
+  return embedded;
+}
+
+Tensor DecoderStack::logits(Backend& backend, const Tensor& rows) const {
+  const Tensor shard = backend.linear(rows, lm_head_ ? *lm_head_ : embed_tokens_, nullptr);
+  return backend.all_gather_columns(shard, vocab_shard_.vocab_size);
 }
 
 Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache) const {
@@ -52,12 +61,11 @@ Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache&
     const Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].attention_norm : final_norm_;
     x = backend.add_rms_norm(residual, fed, next_norm, norm_eps_);
   }
-  const Tensor rows = backend.gather_logit_rows(x, step);
-  return backend.linear(rows, lm_head_ ? *lm_head_ : embed_tokens_, nullptr);
+  return logits(backend, backend.gather_logit_rows(x, step));
 }
 
 Tensor DecoderStack::final_norm_logits(Backend& backend, const Tensor& rows) const {
-  return backend.linear(backend.rms_norm(rows, final_norm_, norm_eps_), lm_head_ ? *lm_head_ : embed_tokens_, nullptr);
+  return logits(backend, backend.rms_norm(rows, final_norm_, norm_eps_));
 }
 
 DecoderModel::DecoderModel(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend,

@@ -56,11 +56,15 @@ class DecoderStack {
   Tensor final_norm_logits(Backend& backend, const Tensor& rows) const;
 
  private:
+  // normalized rows [R, hidden] -> [R, vocab], gathered from the ranks' vocab shards.
+  Tensor logits(Backend& backend, const Tensor& rows) const;
+
   float norm_eps_;
-  Tensor embed_tokens_;  // [vocab, hidden]
+  VocabShard vocab_shard_;  // the token ids embed_tokens_ and lm_head_ hold on this rank
+  Tensor embed_tokens_;  // [vocab shard rows, hidden]
   std::vector<DecoderLayer> layers_;
   Tensor final_norm_;              // [hidden]
-  std::optional<Tensor> lm_head_;  // [vocab, hidden]; absent when tied to embed_tokens_
+  std::optional<Tensor> lm_head_;  // [vocab shard rows, hidden]; absent when tied to embed_tokens_
 };
 
 // A model that is a DecoderStack with the plain pre-norm residual stream (Llama, Qwen, Mixtral, gpt-oss,

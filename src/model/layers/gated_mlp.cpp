@@ -5,16 +5,18 @@ namespace tern {
 GatedMlp::GatedMlp(WeightLoader& weights, const std::string& prefix, int64_t hidden_size, int64_t intermediate_size,
                    const MlpNames& names, const GluActivation& activation)
     : activation_(activation) {
-  gate_up_weight_ = weights.load_concat({{prefix + "." + names.gate + ".weight", {intermediate_size, hidden_size}},
-                                         {prefix + "." + names.up + ".weight", {intermediate_size, hidden_size}}});
-  down_weight_ = weights.load(prefix + "." + names.down + ".weight", {hidden_size, intermediate_size});
+  // Tensor parallelism: gate/up are column-parallel (each rank keeps its share of both halves), down is
+  // row-parallel and an all-reduce sums the ranks' parts.
+  gate_up_weight_ = weights.load_row_shards({{prefix + "." + names.gate + ".weight", {intermediate_size, hidden_size}},
+                                             {prefix + "." + names.up + ".weight", {intermediate_size, hidden_size}}});
+  down_weight_ = weights.load_column_shard(prefix + "." + names.down + ".weight", {hidden_size, intermediate_size});
 }
 
 Tensor GatedMlp::forward(Backend& backend, const Tensor& x) const {
   const Tensor gate_up = backend.linear(x, gate_up_weight_, nullptr);
   const bool plain_swiglu = activation_.kind == GluActivation::Kind::silu && activation_.limit <= 0.0f;
   const Tensor activated = plain_swiglu ? backend.silu_mul(gate_up) : backend.gated_activation(gate_up, activation_);
-  return backend.linear(activated, down_weight_, nullptr);
+  return backend.linear_all_reduce(activated, down_weight_, nullptr);
 }
 
 }  // namespace tern

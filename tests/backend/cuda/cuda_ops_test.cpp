@@ -36,8 +36,15 @@ TEST_F(CudaOpsTest, Embedding) {
     const ForwardBatch batch = one_sequence_batch(tokens, 0, vocab, 2);
     const auto cpu_step = cpu->begin_step(batch);
     const auto gpu_step = gpu->begin_step(batch);
-    expect_close(gpu->embedding(table.gpu, *gpu_step), cpu->embedding(table.cpu, *cpu_step), 0,
+    expect_close(gpu->embedding(table.gpu, *gpu_step, {}), cpu->embedding(table.cpu, *cpu_step, {}), 0,
                  fmt::format("embedding {}x{}", vocab, hidden));
+    // The same table as the shard of ids [vocab / 2, vocab / 2 + vocab) of a vocabulary twice as large.
+    const VocabShard shard{vocab / 2, 2 * vocab};
+    const ForwardBatch wide = one_sequence_batch(tokens, 0, 2 * vocab, 3);
+    const auto cpu_wide = cpu->begin_step(wide);
+    const auto gpu_wide = gpu->begin_step(wide);
+    expect_close(gpu->embedding(table.gpu, *gpu_wide, shard), cpu->embedding(table.cpu, *cpu_wide, shard), 0,
+                 fmt::format("embedding shard {}x{}", vocab, hidden));
   }
 }
 
@@ -47,7 +54,7 @@ TEST_F(CudaOpsTest, EmbeddingRejectsTokenOutsideVocabulary) {
   batch.token_ids = {3, 10};
   batch.sequences.push_back({0, 2, {0}});
   const auto step = gpu->begin_step(batch);
-  EXPECT_THROW(gpu->embedding(table.gpu, *step), Error);
+  EXPECT_THROW(gpu->embedding(table.gpu, *step, {}), Error);
 }
 
 TEST_F(CudaOpsTest, RmsNormAndAddRmsNorm) {

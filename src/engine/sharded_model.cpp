@@ -1,0 +1,115 @@
+#include "engine/sharded_model.h"
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/error.h"
+
+namespace tern {
+
+// A thread that runs one job at a time for its rank.
+class ShardedModel::RankThread {
+ public:
+  RankThread() : thread_([this] { loop(); }) {}
+  ~RankThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  void start(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      job_ = std::move(job);
+      error_ = nullptr;
+    }
+    changed_.notify_all();
+  }
+
+  // Waits for the job given to start(); its error, if it failed.
+  std::exception_ptr wait() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return !job_; });
+    return error_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [this] { return stopping_ || job_; });
+      if (!job_) return;  // stopping with nothing left to do
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        (*job_)();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      error_ = error;
+      job_.reset();
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<std::function<void()>> job_;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& dir, const std::string& backend_name,
+                                                 int size, int num_threads) {
+  std::unique_ptr<ShardedModel> sharded(new ShardedModel());
+  sharded->backend_group_ = make_backend_group(backend_name, size, num_threads);
+  sharded->ranks_.resize(static_cast<size_t>(size));
+  for (int r = 0; size > 1 && r < size; ++r) sharded->threads_.push_back(std::make_unique<RankThread>());
+  sharded->run_on_ranks([&](int rank) {
+    Rank& slot = sharded->ranks_[static_cast<size_t>(rank)];
+    slot.owned_backend = sharded->backend_group_->make(rank);
+    slot.backend = slot.owned_backend.get();
+    slot.owned_model = load_model(dir, *slot.backend);
+    slot.model = slot.owned_model.get();
+  });
+  return sharded;
+}
+
+ShardedModel::ShardedModel(Model& model, Backend& backend) { ranks_.push_back({&model, &backend, nullptr, nullptr}); }
+
+ShardedModel::~ShardedModel() {
+  // Each rank's device memory is released on the rank's own thread.
+  try {
+    run_on_ranks([this](int rank) {
+      Rank& slot = ranks_[static_cast<size_t>(rank)];
+      slot.owned_model.reset();
+      slot.owned_backend.reset();
+    });
+  } catch (...) {
+    // A destructor cannot report it; the threads still stop below.
+  }
+}
+
+void ShardedModel::run_on_ranks(const std::function<void(int rank)>& work) {
+  if (threads_.empty()) {
+    for (int rank = 0; rank < size(); ++rank) work(rank);
+    return;
+  }
+  for (int rank = 0; rank < size(); ++rank) threads_[static_cast<size_t>(rank)]->start([&work, rank] { work(rank); });
+  std::exception_ptr first_error;
+  for (auto& thread : threads_) {
+    std::exception_ptr error = thread->wait();
+    if (error && !first_error) first_error = error;
+  }
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+}  // namespace tern

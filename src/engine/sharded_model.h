@@ -1,0 +1,55 @@
+#pragma once
+// A model on the ranks of a tensor-parallel group: rank r's shard of the weights on rank r's backend (device r),
+// and each rank's work on a thread the rank keeps for its life (a CUDA thread stays bound to its device).
+// One process with a thread per GPU rather than a process per GPU: the scheduler, tokenizer and server exist once,
+// every rank reads the same StepPlan from memory instead of receiving it over RPC, and NCCL's single-process
+// set-up needs no id exchange. A group of one runs on the caller's thread, exactly as without this class.
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace tern {
+
+class ShardedModel {
+ public:
+  // Loads the model directory on `size` ranks of backend `backend_name` ("cpu": threads of this process sharing
+  // `num_threads`; "cuda": devices 0 .. size - 1), all ranks at once.
+  static std::unique_ptr<ShardedModel> load(const std::filesystem::path& dir, const std::string& backend_name,
+                                            int size, int num_threads = 0);
+  // One whole model on one backend, both owned by the caller.
+  ShardedModel(Model& model, Backend& backend);
+  ~ShardedModel();
+  ShardedModel(const ShardedModel&) = delete;
+  ShardedModel& operator=(const ShardedModel&) = delete;
+
+  int size() const { return static_cast<int>(ranks_.size()); }
+  Model& model(int rank) const { return *ranks_.at(static_cast<size_t>(rank)).model; }
+  Backend& backend(int rank) const { return *ranks_.at(static_cast<size_t>(rank)).backend; }
+  const ModelConfig& config() const { return model(0).config(); }
+
+  // Runs work(rank) for every rank at once, each on its rank's thread, and returns when all have finished;
+  // rethrows the first error. Ranks meet in collectives, so every rank must be given the same work.
+  void run_on_ranks(const std::function<void(int rank)>& work);
+
+ private:
+  class RankThread;
+  struct Rank {
+    Model* model = nullptr;
+    Backend* backend = nullptr;
+    std::unique_ptr<Model> owned_model;
+    std::unique_ptr<Backend> owned_backend;
+  };
+
+  ShardedModel() = default;
+
+  std::unique_ptr<BackendGroup> backend_group_;
+  std::vector<Rank> ranks_;
+  std::vector<std::unique_ptr<RankThread>> threads_;  // empty for a group of one
+};
+
+}  // namespace tern

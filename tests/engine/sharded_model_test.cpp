@@ -1,0 +1,211 @@
+// Tensor parallelism on CPU ranks (threads of this process): the collectives against their definitions, the
+// weight shards against the whole tensors they were cut from, and sharded models against the unsharded model
+// (recombined partial results equal the whole computation, and greedy decoding picks the same tokens).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "backend/cpu/host_collective.h"
+#include "core/error.h"
+#include "engine/engine_core.h"
+#include "engine/sharded_model.h"
+#include "fixtures.h"
+#include "model/checkpoint.h"
+#include "model/weight_loader.h"
+
+namespace tern {
+namespace {
+
+using testing::fixtures_dir;
+using testing::read_json;
+
+template <typename Work>
+void on_threads(int size, Work work) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) threads.emplace_back(work, r);
+  for (auto& thread : threads) thread.join();
+}
+
+TEST(HostCollectiveTest, AllReduceSumsInRankOrderOnEveryRank) {
+  constexpr int kRanks = 3;
+  HostCollective collective(kRanks);
+  std::vector<std::vector<float>> values(kRanks);
+  for (int r = 0; r < kRanks; ++r) values[r] = {1.0f * r, 0.1f * (r + 1), 1e8f * (r == 0) - 1e8f * (r == 1), 3.0f};
+  on_threads(kRanks, [&](int r) {
+    for (int round = 0; round < 2; ++round) collective.all_reduce_sum(r, values[r].data(), 4);
+  });
+  // Two rounds: the first round's sums, summed over the three ranks again.
+  const float first_second = ((0.1f + 0.2f) + 0.3f) * 3.0f;
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(values[r], values[0]) << "rank " << r << " differs from rank 0";
+    EXPECT_FLOAT_EQ(values[r][0], 9.0f);
+    EXPECT_FLOAT_EQ(values[r][1], first_second);
+    EXPECT_FLOAT_EQ(values[r][3], 27.0f);
+  }
+}
+
+TEST(HostCollectiveTest, AllGatherPlacesShardsSideBySideAndCutsThePadding) {
+  constexpr int kRanks = 3;
+  HostCollective collective(kRanks);
+  // Two rows of two columns per rank; eight columns wanted (the last rank's second column is padding).
+  std::vector<std::vector<float>> shards(kRanks);
+  for (int r = 0; r < kRanks; ++r) shards[r] = {10.0f * r, 10.0f * r + 1, 10.0f * r + 2, 10.0f * r + 3};
+  std::vector<std::vector<float>> out(kRanks, std::vector<float>(2 * 5));
+  on_threads(kRanks, [&](int r) { collective.all_gather_columns(r, shards[r].data(), 2, 2, out[r].data(), 5); });
+  const std::vector<float> expected = {0, 1, 10, 11, 20, 2, 3, 12, 13, 22};
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(out[r], expected) << "rank " << r;
+}
+
+std::vector<float> loaded(Backend& backend, const Tensor& t) { return backend.to_host_f32(t); }
+
+// Columns [begin, begin + count) of a row-major [rows, columns] matrix.
+std::vector<float> columns_of(const std::vector<float>& m, int64_t columns, int64_t begin, int64_t count) {
+  std::vector<float> out;
+  for (size_t r = 0; r < m.size() / columns; ++r) {
+    out.insert(out.end(), m.begin() + r * columns + begin, m.begin() + r * columns + begin + count);
+  }
+  return out;
+}
+
+TEST(WeightShardTest, ShardsRecombineIntoTheWholeTensor) {
+  const auto dir = fixtures_dir() / "models" / "llama";
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  auto whole_backend = make_cpu_backend(1);
+  WeightLoader whole(checkpoint, *whole_backend);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight", k = "model.layers.0.self_attn.k_proj.weight";
+  const std::string o = "model.layers.0.self_attn.o_proj.weight", embed = "model.embed_tokens.weight";
+  const auto q_all = loaded(*whole_backend, whole.load(q, {64, 64}));
+  const auto k_all = loaded(*whole_backend, whole.load(k, {32, 64}));
+  const auto o_all = loaded(*whole_backend, whole.load(o, {64, 64}));
+  const auto embed_all = loaded(*whole_backend, whole.load(embed, {512, 64}));
+
+  for (int size : {2, 3}) {
+    auto group = make_cpu_backend_group(size, size);
+    std::vector<float> embed_joined;
+    for (int rank = 0; rank < size; ++rank) {
+      auto backend = group->make(rank);
+      WeightLoader shard(checkpoint, *backend);
+      ASSERT_EQ(shard.shard().rank, rank);
+      ASSERT_EQ(shard.shard().size, size);
+      const auto embed_shard = loaded(*backend, shard.load_vocab_shard(embed, {512, 64}));
+      ASSERT_EQ(embed_shard.size(), static_cast<size_t>(shard.vocab_shard_rows(512) * 64));
+      embed_joined.insert(embed_joined.end(), embed_shard.begin(), embed_shard.end());
+      if (size == 3) {
+        EXPECT_THROW(shard.load_row_shards({{q, {64, 64}}}), Error) << "64 rows do not split over 3 ranks";
+        continue;
+      }
+      // Column-parallel: this rank's rows of q, then of k.
+      const auto qk = loaded(*backend, shard.load_row_shards({{q, {64, 64}}, {k, {32, 64}}}));
+      std::vector<float> expected(q_all.begin() + rank * 32 * 64, q_all.begin() + (rank + 1) * 32 * 64);
+      expected.insert(expected.end(), k_all.begin() + rank * 16 * 64, k_all.begin() + (rank + 1) * 16 * 64);
+      EXPECT_EQ(qk, expected);
+      // Row-parallel: this rank's columns.
+      EXPECT_EQ(loaded(*backend, shard.load_column_shard(o, {64, 64})), columns_of(o_all, 64, rank * 32, 32));
+    }
+    // The vocab shards in rank order are the table, then zero padding (512 rows over 3 ranks: 171 + 171 + 170 + 1).
+    ASSERT_GE(embed_joined.size(), embed_all.size());
+    EXPECT_TRUE(std::equal(embed_all.begin(), embed_all.end(), embed_joined.begin())) << size << " ranks";
+    EXPECT_TRUE(std::all_of(embed_joined.begin() + embed_all.size(), embed_joined.end(), [](float v) { return v == 0; }));
+  }
+}
+
+// Last-token logits of `prompt` from rank 0 of a sharded model (every rank runs the step).
+std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>& prompt) {
+  std::vector<float> logits;
+  model.run_on_ranks([&](int rank) {
+    Backend& backend = model.backend(rank);
+    const int64_t num_blocks = (static_cast<int64_t>(prompt.size()) + 15) / 16;
+    KvCache cache = backend.allocate_kv_cache(model.model(rank).kv_layers(), num_blocks, 16);
+    ForwardBatch batch;
+    batch.token_ids = prompt;
+    SequenceChunk& seq = batch.sequences.emplace_back();
+    seq.num_new_tokens = static_cast<int32_t>(prompt.size());
+    for (int32_t b = 0; b < num_blocks; ++b) seq.block_table.push_back(b);
+    batch.logit_rows = {static_cast<int32_t>(prompt.size()) - 1};
+    const auto step = backend.begin_step(batch);
+    const Tensor out = model.model(rank).forward(*step, cache);
+    if (rank == 0) logits = backend.to_host_f32(out);
+  });
+  return logits;
+}
+
+std::vector<int32_t> greedy_tokens(ShardedModel& model, const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  EngineConfig config;
+  config.num_kv_blocks = 32;
+  config.log_kv_cache = false;
+  EngineCore core(model, config);
+  GenerateRequest request;
+  request.prompt_token_ids = prompt;
+  request.sampling.temperature = 0.0f;
+  request.stop.max_tokens = max_tokens;
+  request.stop.ignore_eos = true;
+  core.add_request(1, std::move(request));
+  std::vector<int32_t> tokens;
+  while (core.has_unfinished_requests()) {
+    for (const auto& out : core.step()) tokens.insert(tokens.end(), out.token_ids.begin(), out.token_ids.end());
+  }
+  return tokens;
+}
+
+struct ShardedCase {
+  std::string model;
+  int size;
+  bool splits_kv_heads = true;  // false: the attention is replicated (MLA's latent cache)
+};
+
+void PrintTo(const ShardedCase& c, std::ostream* os) { *os << c.model << " on " << c.size << " ranks"; }
+
+class ShardedModelTest : public ::testing::TestWithParam<ShardedCase> {};
+
+TEST_P(ShardedModelTest, MatchesTheUnshardedModel) {
+  const auto& [name, size, splits_kv_heads] = GetParam();
+  const auto dir = fixtures_dir() / "models" / name;
+  const auto golden = read_json(dir / "golden.json");
+  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", size, 2);
+  ASSERT_EQ(sharded->size(), size);
+  EXPECT_EQ(sharded->backend(size - 1).tensor_parallel_rank(), size - 1);
+  // Each rank caches its own key/value heads.
+  EXPECT_EQ(sharded->model(0).kv_layers()[0].num_kv_heads * (splits_kv_heads ? size : 1),
+            whole->model(0).kv_layers()[0].num_kv_heads);
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
+    const auto expected = prompt_logits(*whole, prompt);
+    const auto got = prompt_logits(*sharded, prompt);
+    ASSERT_EQ(got.size(), expected.size());
+    float max_diff = 0.0f, max_ref = 0.0f;
+    for (size_t i = 0; i < got.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(got[i] - expected[i]));
+      max_ref = std::max(max_ref, std::abs(expected[i]));
+    }
+    // Float32 sums in another order: rounding only.
+    EXPECT_LE(max_diff, 1e-4f * max_ref) << name << " prompt " << p << " on " << size << " ranks";
+    EXPECT_EQ(greedy_tokens(*sharded, prompt, 24), greedy_tokens(*whole, prompt, 24))
+        << name << " prompt " << p << " on " << size << " ranks";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, ShardedModelTest,
+    ::testing::Values(ShardedCase{"llama", 2}, ShardedCase{"llama3_rope", 2}, ShardedCase{"qwen2", 2},
+                      ShardedCase{"qwen3", 2}, ShardedCase{"qwen3_moe", 2}, ShardedCase{"gpt_oss", 2},
+                      ShardedCase{"deepseek_v3", 2, false}, ShardedCase{"tern-py-13m", 4}),
+    [](const auto& info) {
+      std::string name = info.param.model + "_tp" + std::to_string(info.param.size);
+      for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return name;
+    });
+
+TEST(ShardedModelErrors, HeadsThatDoNotSplitFailByName) {
+  // The llama fixture has 2 key/value heads: 4 ranks cannot split them.
+  try {
+    ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", 4, 4);
+    FAIL() << "loading 2 key/value heads on 4 ranks succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not split evenly over 4 ranks"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tern
