@@ -17,17 +17,23 @@ std::vector<int32_t> batch_positions(const ForwardBatch& batch) {
   return positions;
 }
 
-std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size) {
+std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, int group) {
   std::vector<int64_t> slots;
   slots.reserve(batch.token_ids.size());
   for (const auto& seq : batch.sequences) {
     const int64_t total = static_cast<int64_t>(seq.num_cached_tokens) + seq.num_new_tokens;
-    if (static_cast<int64_t>(seq.block_table.size()) * block_size < total) {
-      fail("forward batch: a sequence of {} tokens has only {} blocks of {}", total, seq.block_table.size(),
-           block_size);
+    if (group >= static_cast<int>(seq.block_tables.size())) {
+      fail("forward batch: a sequence has {} block tables, none for KV cache group {}", seq.block_tables.size(), group);
+    }
+    const auto& table = seq.block_tables[group];
+    if (static_cast<int64_t>(table.size()) * block_size < total) {
+      fail("forward batch: a sequence of {} tokens has only {} blocks of {} in group {}", total, table.size(),
+           block_size, group);
     }
     for (int64_t pos = seq.num_cached_tokens; pos < total; ++pos) {
-      slots.push_back(static_cast<int64_t>(seq.block_table[pos / block_size]) * block_size + pos % block_size);
+      const int32_t block = table[pos / block_size];
+      if (block < 0) fail("forward batch: position {} of group {} lies in a dropped block", pos, group);
+      slots.push_back(static_cast<int64_t>(block) * block_size + pos % block_size);
     }
   }
   return slots;

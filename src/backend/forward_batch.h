@@ -10,7 +10,9 @@ namespace tern {
 struct SequenceChunk {
   int32_t num_cached_tokens = 0;  // tokens of this sequence already in the KV cache (context before this chunk)
   int32_t num_new_tokens = 0;     // tokens computed in this step; their KV is written to the cache
-  std::vector<int32_t> block_table;  // KV blocks covering cached + new tokens, in order
+  // Per KV cache group (KvCache::groups): the blocks covering cached + new tokens, in order. A sliding-window
+  // group's table holds -1 for blocks before its window, which no layer of the group reads.
+  std::vector<std::vector<int32_t>> block_tables;
   // Length of the sequence's prompt, 0 when unknown (then this chunk's end counts as the prompt's). Only
   // DeepSeek-V4's indexer reads it, to break score ties as transformers does (v4_ops.cpp select_compressed).
   int32_t num_prompt_tokens = 0;
@@ -24,8 +26,9 @@ struct ForwardBatch {
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
 
-// Token positions ([num_tokens]) and KV cache slots (block * block_size + offset) of a batch's new tokens.
+// Token positions ([num_tokens]) of a batch's new tokens, and their KV cache slots (block * block_size + offset) in
+// the block tables of group `group`.
 std::vector<int32_t> batch_positions(const ForwardBatch& batch);
-std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size);
+std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, int group = 0);
 
 }  // namespace tern

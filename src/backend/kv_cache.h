@@ -1,7 +1,7 @@
 #pragma once
 // The paged KV cache's storage: per layer, one key and one value tensor of num_blocks * block_size token slots.
-// Which blocks belong to which sequence is the engine's business (block tables in ForwardBatch); layers only
-// declare what one token costs them (KvLayerSpec).
+// Which blocks belong to which sequence is the engine's business (block tables in ForwardBatch, one per KV cache
+// group); layers only declare what one token costs them and which tokens they read again (KvLayerSpec).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,16 +35,47 @@ struct KvLayerSpec {
   int64_t shareable_prefix_tokens = 0;
 };
 
+// Layers whose blocks are allocated, freed and cached together, with one block table per sequence (vLLM's KV cache
+// groups). Layers that read every token (full, MLA latent, compressed) share a group whose blocks live as long as
+// the sequence; sliding-window layers of one window form a group that drops the blocks no later query reads.
+struct KvCacheGroup {
+  int64_t sliding_window_tokens = 0;  // 0: the layers read every token; else each query reads the last this many
+  std::vector<int> layers;            // ascending
+};
+
+// The groups of a model's layers:
+// - no sliding layers, or sliding layers of several windows: one group that keeps every block (as a single table);
+// - only sliding layers of one window (Mistral-style): one sliding group;
+// - as many sliding layers of one window as other layers, the j-th of each caching the same bytes per token
+//   (gpt-oss): two groups, the keep-all one first. The j-th layer of the sliding group stores its blocks in the
+//   j-th layer of the first group's tensors, so a block id costs the bytes of one group's layers whichever group
+//   holds it (vLLM's equal page sizes); the groups never hold the same block at once.
+// Any other mix stays one keep-all group: freeing would need storage of its own per group.
+std::vector<KvCacheGroup> kv_cache_groups(const std::vector<KvLayerSpec>& layers);
+
 struct KvCache {
   int64_t num_blocks = 0;
   int64_t block_size = 0;
   std::vector<KvLayerSpec> layers;
+  std::vector<KvCacheGroup> groups;
+  std::vector<int> layer_group;  // per layer: its group, the index of its table in SequenceChunk::block_tables
+  // Per layer: the tensors below of layers of a later group alias those of the first group's layer they pair with.
   std::vector<Tensor> keys;    // per layer: [num_blocks * block_size, num_kv_heads, key_dim]
   std::vector<Tensor> values;  // per layer: [num_blocks * block_size, num_kv_heads, value_dim]
   std::vector<Tensor> states;  // per layer: [num_blocks * block_size, state_dim]
 };
 
-// Bytes one token takes across all layers (keys, values and layer state), for an element size of `element_bytes`.
+// A cache of `num_blocks` blocks for `layers` without its tensors: the groups and each layer's group set. The
+// backend allocates tensors for the layers that `storage_layer` maps to themselves and shares them with the others.
+struct KvCacheShape {
+  KvCache cache;
+  std::vector<int> storage_layer;  // per layer: the layer whose tensors it uses
+};
+KvCacheShape kv_cache_shape(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size);
+
+// Bytes of storage behind one token slot of a block (keys, values and layer state), for an element size of
+// `element_bytes`: all layers' bytes for a model of one group; for a model of two groups, those of the first
+// group's layers, whose tensors the second group's share.
 int64_t kv_bytes_per_token(const std::vector<KvLayerSpec>& layers, int64_t element_bytes);
 
 // The layers' cache kinds, counted: "2 full, 2 sliding window" (for the engine's start-up log).

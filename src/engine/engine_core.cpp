@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
@@ -17,12 +18,17 @@ namespace {
 void profile_largest_step(Model& model, Backend& backend, const EngineConfig& config) {
   const int32_t num_tokens = std::max(config.max_num_batched_tokens, 1);
   const int64_t num_blocks = (num_tokens + config.block_size - 1) / config.block_size;
-  KvCache cache = backend.allocate_kv_cache(model.kv_layers(), num_blocks, config.block_size);
+  const auto num_groups = static_cast<int64_t>(kv_cache_groups(model.kv_layers()).size());
+  KvCache cache = backend.allocate_kv_cache(model.kv_layers(), num_groups * num_blocks, config.block_size);
   ForwardBatch batch;
   batch.token_ids.assign(static_cast<size_t>(num_tokens), 0);
   SequenceChunk& seq = batch.sequences.emplace_back();
   seq.num_new_tokens = num_tokens;
-  for (int32_t b = 0; b < num_blocks; ++b) seq.block_table.push_back(b);
+  // Groups share the storage of a block id, so each gets blocks of its own.
+  seq.block_tables.resize(num_groups);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    for (int64_t b = 0; b < num_blocks; ++b) seq.block_tables[g].push_back(static_cast<int32_t>(g * num_blocks + b));
+  }
   const int32_t num_rows = std::min(std::max(config.max_num_seqs, 1), num_tokens);
   for (int32_t r = num_tokens - num_rows; r < num_tokens; ++r) batch.logit_rows.push_back(r);
   const auto step = backend.begin_step(batch);
@@ -65,10 +71,14 @@ KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model
 
 int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size) {
   const KvCache probe = backend.allocate_kv_cache(layers, 1, block_size);
+  // Tensors that layers of different KV cache groups share count once.
+  std::set<const void*> counted;
   int64_t bytes = 0;
-  for (const auto& t : probe.keys) bytes += static_cast<int64_t>(t.bytes());
-  for (const auto& t : probe.values) bytes += static_cast<int64_t>(t.bytes());
-  for (const auto& t : probe.states) bytes += static_cast<int64_t>(t.bytes());
+  for (const auto* tensors : {&probe.keys, &probe.values, &probe.states}) {
+    for (const auto& t : *tensors) {
+      if (t.bytes() > 0 && counted.insert(t.data).second) bytes += static_cast<int64_t>(t.bytes());
+    }
+  }
   return bytes / block_size;
 }
 
@@ -101,16 +111,20 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   budget_ = *std::min_element(budgets.begin(), budgets.end(),
                               [](const auto& a, const auto& b) { return a.num_blocks < b.num_blocks; });
   const auto layers = model_.model(0).kv_layers();
+  const auto groups = kv_cache_groups(layers);
   if (config.log_kv_cache) {
     std::fprintf(stderr,
-                 "tern: KV cache: %lld bytes per token (%s layers%s), %d blocks of %d tokens = %lld tokens, %.1f MiB%s\n",
-                 static_cast<long long>(budget_.bytes_per_token), kv_layers_summary(layers).c_str(),
+                 "tern: KV cache: %lld bytes per token (%s layers, KV cache groups: %zu%s), %d blocks of %d tokens = "
+                 "%lld tokens, %.1f MiB%s\n",
+                 static_cast<long long>(budget_.bytes_per_token), kv_layers_summary(layers).c_str(), groups.size(),
                  num_ranks > 1 ? ", per tensor-parallel rank" : "", budget_.num_blocks, budget_.block_size,
                  static_cast<long long>(budget_.num_tokens()), budget_.total_bytes() / 1048576.0,
                  num_ranks > 1 ? " on each rank" : "");
   }
+  std::vector<int64_t> group_sliding_windows;
+  for (const auto& group : groups) group_sliding_windows.push_back(group.sliding_window_tokens);
   kv_ = std::make_unique<KvCacheManager>(budget_.num_blocks, budget_.block_size, config.enable_prefix_cache,
-                                         shareable_prefix_tokens(layers));
+                                         shareable_prefix_tokens(layers), std::move(group_sliding_windows));
   SchedulerConfig scheduler_config;
   scheduler_config.max_num_batched_tokens = config.max_num_batched_tokens;
   scheduler_config.max_num_seqs = config.max_num_seqs;
@@ -189,12 +203,16 @@ std::vector<RequestOutput> EngineCore::step() {
 std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
                                                   int32_t max_blocks) {
   require_one_rank("KV export (prefill/decode disaggregation)");
+  const KvCache& cache = leader().kv_cache();
+  if (cache.groups.size() != 1 || cache.groups[0].sliding_window_tokens != 0) {
+    fail("KV export: needs a model whose layers all keep every block; this one's are {}", kv_layers_summary(cache.layers));
+  }
   SequenceBlocks cached;
   kv_->match_prefix(cached, prompt);
-  const auto num_cached = static_cast<int32_t>(cached.blocks.size());
+  const int32_t num_cached = cached.num_blocks();
   const int32_t begin = std::clamp(first_block, 0, num_cached);
   const int32_t end = std::clamp(begin + std::max(max_blocks, 0), begin, num_cached);
-  const std::vector<int32_t> blocks(cached.blocks.begin() + begin, cached.blocks.begin() + end);
+  const std::vector<int32_t> blocks(cached.tables[0].begin() + begin, cached.tables[0].begin() + end);
   std::vector<uint8_t> bytes;
   try {
     bytes = leader().export_kv_blocks(blocks);

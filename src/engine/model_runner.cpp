@@ -65,7 +65,7 @@ std::optional<std::vector<int32_t>> ModelRunner::run_recorded_decode(const Forwa
   while (batch.sequences.size() < static_cast<size_t>(bucket)) {
     batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()));
     batch.token_ids.push_back(0);
-    batch.sequences.push_back({0, 1, {scratch_block_}});
+    batch.sequences.push_back({0, 1, std::vector<std::vector<int32_t>>(cache_.groups.size(), {scratch_block_})});
   }
   auto ids = backend_.run_recorded_step(
       batch, [this](const StepContext& step) { return backend_.argmax(model_.forward(step, cache_)); });
@@ -97,7 +97,7 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   bool all_plain_greedy = true;
   for (const auto& chunk : plan.chunks) {
     batch.token_ids.insert(batch.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
-    batch.sequences.push_back({chunk.num_cached_tokens, static_cast<int32_t>(chunk.token_ids.size()), chunk.block_table,
+    batch.sequences.push_back({chunk.num_cached_tokens, static_cast<int32_t>(chunk.token_ids.size()), chunk.block_tables,
                                chunk.num_prompt_tokens});
     if (!chunk.sample) continue;
     const auto it = samplers_.find(chunk.sequence_id);

@@ -33,10 +33,6 @@ Scheduler::~Scheduler() {
   for (auto& [id, seq] : sequences_) kv_.free(seq->blocks);
 }
 
-int32_t Scheduler::blocks_for(int64_t num_tokens) const {
-  return static_cast<int32_t>((num_tokens + kv_.block_size() - 1) / kv_.block_size());
-}
-
 void Scheduler::validate(const GenerateRequest& request) const {
   const int64_t prompt_len = static_cast<int64_t>(request.prompt_token_ids.size());
   if (prompt_len == 0) fail("request: the prompt is empty");
@@ -44,9 +40,9 @@ void Scheduler::validate(const GenerateRequest& request) const {
     fail("request: prompt of {} tokens leaves no room to generate within the context of {}", prompt_len,
          config_.max_model_len);
   }
-  if (blocks_for(prompt_len + 1) > kv_.num_blocks()) {
+  if (kv_.max_blocks_held(prompt_len + 1) > kv_.num_blocks()) {
     fail("request: prompt of {} tokens needs {} KV blocks but the cache has {} of {} tokens; give the KV cache more "
-         "memory", prompt_len, blocks_for(prompt_len + 1), kv_.num_blocks(), kv_.block_size());
+         "memory", prompt_len, kv_.max_blocks_held(prompt_len + 1), kv_.num_blocks(), kv_.block_size());
   }
   if (!request.stop.stop_strings.empty() && !text_streams_) {
     fail("request: stop strings need detokenized text, and this engine runs without a tokenizer");
@@ -108,9 +104,9 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Sequence& seq = *running_[i];
-    const int32_t num_new = std::min(seq.num_uncomputed_tokens(), budget);
+    const int32_t num_new = std::min(seq.num_uncomputed_tokens(), chunk_limit(seq, budget));
     bool preempted_self = false;
-    while (!kv_.allocate(seq.blocks, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
+    while (!kv_.allocate(seq.blocks, seq.num_computed_tokens, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
       const size_t victim = pick_victim(i);
       preempt(victim);
       preempted = true;
@@ -131,14 +127,14 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = **waiting_.begin();
     // A fork arrives holding its prompt's shared blocks; anything else looks its prefix up in the cache.
-    const bool matched_now = seq.blocks.blocks.empty();
+    const bool matched_now = seq.blocks.num_blocks() == 0;
     if (matched_now) seq.num_computed_tokens = kv_.match_prefix(seq.blocks, seq.token_ids);
     const int32_t remaining = seq.num_uncomputed_tokens();
-    const int32_t num_new = std::min(remaining, budget);
+    const int32_t num_new = std::min(remaining, chunk_limit(seq, budget));
     // Without chunked prefill a prompt waits for a step with room for all of it, unless it exceeds any step.
     const bool whole_or_alone = num_new == remaining || budget == config_.max_num_batched_tokens;
     if ((!config_.enable_chunked_prefill && !whole_or_alone) ||
-        !kv_.allocate(seq.blocks, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
+        !kv_.allocate(seq.blocks, seq.num_computed_tokens, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
       if (matched_now) {
         kv_.free(seq.blocks);
         seq.num_computed_tokens = 0;
@@ -157,6 +153,11 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   }
 }
 
+int32_t Scheduler::chunk_limit(const Sequence& seq, int32_t budget) const {
+  const int64_t fitting = kv_.max_tokens_held(seq.num_computed_tokens) - seq.num_computed_tokens;
+  return static_cast<int32_t>(std::min<int64_t>(budget, fitting));
+}
+
 void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens) {
   if (!seq.known_to_runner) {
     plan.new_sequences.push_back({seq.id, seq.request->request.sampling, seq.seed,
@@ -169,7 +170,7 @@ void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens
   chunk.num_prompt_tokens = seq.num_prompt_tokens;
   chunk.token_ids.assign(seq.token_ids.begin() + seq.num_computed_tokens,
                          seq.token_ids.begin() + seq.num_computed_tokens + num_new_tokens);
-  chunk.block_table = seq.blocks.blocks;
+  chunk.block_tables = seq.blocks.tables;
   seq.num_computed_tokens += num_new_tokens;
   chunk.sample = seq.num_computed_tokens == static_cast<int32_t>(seq.token_ids.size());
   counters_.num_computed_tokens += num_new_tokens;
@@ -202,11 +203,11 @@ void Scheduler::fork(Sequence& first) {
   RequestState& request = *first.request;
   request.forked = true;
   // Whole blocks of the prompt, leaving each fork at least one prompt token to compute for its own first sample.
-  const int32_t num_shared_blocks = (first.num_prompt_tokens - 1) / kv_.block_size();
+  const int32_t max_shared_blocks = (first.num_prompt_tokens - 1) / kv_.block_size();
   for (int32_t index = 1; index < request.request.sampling.n; ++index) {
     Sequence& fork = new_sequence(request, index);
-    fork.blocks = kv_.fork(first.blocks, num_shared_blocks);
-    fork.num_computed_tokens = num_shared_blocks * kv_.block_size();
+    fork.blocks = kv_.fork(first.blocks, max_shared_blocks);
+    fork.num_computed_tokens = fork.blocks.num_blocks() * kv_.block_size();
     waiting_.insert(&fork);
   }
 }
@@ -261,7 +262,7 @@ RequestOutput Scheduler::append_token(Sequence& seq, const SampledToken& sample)
     if (stopped_by_string) {
       finish(seq, FinishReason::kStop, false, output);
     } else if (seq.num_output_tokens() >= request.max_output_tokens ||
-               blocks_for(static_cast<int64_t>(seq.token_ids.size())) > kv_.num_blocks()) {
+               kv_.max_blocks_held(static_cast<int64_t>(seq.token_ids.size())) > kv_.num_blocks()) {
       // The second condition: the next token's KV would not fit even in an empty pool.
       finish(seq, FinishReason::kLength, true, output);
     }

@@ -71,6 +71,8 @@ class Scheduler {
   Sequence& new_sequence(RequestState& request, int32_t index);
   bool schedule_running(StepPlan& plan, int32_t& budget);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
+  // The most tokens the sequence may compute this step: the budget, and what the pool holds for it alone.
+  int32_t chunk_limit(const Sequence& seq, int32_t budget) const;
   void emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
   // The running sequence at or after `first` to preempt: lowest priority, then latest arrival.
   size_t pick_victim(size_t first) const;
@@ -83,7 +85,6 @@ class Scheduler {
   // Marks one more of the request's sequences finished, completing `output` when it was the last.
   void count_finished(RequestState& request, RequestOutput& output);
   void remove_finished_requests();
-  int32_t blocks_for(int64_t num_tokens) const;
   Usage usage(const RequestState& request) const;
 
   SchedulerConfig config_;

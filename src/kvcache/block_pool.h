@@ -8,6 +8,10 @@
 
 namespace tern {
 
+// A block table's entry for a block a sequence or the prefix cache does not hold (a sliding-window group's block
+// before its window).
+inline constexpr int32_t kNoBlock = -1;
+
 class BlockPool {
  public:
   explicit BlockPool(int32_t num_blocks);

@@ -1,12 +1,13 @@
 #pragma once
-// How many KV blocks fit a memory budget, given what one token costs across all layers.
+// How many KV blocks fit a memory budget, given what the storage behind one token slot of a block costs (all layers
+// of a model of one KV cache group; one group's layers where the groups share storage, kv_bytes_per_token).
 #include <cstdint>
 #include <string>
 
 namespace tern {
 
 struct KvCacheBudget {
-  int64_t bytes_per_token = 0;  // all layers, keys and values
+  int64_t bytes_per_token = 0;  // storage behind one token slot of a block: keys, values and layer state
   int32_t block_size = 0;       // tokens per block
   int32_t num_blocks = 0;
 

@@ -8,31 +8,111 @@
 namespace tern {
 
 KvCacheManager::KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache,
-                               int64_t max_shared_prefix_tokens)
-    : block_size_(block_size), pool_(num_blocks) {
+                               int64_t max_shared_prefix_tokens, std::vector<int64_t> group_sliding_windows)
+    : block_size_(block_size), pool_(num_blocks), group_sliding_windows_(std::move(group_sliding_windows)) {
   if (block_size <= 0) fail("kv cache manager: block size must be positive, got {}", block_size);
   if (max_shared_prefix_tokens < 0) fail("kv cache manager: shared prefix limit {} is negative", max_shared_prefix_tokens);
+  if (group_sliding_windows_.empty()) fail("kv cache manager: needs at least one KV cache group");
+  std::vector<bool> group_is_sliding;
+  for (int64_t window : group_sliding_windows_) {
+    if (window < 0) fail("kv cache manager: sliding window {} is negative", window);
+    group_is_sliding.push_back(window > 0);
+  }
   max_shared_blocks_ = max_shared_prefix_tokens > 0
                            ? static_cast<int32_t>(std::min<int64_t>(max_shared_prefix_tokens / block_size, num_blocks))
                            : std::numeric_limits<int32_t>::max();
   if (max_shared_blocks_ == 0) enable_prefix_cache = false;
-  if (enable_prefix_cache) radix_ = std::make_unique<RadixCache>(pool_, block_size);
+  if (enable_prefix_cache) radix_ = std::make_unique<RadixCache>(pool_, block_size, std::move(group_is_sliding));
+}
+
+int32_t KvCacheManager::first_read_block(int32_t group, int64_t position) const {
+  const int64_t window = group_sliding_windows_[group];
+  if (window == 0) return 0;
+  return static_cast<int32_t>(std::max<int64_t>(0, position - window + 1) / block_size_);
+}
+
+int32_t KvCacheManager::max_blocks_held(int64_t num_tokens) const {
+  int32_t total = 0;
+  for (int64_t window : group_sliding_windows_) {
+    // A query reads `window` tokens, which span at most ceil((window - 1) / block_size) + 1 blocks.
+    const int32_t window_blocks = static_cast<int32_t>((window - 1 + block_size_ - 1) / block_size_) + 1;
+    total += window == 0 ? blocks_for(num_tokens) : std::min(blocks_for(num_tokens), window_blocks);
+  }
+  return total;
+}
+
+int64_t KvCacheManager::max_tokens_held(int64_t num_computed_tokens) const {
+  // Every group's table covers the same blocks; a sliding group holds those from its first read block on.
+  int64_t blocks_dropped = 0;
+  for (int32_t g = 0; g < num_groups(); ++g) blocks_dropped += first_read_block(g, num_computed_tokens);
+  return (num_blocks() + blocks_dropped) / num_groups() * block_size_;
+}
+
+int32_t KvCacheManager::longest_readable_prefix(const std::vector<std::vector<int32_t>>& tables,
+                                                int32_t max_blocks) const {
+  // held_run[g][b]: how many blocks of group g end at b with none dropped.
+  std::vector<std::vector<int32_t>> held_run(tables.size());
+  for (size_t g = 0; g < tables.size(); ++g) {
+    int32_t run = 0;
+    for (int32_t b = 0; b < max_blocks; ++b) {
+      run = tables[g][b] == kNoBlock ? 0 : run + 1;
+      held_run[g].push_back(run);
+    }
+  }
+  for (int32_t end = max_blocks; end > 0; --end) {
+    bool readable = true;
+    for (int32_t g = 0; g < num_groups() && readable; ++g) {
+      const int32_t needed = end - first_read_block(g, static_cast<int64_t>(end) * block_size_);
+      readable = held_run[g][end - 1] >= needed;
+    }
+    if (readable) return end;
+  }
+  return 0;
+}
+
+void KvCacheManager::hang_from(SequenceBlocks& seq, RadixNode* node) {
+  RadixNode* previous = seq.cached_node;
+  seq.cached_node = node;
+  if (node) ++node->num_sequences;
+  if (previous) {
+    --previous->num_sequences;
+    radix_->prune(previous);
+  }
 }
 
 int32_t KvCacheManager::match_prefix(SequenceBlocks& seq, std::span<const int32_t> tokens) {
-  if (!seq.blocks.empty()) fail("kv cache manager: prefix match for a sequence that already holds blocks");
+  if (seq.num_blocks() != 0) fail("kv cache manager: prefix match for a sequence that already holds blocks");
   if (!radix_ || tokens.empty()) return 0;
   // The last token is always recomputed: the step that computes it yields the logits to sample from.
   const int32_t max_blocks = std::min(static_cast<int32_t>((tokens.size() - 1) / block_size_), max_shared_blocks_);
-  auto match = radix_->match(tokens, max_blocks);
-  seq.blocks = std::move(match.blocks);
-  seq.cached_node = match.node;
-  seq.num_cached_blocks = static_cast<int32_t>(seq.blocks.size());
-  return seq.num_cached_blocks * block_size_;
+  const std::vector<RadixNode*> path = radix_->match(tokens, max_blocks);
+  std::vector<std::vector<int32_t>> cached(num_groups());
+  for (const RadixNode* node : path) {
+    for (int32_t g = 0; g < num_groups(); ++g) cached[g].push_back(node->blocks[g]);
+  }
+  // A hit shorter than the path where a sliding-window group dropped blocks the next query reads: the tokens after
+  // it are recomputed (SGLang's bounded replay of the last window).
+  const int32_t num_hit = longest_readable_prefix(cached, static_cast<int32_t>(path.size()));
+  seq.tables.assign(num_groups(), {});
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    const int32_t first = first_read_block(g, static_cast<int64_t>(num_hit) * block_size_);
+    for (int32_t b = 0; b < num_hit; ++b) {
+      const int32_t block = b >= first ? cached[g][b] : kNoBlock;
+      if (block != kNoBlock) pool_.retain(block);
+      seq.tables[g].push_back(block);
+    }
+  }
+  hang_from(seq, num_hit > 0 ? path[num_hit - 1] : radix_->root());
+  seq.num_cached_blocks = num_hit;
+  return num_hit * block_size_;
 }
 
 std::vector<int32_t> KvCacheManager::import_prefix(std::span<const int32_t> tokens, int32_t first_block,
                                                    int32_t num_blocks) {
+  if (num_groups() != 1 || group_sliding_windows_[0] != 0) {
+    fail("kv cache manager: KV import needs a model whose layers all keep every block; this one has {} KV cache "
+         "groups, sliding window {}", num_groups(), group_sliding_windows_.back());
+  }
   if (first_block < 0 || num_blocks < 0) fail("kv cache manager: import of blocks [{}, +{})", first_block, num_blocks);
   if (static_cast<int64_t>(tokens.size()) < static_cast<int64_t>(first_block + num_blocks) * block_size_) {
     fail("kv cache manager: import of {} blocks from block {} but only {} tokens", num_blocks, first_block,
@@ -42,10 +122,14 @@ std::vector<int32_t> KvCacheManager::import_prefix(std::span<const int32_t> toke
   const int32_t end = std::min(first_block + num_blocks, max_shared_blocks_);
   // Held while allocating, so that eviction cannot take back a block matched or inserted here.
   SequenceBlocks held;
-  auto match = radix_->match(tokens, end);
-  held.blocks = std::move(match.blocks);
-  RadixNode* node = match.node;
-  const auto num_matched = static_cast<int32_t>(held.blocks.size());
+  held.tables.resize(1);
+  const std::vector<RadixNode*> path = radix_->match(tokens, end);
+  for (const RadixNode* matched : path) {
+    pool_.retain(matched->blocks[0]);
+    held.tables[0].push_back(matched->blocks[0]);
+  }
+  RadixNode* node = path.empty() ? radix_->root() : path.back();
+  const auto num_matched = static_cast<int32_t>(path.size());
   std::vector<int32_t> to_fill;
   if (num_matched >= first_block) {
     for (int32_t b = first_block; b < end; ++b) {
@@ -56,13 +140,14 @@ std::vector<int32_t> KvCacheManager::import_prefix(std::span<const int32_t> toke
       if (pool_.num_free_blocks() == 0 && radix_->evict(1) == 0) break;
       const auto block = pool_.allocate();
       if (!block) break;
-      const auto inserted = radix_->insert(node, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_), *block);
-      if (!inserted.node) {
+      int32_t blocks[] = {*block};
+      RadixNode* inserted = radix_->insert(node, tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_), blocks);
+      if (!inserted) {
         pool_.release(*block);
         break;
       }
-      held.blocks.push_back(*block);
-      node = inserted.node;
+      held.tables[0].push_back(*block);
+      node = inserted;
       to_fill.push_back(*block);
     }
   }
@@ -76,55 +161,85 @@ void KvCacheManager::record_prefix_query(int64_t num_query_tokens, int64_t num_h
   stats_.num_hit_tokens += num_hit_tokens;
 }
 
-bool KvCacheManager::allocate(SequenceBlocks& seq, int64_t num_tokens) {
-  const int32_t needed = blocks_for(num_tokens) - static_cast<int32_t>(seq.blocks.size());
-  if (needed <= 0) return true;
+bool KvCacheManager::allocate(SequenceBlocks& seq, int64_t num_computed_tokens, int64_t num_tokens) {
+  if (seq.tables.empty()) seq.tables.resize(num_groups());
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    const int32_t first = std::min(first_read_block(g, num_computed_tokens), seq.num_blocks());
+    for (int32_t b = 0; b < first; ++b) {
+      int32_t& block = seq.tables[g][b];
+      if (block == kNoBlock) continue;
+      pool_.release(block);
+      block = kNoBlock;
+    }
+  }
+  const int32_t new_per_group = blocks_for(num_tokens) - seq.num_blocks();
+  if (new_per_group <= 0) return true;
+  const int32_t needed = new_per_group * num_groups();
   if (needed > num_available_blocks()) return false;
   if (needed > pool_.num_free_blocks()) radix_->evict(needed - pool_.num_free_blocks());
-  for (int32_t i = 0; i < needed; ++i) {
-    const auto block = pool_.allocate();
-    if (!block) fail("kv cache manager: pool ran dry after eviction promised {} blocks", needed);
-    seq.blocks.push_back(*block);
+  for (auto& table : seq.tables) {
+    for (int32_t i = 0; i < new_per_group; ++i) {
+      const auto block = pool_.allocate();
+      if (!block) fail("kv cache manager: pool ran dry after eviction promised {} blocks", needed);
+      table.push_back(*block);
+    }
   }
   return true;
 }
 
 void KvCacheManager::cache_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens, int64_t num_computed_tokens) {
   if (!radix_) return;
-  if (!seq.cached_node) seq.cached_node = radix_->root();
+  if (!seq.cached_node) hang_from(seq, radix_->root());
   const int64_t num_full =
-      std::min<int64_t>({num_computed_tokens / block_size_, static_cast<int64_t>(seq.blocks.size()), max_shared_blocks_});
+      std::min<int64_t>({num_computed_tokens / block_size_, static_cast<int64_t>(seq.num_blocks()), max_shared_blocks_});
+  std::vector<int32_t> blocks(num_groups());
   while (seq.num_cached_blocks < num_full) {
     const int32_t b = seq.num_cached_blocks;
+    for (int32_t g = 0; g < num_groups(); ++g) blocks[g] = seq.tables[g][b];
     const auto block_tokens = tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_);
-    const auto inserted = radix_->insert(seq.cached_node, block_tokens, seq.blocks[b]);
-    if (!inserted.node) return;
-    if (inserted.block != seq.blocks[b]) {
+    RadixNode* inserted = radix_->insert(seq.cached_node, block_tokens, blocks);
+    if (!inserted) return;
+    for (int32_t g = 0; g < num_groups(); ++g) {
+      if (blocks[g] == seq.tables[g][b]) continue;
       // Another sequence cached the same tokens first: use its block so the table stays one cached path.
-      pool_.release(seq.blocks[b]);
-      seq.blocks[b] = inserted.block;
+      pool_.release(seq.tables[g][b]);
+      seq.tables[g][b] = blocks[g];
     }
-    seq.cached_node = inserted.node;
+    hang_from(seq, inserted);
     ++seq.num_cached_blocks;
   }
 }
 
 void KvCacheManager::free(SequenceBlocks& seq) {
   // Released last block first so the free stack hands out the prompt's blocks in their original order again.
-  for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) pool_.release(*it);
+  for (auto table = seq.tables.rbegin(); table != seq.tables.rend(); ++table) {
+    for (auto it = table->rbegin(); it != table->rend(); ++it) {
+      if (*it != kNoBlock) pool_.release(*it);
+    }
+  }
+  if (seq.cached_node) hang_from(seq, nullptr);
   seq = SequenceBlocks{};
 }
 
-SequenceBlocks KvCacheManager::fork(const SequenceBlocks& seq, int32_t num_shared_blocks) {
-  if (num_shared_blocks > static_cast<int32_t>(seq.blocks.size())) {
-    fail("kv cache manager: fork of {} blocks from a sequence holding {}", num_shared_blocks, seq.blocks.size());
+SequenceBlocks KvCacheManager::fork(const SequenceBlocks& seq, int32_t max_shared_blocks) {
+  if (max_shared_blocks > seq.num_blocks()) {
+    fail("kv cache manager: fork of {} blocks from a sequence holding {}", max_shared_blocks, seq.num_blocks());
   }
+  const int32_t num_shared = longest_readable_prefix(seq.tables, max_shared_blocks);
   SequenceBlocks child;
-  child.blocks.assign(seq.blocks.begin(), seq.blocks.begin() + num_shared_blocks);
-  for (int32_t block : child.blocks) pool_.retain(block);
-  child.num_cached_blocks = std::min(num_shared_blocks, seq.num_cached_blocks);
-  child.cached_node = seq.cached_node;
-  for (int32_t up = seq.num_cached_blocks; up > child.num_cached_blocks; --up) child.cached_node = child.cached_node->parent;
+  child.tables.resize(num_groups());
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    const int32_t first = first_read_block(g, static_cast<int64_t>(num_shared) * block_size_);
+    for (int32_t b = 0; b < num_shared; ++b) {
+      const int32_t block = b >= first ? seq.tables[g][b] : kNoBlock;
+      if (block != kNoBlock) pool_.retain(block);
+      child.tables[g].push_back(block);
+    }
+  }
+  child.num_cached_blocks = std::min(num_shared, seq.num_cached_blocks);
+  RadixNode* node = seq.cached_node;
+  for (int32_t up = seq.num_cached_blocks; node && up > child.num_cached_blocks; --up) node = node->parent;
+  if (node) hang_from(child, node);
   return child;
 }
 

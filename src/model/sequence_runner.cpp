@@ -7,19 +7,24 @@ namespace tern {
 SequenceRunner::SequenceRunner(Model& model, Backend& backend, int64_t max_tokens, int64_t block_size)
     : model_(model), backend_(backend) {
   const int64_t num_blocks = (max_tokens + block_size - 1) / block_size;
-  cache_ = backend.allocate_kv_cache(model.kv_layers(), num_blocks, block_size);
-  for (int64_t b = 0; b < num_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
+  const auto num_groups = static_cast<int64_t>(kv_cache_groups(model.kv_layers()).size());
+  cache_ = backend.allocate_kv_cache(model.kv_layers(), num_groups * num_blocks, block_size);
+  // Groups share the storage of a block id, so each gets blocks of its own; none is ever dropped.
+  block_tables_.resize(num_groups);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    for (int64_t b = 0; b < num_blocks; ++b) block_tables_[g].push_back(static_cast<int32_t>(g * num_blocks + b));
+  }
 }
 
 Tensor SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits) {
   if (tokens.empty()) fail("sequence runner: no tokens to append");
-  const int64_t capacity = cache_.num_blocks * cache_.block_size;
+  const int64_t capacity = static_cast<int64_t>(block_tables_[0].size()) * cache_.block_size;
   if (num_tokens_ + static_cast<int64_t>(tokens.size()) > capacity) {
     fail("sequence of {} tokens exceeds the {} reserved", num_tokens_ + tokens.size(), capacity);
   }
   ForwardBatch batch;
   batch.token_ids.assign(tokens.begin(), tokens.end());
-  batch.sequences.push_back({static_cast<int32_t>(num_tokens_), static_cast<int32_t>(tokens.size()), block_table_});
+  batch.sequences.push_back({static_cast<int32_t>(num_tokens_), static_cast<int32_t>(tokens.size()), block_tables_});
   if (all_logits) {
     for (size_t i = 0; i < tokens.size(); ++i) batch.logit_rows.push_back(static_cast<int32_t>(i));
   } else {

@@ -23,7 +23,7 @@ class SequenceRunner {
   Model& model_;
   Backend& backend_;
   KvCache cache_;
-  std::vector<int32_t> block_table_;
+  std::vector<std::vector<int32_t>> block_tables_;  // per KV cache group
   int64_t num_tokens_ = 0;
 };
 

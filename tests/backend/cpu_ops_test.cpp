@@ -164,7 +164,7 @@ TEST_P(CpuAttentionTest, PagedGqaMatchesDenseAttention) {
   {
     ForwardBatch batch;
     batch.token_ids.assign(cached[0], 0);
-    batch.sequences.push_back({0, cached[0], tables[0]});
+    batch.sequences.push_back({0, cached[0], {tables[0]}});
     auto step = backend->begin_step(batch);
     std::vector<float> k(full_k[0].begin(), full_k[0].begin() + cached[0] * num_kv_heads * dim);
     std::vector<float> v(full_v[0].begin(), full_v[0].begin() + cached[0] * num_kv_heads * dim);
@@ -176,7 +176,7 @@ TEST_P(CpuAttentionTest, PagedGqaMatchesDenseAttention) {
   std::vector<float> k, v, q;
   for (int s = 0; s < 2; ++s) {
     batch.token_ids.insert(batch.token_ids.end(), fresh[s], 0);
-    batch.sequences.push_back({cached[s], fresh[s], tables[s]});
+    batch.sequences.push_back({cached[s], fresh[s], {tables[s]}});
     k.insert(k.end(), full_k[s].begin() + cached[s] * num_kv_heads * dim, full_k[s].end());
     v.insert(v.end(), full_v[s].begin() + cached[s] * num_kv_heads * dim, full_v[s].end());
     q.insert(q.end(), queries[s].begin(), queries[s].end());
@@ -204,13 +204,65 @@ INSTANTIATE_TEST_SUITE_P(Variants, CpuAttentionTest,
                          ::testing::Values(AttentionCase{0, false}, AttentionCase{3, false}, AttentionCase{0, true},
                                            AttentionCase{4, true}));
 
+// gpt-oss's layout: a sliding and a full layer form two KV cache groups, the full layer's first, the sliding layer
+// storing its blocks in the full layer's tensors. Each reads its own group's table; the sliding table's block before
+// the window is dropped (-1) and never read. Both match dense attention.
+TEST_F(CpuOpsTest, TwoKvCacheGroupsShareStorageAndEachLayerReadsItsOwnTable) {
+  const int num_heads = 4, num_kv_heads = 2, dim = 8, block_size = 4, window = 3;
+  const int cached = 6, fresh = 3, total = 9;
+  const KvLayerSpec full{num_kv_heads, dim, dim};
+  const KvLayerSpec sliding{num_kv_heads, dim, dim, KvLayerKind::sliding_window, window};
+  KvCache cache = backend->allocate_kv_cache({sliding, full}, 8, block_size);
+  ASSERT_EQ(cache.groups.size(), 2u);
+  EXPECT_EQ(cache.layer_group, (std::vector<int>{1, 0}));
+  EXPECT_EQ(cache.keys[1].data, cache.keys[0].data);
+  // The step's first query, at position 6, reads the sliding layer's tokens from 4 on: its block 0 is dropped.
+  const std::vector<std::vector<int32_t>> prefix_tables = {{5, 1}, {2, 3}};
+  const std::vector<std::vector<int32_t>> step_tables = {{5, 1, 6}, {-1, 3, 0}};
+  std::vector<std::vector<float>> full_k, full_v;
+  for (int layer = 0; layer < 2; ++layer) {
+    full_k.push_back(random_values(total * num_kv_heads * dim, 40 + layer));
+    full_v.push_back(random_values(total * num_kv_heads * dim, 50 + layer));
+  }
+  const auto store = [&](int layer, int begin, int count, const std::vector<std::vector<int32_t>>& tables) {
+    ForwardBatch batch;
+    batch.token_ids.assign(count, 0);
+    batch.sequences.push_back({begin, count, tables});
+    auto step = backend->begin_step(batch);
+    const auto rows = [&](const std::vector<float>& all) {
+      return std::vector<float>(all.begin() + begin * num_kv_heads * dim,
+                                all.begin() + (begin + count) * num_kv_heads * dim);
+    };
+    backend->store_kv(cache, layer, backend->from_host_f32(rows(full_k[layer]), {count, num_kv_heads, dim}),
+                      backend->from_host_f32(rows(full_v[layer]), {count, num_kv_heads, dim}), *step);
+  };
+  for (int layer = 0; layer < 2; ++layer) store(layer, 0, cached, prefix_tables);
+  for (int layer = 0; layer < 2; ++layer) store(layer, cached, fresh, step_tables);
+
+  ForwardBatch batch;
+  batch.token_ids.assign(fresh, 0);
+  batch.sequences.push_back({cached, fresh, step_tables});
+  auto step = backend->begin_step(batch);
+  const auto query = random_values(fresh * num_heads * dim, 60);
+  for (int layer = 0; layer < 2; ++layer) {
+    AttentionParams params;
+    params.scale = 1.0f / std::sqrt(float(dim));
+    params.sliding_window = layer == 0 ? window : 0;
+    const auto out = backend->to_host_f32(
+        backend->attention(backend->from_host_f32(query, {fresh, num_heads, dim}), cache, layer, params, *step));
+    const auto expected = naive_attention(query, full_k[layer], full_v[layer], fresh, num_heads, num_kv_heads, dim,
+                                          cached, params.sliding_window, nullptr);
+    for (size_t i = 0; i < expected.size(); ++i) ASSERT_NEAR(out[i], expected[i], 1e-5) << "layer " << layer;
+  }
+}
+
 TEST_F(CpuOpsTest, RopeRotatesHalvesByPosition) {
   const int heads = 2, dim = 8, rotary = 4;
   const std::vector<float> inv_freq = {1.0f, 0.25f};
   RopeTable table{backend->from_host_f32(inv_freq, {2}), rotary, 1.0f};
   ForwardBatch batch;
   batch.token_ids = {0, 0, 0};
-  batch.sequences.push_back({5, 3, {0}});  // positions 5, 6, 7
+  batch.sequences.push_back({5, 3, {{0}}});  // positions 5, 6, 7
   auto step = backend->begin_step(batch);
   const auto x = random_values(3 * heads * dim, 11);
   Tensor t = backend->from_host_f32(x, {3, heads, dim});
@@ -234,7 +286,7 @@ TEST_F(CpuOpsTest, EmbeddingRejectsOutOfVocabularyIds) {
   const std::vector<float> table(4 * 3, 1.0f);
   ForwardBatch batch;
   batch.token_ids = {7};
-  batch.sequences.push_back({0, 1, {0}});
+  batch.sequences.push_back({0, 1, {{0}}});
   auto step = backend->begin_step(batch);
   EXPECT_THROW(backend->embedding(backend->from_host_f32(table, {4, 3}), *step, {}), Error);
 }
@@ -245,7 +297,7 @@ TEST_F(CpuOpsTest, EmbeddingShardZeroesOtherRanksTokens) {
   const std::vector<float> table = {1, 2, 3, 4, 5, 6};  // ids 4 and 5 of a vocabulary of 7
   ForwardBatch batch;
   batch.token_ids = {5, 0, 4, 6};
-  batch.sequences.push_back({0, 4, {0}});
+  batch.sequences.push_back({0, 4, {{0}}});
   auto step = backend->begin_step(batch);
   const Tensor out = backend->embedding(backend->from_host_f32(table, {2, 3}), *step, {4, 7});
   EXPECT_EQ(backend->to_host_f32(out), (std::vector<float>{4, 5, 6, 0, 0, 0, 1, 2, 3, 0, 0, 0}));

@@ -2,6 +2,7 @@
 // sequence, a KV cache of its own, no scheduler) and, through it, the transformers goldens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <thread>
@@ -175,11 +176,46 @@ TEST(EngineKvBytes, MlaCachesTheLatentAndTheRopeKeyPerLayer) {
 }
 
 TEST(EngineKvBytes, GqaCachesKeysAndValuesOfTheKvHeads) {
-  auto m = load_fixture_model("gpt_oss");
-  const auto config = testing::read_json(fixtures_dir() / "models" / "gpt_oss" / "config.json");
+  auto m = load_fixture_model("qwen3");
+  const auto config = testing::read_json(fixtures_dir() / "models" / "qwen3" / "config.json");
   const int64_t per_layer = 2 * config["num_key_value_heads"].get<int64_t>() * config["head_dim"].get<int64_t>();
   EXPECT_EQ(measure_kv_bytes_per_token(*m.backend, m.model->kv_layers(), 16),
             config["num_hidden_layers"].get<int64_t>() * per_layer * 4);
+}
+
+// gpt-oss alternates sliding and full layers: two KV cache groups, the sliding layers storing their blocks in the
+// full layers' tensors, so a block id costs half of the layers' bytes per token.
+TEST(EngineKvBytes, GptOssSlidingLayersShareTheFullLayersStorage) {
+  auto m = load_fixture_model("gpt_oss");
+  const auto config = testing::read_json(fixtures_dir() / "models" / "gpt_oss" / "config.json");
+  const int64_t per_layer = 2 * config["num_key_value_heads"].get<int64_t>() * config["head_dim"].get<int64_t>();
+  const auto layers = m.model->kv_layers();
+  ASSERT_EQ(kv_cache_groups(layers).size(), 2u);
+  EXPECT_EQ(measure_kv_bytes_per_token(*m.backend, layers, 16),
+            config["num_hidden_layers"].get<int64_t>() / 2 * per_layer * 4);
+  EXPECT_EQ(measure_kv_bytes_per_token(*m.backend, layers, 16), kv_bytes_per_token(layers, 4));
+}
+
+// gpt-oss's golden prompt of 40 tokens and 24 greedy tokens (window 8, blocks of 16): the full layers' group holds
+// every block of the sequence, the sliding layers' group only the blocks of the window that the step's first query
+// reads from, [position - 7, ...]. By that definition the sequence holds at most 6 blocks at any step (3 + 3 at the
+// prefill, 4 + 2 from token 48 on), where one table for both layers would reach 8; the tokens stay the goldens'.
+TEST(Engine, GptOssReturnsSlidingBlocksPastTheWindowToThePoolAndKeepsTheGoldens) {
+  auto m = load_fixture_model("gpt_oss");
+  const auto golden = testing::read_json(fixtures_dir() / "models" / "gpt_oss" / "golden.json");
+  const auto prompt = golden["prompts"][2].get<std::vector<int32_t>>();
+  ASSERT_EQ(prompt.size(), 40u);
+  EngineCore core(*m.model, *m.backend, small_config(64, false));
+  core.add_request(1, greedy(prompt, 24));
+  std::vector<int32_t> tokens;
+  int32_t min_free = core.kv_cache_manager().num_free_blocks();
+  while (core.has_unfinished_requests()) {
+    for (const auto& out : core.step()) tokens.insert(tokens.end(), out.token_ids.begin(), out.token_ids.end());
+    if (core.has_unfinished_requests()) min_free = std::min(min_free, core.kv_cache_manager().num_free_blocks());
+  }
+  EXPECT_EQ(tokens, golden["greedy_24"][2].get<std::vector<int32_t>>());
+  EXPECT_EQ(min_free, 64 - 6);
+  EXPECT_EQ(core.kv_cache_manager().num_free_blocks(), 64);
 }
 
 // DeepSeek-V4 also caches its compressors' per-token state: the measure must count it (deepseek_v4_test.cpp checks
@@ -192,6 +228,22 @@ TEST(EngineKvBytes, DeepseekV4CountsTheCompressorStates) {
   const int64_t bytes = measure_kv_bytes_per_token(*m.backend, layers, 16);
   EXPECT_EQ(bytes, kv_bytes_per_token(layers, 4));
   EXPECT_GT(bytes, keys_only);
+}
+
+// A gpt-oss prompt of 100 tokens and 20 more in 10 blocks of 16: at most 8 full-layer blocks and 2 of the window at
+// a time, but computing the prompt in one chunk would take 7 + 7 blocks. The scheduler computes it in chunks that
+// fit (80 tokens in 5 + 5 blocks, then 20 more once the sliding blocks before the window are dropped), as it would
+// recompute a long preempted sequence, and the tokens match the run alone.
+TEST(Engine, GptOssComputesAPromptInChunksThatFitThePool) {
+  auto m = load_fixture_model("gpt_oss");
+  std::vector<int32_t> prompt(100);
+  std::mt19937 rng(4);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % m.model->config().vocab_size);
+  EngineCore core(*m.model, *m.backend, small_config(10, false));
+  core.add_request(1, greedy(prompt, 20));
+  auto results = drain(core);
+  EXPECT_EQ(entry(results, 1, 0).tokens, greedy_generate(*m.model, *m.backend, prompt, 20));
+  EXPECT_EQ(core.kv_cache_manager().num_free_blocks(), 10);
 }
 
 TEST(Engine, ASharedPrefixIsComputedOnceAndGivesTheSameTokens) {

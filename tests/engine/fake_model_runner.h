@@ -53,7 +53,8 @@ class FakeModelRunner {
       EXPECT_TRUE(known_.count(chunk.sequence_id)) << "sequence " << chunk.sequence_id << " unknown";
       EXPECT_FALSE(finished_.count(chunk.sequence_id));
       const int64_t end = chunk.num_cached_tokens + static_cast<int64_t>(chunk.token_ids.size());
-      EXPECT_GE(static_cast<int64_t>(chunk.block_table.size()) * block_size_, end);
+      EXPECT_EQ(chunk.block_tables.size(), 1u);  // the scheduler tests' managers have one group
+      EXPECT_GE(static_cast<int64_t>(chunk.block_tables.at(0).size()) * block_size_, end);
       uint64_t h = chunk.num_cached_tokens == 0 ? kEmptyHash : slots_[slot(chunk, chunk.num_cached_tokens - 1)];
       for (size_t i = 0; i < chunk.token_ids.size(); ++i) {
         h = mix_token(h, chunk.token_ids[i]);
@@ -68,7 +69,7 @@ class FakeModelRunner {
 
  private:
   size_t slot(const ScheduledChunk& chunk, int64_t position) const {
-    return static_cast<size_t>(chunk.block_table.at(position / block_size_)) * block_size_ + position % block_size_;
+    return static_cast<size_t>(chunk.block_tables.at(0).at(position / block_size_)) * block_size_ + position % block_size_;
   }
 
   int32_t block_size_;

@@ -116,12 +116,18 @@ std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>
   model.run_on_ranks([&](int rank) {
     Backend& backend = model.backend(rank);
     const int64_t num_blocks = (static_cast<int64_t>(prompt.size()) + 15) / 16;
-    KvCache cache = backend.allocate_kv_cache(model.model(rank).kv_layers(), num_blocks, 16);
+    const auto layers = model.model(rank).kv_layers();
+    // Each KV cache group (gpt-oss: full and sliding layers) gets blocks of its own.
+    const auto num_groups = static_cast<int64_t>(kv_cache_groups(layers).size());
+    KvCache cache = backend.allocate_kv_cache(layers, num_groups * num_blocks, 16);
     ForwardBatch batch;
     batch.token_ids = prompt;
     SequenceChunk& seq = batch.sequences.emplace_back();
     seq.num_new_tokens = static_cast<int32_t>(prompt.size());
-    for (int32_t b = 0; b < num_blocks; ++b) seq.block_table.push_back(b);
+    seq.block_tables.resize(static_cast<size_t>(num_groups));
+    for (int64_t g = 0; g < num_groups; ++g) {
+      for (int64_t b = 0; b < num_blocks; ++b) seq.block_tables[g].push_back(static_cast<int32_t>(g * num_blocks + b));
+    }
     batch.logit_rows = {static_cast<int32_t>(prompt.size()) - 1};
     const auto step = backend.begin_step(batch);
     const Tensor out = model.model(rank).forward(*step, cache);

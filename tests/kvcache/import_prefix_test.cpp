@@ -28,7 +28,7 @@ TEST(ImportPrefix, ImportedBlocksAreMatchedByALaterRequest) {
 
   SequenceBlocks seq;
   EXPECT_EQ(kv.match_prefix(seq, tokens), 12);
-  EXPECT_EQ(seq.blocks, (std::vector<int32_t>{first[0], first[1], second[0]}));
+  EXPECT_EQ(seq.tables[0], (std::vector<int32_t>{first[0], first[1], second[0]}));
   kv.free(seq);
 }
 
@@ -57,7 +57,7 @@ TEST(ImportPrefix, AChunkWhoseEarlierBlocksAreMissingIsNotImported) {
 TEST(ImportPrefix, StopsWhenThePoolRunsDry) {
   KvCacheManager kv(4, 4, true);
   SequenceBlocks busy;
-  ASSERT_TRUE(kv.allocate(busy, 8));  // 2 of 4 blocks in use by a running sequence
+  ASSERT_TRUE(kv.allocate(busy, 0, 8));  // 2 of 4 blocks in use by a running sequence
   const auto tokens = iota_tokens(17);
   const auto imported = kv.import_prefix(tokens, 0, 4);
   EXPECT_EQ(imported.size(), 2u);

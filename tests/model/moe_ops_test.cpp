@@ -19,7 +19,7 @@ class MoeOpsTest : public ::testing::Test {
     ForwardBatch batch;
     const int64_t num_tokens = static_cast<int64_t>(logits.size()) / num_experts;
     batch.token_ids = token_ids.empty() ? std::vector<int32_t>(num_tokens, 0) : token_ids;
-    batch.sequences.push_back({0, static_cast<int32_t>(num_tokens), {0}});
+    batch.sequences.push_back({0, static_cast<int32_t>(num_tokens), {{0}}});
     const auto step = backend_->begin_step(batch);
     return backend_->route_experts(tensor(logits, {num_tokens, num_experts}), params, *step);
   }

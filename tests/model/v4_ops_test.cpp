@@ -84,7 +84,7 @@ class CompressorTest : public ::testing::TestWithParam<bool> {
   void feed(KvCache& cache, int64_t begin, int64_t end) {
     ForwardBatch batch;
     batch.token_ids.assign(end - begin, 0);
-    batch.sequences.push_back({static_cast<int32_t>(begin), static_cast<int32_t>(end - begin), {2, 0, 1}});
+    batch.sequences.push_back({static_cast<int32_t>(begin), static_cast<int32_t>(end - begin), {{2, 0, 1}}});
     const auto step = backend_->begin_step(batch);
     const int64_t w = params_.width();
     const std::vector<float> kv(kv_.begin() + begin * w, kv_.begin() + end * w);
@@ -167,7 +167,7 @@ TEST(V4Ops, IndexerPicksTheBestClosedWindowsOnly) {
   }
   ForwardBatch batch;
   batch.token_ids.assign(tokens, 0);
-  batch.sequences.push_back({0, static_cast<int32_t>(tokens), {0}});
+  batch.sequences.push_back({0, static_cast<int32_t>(tokens), {{0}}});
   const auto step = backend->begin_step(batch);
   std::vector<float> query(tokens * dim);
   for (int64_t t = 0; t < tokens; ++t) query[t * dim] = 1.0f;
@@ -200,7 +200,7 @@ TEST(V4Ops, IndexerTiesDependOnThePromptLengthNotOnChunking) {
   auto select = [&](int32_t begin, int32_t count) {
     ForwardBatch batch;
     batch.token_ids.assign(count, 0);
-    batch.sequences.push_back({begin, count, {0}, static_cast<int32_t>(tokens)});
+    batch.sequences.push_back({begin, count, {{0}}, static_cast<int32_t>(tokens)});
     const auto step = backend->begin_step(batch);
     return backend->to_host_i32(backend->select_compressed(
         backend->from_host_f32(std::vector<float>(count * dim, 1.0f), {count, 1, dim}),

@@ -109,15 +109,23 @@ class CpuBackend final : public Backend {
   }
 
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
-    KvCache cache;
-    cache.num_blocks = num_blocks;
-    cache.block_size = block_size;
-    cache.layers = layers;
-    for (const auto& layer : layers) {
-      const int64_t slots = num_blocks * block_size;
-      cache.keys.push_back(host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.key_dim}));
-      cache.values.push_back(host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.value_dim}));
-      cache.states.push_back(host_tensor(DType::F32, {slots, layer.state_dim}));
+    auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
+    const int64_t slots = num_blocks * block_size;
+    cache.keys.resize(layers.size());
+    cache.values.resize(layers.size());
+    cache.states.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (storage_layer[i] != static_cast<int>(i)) continue;
+      const auto& layer = layers[i];
+      cache.keys[i] = host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.key_dim});
+      cache.values[i] = host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.value_dim});
+      cache.states[i] = host_tensor(DType::F32, {slots, layer.state_dim});
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const auto shared = static_cast<size_t>(storage_layer[i]);
+      cache.keys[i] = cache.keys[shared];
+      cache.values[i] = cache.values[shared];
+      cache.states[i] = cache.states[shared];
     }
     return cache;
   }
@@ -316,7 +324,7 @@ class CpuBackend final : public Backend {
   }
 
   void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) override {
-    const auto slots = batch_slots(step.batch(), cache.block_size);
+    const auto slots = batch_slots(step.batch(), cache.block_size, cache.layer_group[layer]);
     const int64_t key_row = cache.keys[layer].row_numel();
     const int64_t value_row = cache.values[layer].row_numel();
     if (key.row_numel() != key_row || (value_row && value.row_numel() != value_row)) {
@@ -357,6 +365,7 @@ class CpuBackend final : public Backend {
     const int64_t value_stride = values_in_keys ? spec.key_dim : value_dim;
     const int64_t group = num_heads / num_kv_heads;
     const int64_t block_size = cache.block_size;
+    const int table = cache.layer_group[layer];
     const float* keys = cache.keys[layer].ptr<float>();
     const float* values = values_in_keys ? keys : cache.values[layer].ptr<float>();
     // Sinks may be checkpoint weights in bf16.
@@ -384,7 +393,7 @@ class CpuBackend final : public Backend {
           scores.resize(pos - first + 1);
           float max_score = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
           for (int64_t j = first; j <= pos; ++j) {
-            const int64_t slot = static_cast<int64_t>(seq.block_table[j / block_size]) * block_size + j % block_size;
+            const int64_t slot = static_cast<int64_t>(seq.block_tables[table][j / block_size]) * block_size + j % block_size;
             const float* k = keys + (slot * num_kv_heads + kv_head) * key_dim;
             double dot = 0.0;
             for (int64_t d = 0; d < key_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
@@ -399,7 +408,7 @@ class CpuBackend final : public Backend {
           std::fill(acc.begin(), acc.end(), 0.0);
           for (int64_t j = first; j <= pos; ++j) {
             const double p = scores[j - first] / denominator;
-            const int64_t slot = static_cast<int64_t>(seq.block_table[j / block_size]) * block_size + j % block_size;
+            const int64_t slot = static_cast<int64_t>(seq.block_tables[table][j / block_size]) * block_size + j % block_size;
             const float* v = values + (slot * num_kv_heads + kv_head) * value_stride;
             for (int64_t d = 0; d < value_dim; ++d) acc[d] += p * v[d];
           }

@@ -46,19 +46,22 @@ std::vector<TokenPlace> token_places(const ForwardBatch& batch) {
   return places;
 }
 
-int64_t slot_of(const SequenceChunk& seq, int64_t position, int64_t block_size) {
+// The slot of `position` in the block table of layer `layer`'s group.
+int64_t slot_of(const SequenceChunk& seq, int64_t position, const KvCache& cache, int layer) {
+  const int64_t block_size = cache.block_size;
+  const auto& table = seq.block_tables.at(cache.layer_group[layer]);
   const int64_t block = position / block_size;
-  if (block >= static_cast<int64_t>(seq.block_table.size())) {
-    fail("kv cache: position {} lies past the sequence's {} blocks of {}", position, seq.block_table.size(),
-         block_size);
+  if (block >= static_cast<int64_t>(table.size()) || table[block] < 0) {
+    fail("kv cache: position {} of layer {} lies past or before the sequence's {} blocks of {}", position, layer,
+         table.size(), block_size);
   }
-  return static_cast<int64_t>(seq.block_table[block]) * block_size + position % block_size;
+  return static_cast<int64_t>(table[block]) * block_size + position % block_size;
 }
 
 // Checks up front that every position up to each token's own has a block, so the parallel loops below, which
 // read only such positions, cannot fail (an exception must not leave an OpenMP region).
-void check_blocks(const std::vector<TokenPlace>& places, int64_t block_size) {
-  for (const auto& place : places) slot_of(*place.sequence, place.position, block_size);
+void check_blocks(const std::vector<TokenPlace>& places, const KvCache& cache, int layer) {
+  for (const auto& place : places) slot_of(*place.sequence, place.position, cache, layer);
 }
 
 // The layer's state rows, checked to hold `end` floats per token.
@@ -204,7 +207,7 @@ void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate
   const int64_t state_dim = states.shape[1];
   float* rows = states.ptr<float>();
   auto region = [&](const TokenPlace& place, int64_t position) {
-    return rows + slot_of(*place.sequence, position, cache.block_size) * state_dim + params.state_offset;
+    return rows + slot_of(*place.sequence, position, cache, layer) * state_dim + params.state_offset;
   };
   const std::vector<float> bias = host_f32(*params.position_bias);
   const std::vector<float> norm = host_f32(*params.norm_weight);
@@ -282,7 +285,7 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
   if (rate <= 0 || top_k <= 0) fail("select_compressed: compress rate {} and top_k {} must be positive", rate, top_k);
   const Tensor& states = layer_states(cache, layer, params.entry_offset + dim, "select_compressed");
   const int64_t state_dim = states.shape[1];
-  check_blocks(places, cache.block_size);
+  check_blocks(places, cache, layer);
   Tensor out = host_tensor(DType::I32, {num_tokens, top_k});
   std::fill_n(out.ptr<int32_t>(), out.numel(), -1);
 #pragma omp parallel
@@ -296,7 +299,7 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
       const float* q = query.ptr<float>() + t * num_heads * dim;
       const float* w = head_weights.ptr<float>() + t * num_heads;
       for (int64_t e = 0; e < num_visible; ++e) {
-        const int64_t slot = slot_of(*places[t].sequence, (e + 1) * rate - 1, cache.block_size);
+        const int64_t slot = slot_of(*places[t].sequence, (e + 1) * rate - 1, cache, layer);
         const float* key = states.ptr<float>() + slot * state_dim + params.entry_offset;
         float score = 0.0f;
         for (int64_t h = 0; h < num_heads; ++h) {
@@ -371,7 +374,7 @@ Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer
   if (params.selected && (params.selected->dtype != DType::I32 || params.selected->numel() != num_tokens * top_k)) {
     fail("compressed_attention: selected entries must be int32 [{}, k]", num_tokens);
   }
-  check_blocks(places, cache.block_size);
+  check_blocks(places, cache, layer);
   for (int64_t t = 0; params.selected && t < num_tokens; ++t) {
     const int64_t num_closed = rate > 0 ? (places[t].position + 1) / rate : 0;
     for (int64_t i = 0; i < top_k; ++i) {
@@ -396,11 +399,11 @@ Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer
       const int64_t pos = places[t].position;
       candidates.clear();
       const int64_t first = params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
-      for (int64_t j = first; j <= pos; ++j) candidates.push_back(keys + slot_of(seq, j, cache.block_size) * dim);
+      for (int64_t j = first; j <= pos; ++j) candidates.push_back(keys + slot_of(seq, j, cache, layer) * dim);
       if (rate > 0) {
         const int64_t num_closed = (pos + 1) / rate;
         auto add_entry = [&](int64_t e) {
-          const int64_t slot = slot_of(seq, (e + 1) * rate - 1, cache.block_size);
+          const int64_t slot = slot_of(seq, (e + 1) * rate - 1, cache, layer);
           candidates.push_back(states + slot * state_dim + params.entry_offset);
         };
         if (params.selected) {

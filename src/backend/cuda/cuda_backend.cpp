@@ -151,10 +151,11 @@ class CudaBackend final : public Backend {
 
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
     if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
-    KvCache cache;
-    cache.num_blocks = num_blocks;
-    cache.block_size = block_size;
-    cache.layers = layers;
+    KvCache cache = kv_cache_shape(layers, num_blocks, block_size).cache;
+    if (cache.groups.size() != 1) {
+      fail("allocate_kv_cache: the CUDA backend reads one block table per sequence, and these layers form {} KV "
+           "cache groups ({})", cache.groups.size(), kv_layers_summary(layers));
+    }
     const int64_t slots = num_blocks * block_size;
     for (const auto& layer : layers) kv_heads_for_splits_ = std::max<int>(kv_heads_for_splits_, layer.num_kv_heads);
     for (const auto& layer : layers) {

@@ -41,8 +41,12 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
     token_seq.insert(token_seq.end(), seq.num_new_tokens, static_cast<int32_t>(s));
     cu_seqlens.push_back(cu_seqlens.back() + seq.num_new_tokens);
     num_cached.push_back(seq.num_cached_tokens);
+    if (seq.block_tables.size() != 1) {
+      fail("forward batch: sequence {} has {} block tables; the CUDA backend serves models of one KV cache group", s,
+           seq.block_tables.size());
+    }
     block_table_offsets.push_back(static_cast<int32_t>(block_tables.size()));
-    block_tables.insert(block_tables.end(), seq.block_table.begin(), seq.block_table.end());
+    block_tables.insert(block_tables.end(), seq.block_tables[0].begin(), seq.block_tables[0].end());
   }
   // Block tables go last: the arrays before them have sizes fixed by the token and sequence counts, which keeps
   // their offsets the same from step to step (see FixedMetadata).
@@ -91,8 +95,8 @@ void CudaStepContext::check_block_tables(int64_t block_size) const {
   }
   for (const auto& seq : batch().sequences) {
     const int64_t total = static_cast<int64_t>(seq.num_cached_tokens) + seq.num_new_tokens;
-    if (static_cast<int64_t>(seq.block_table.size()) * block_size < total) {
-      fail("forward batch: a sequence of {} tokens has only {} blocks of {}", total, seq.block_table.size(),
+    if (static_cast<int64_t>(seq.block_tables[0].size()) * block_size < total) {
+      fail("forward batch: a sequence of {} tokens has only {} blocks of {}", total, seq.block_tables[0].size(),
            block_size);
     }
   }

@@ -15,7 +15,9 @@ size_t metadata_values(const ForwardBatch& batch) {
   const size_t per_token = 5 + 2 * kernels::kDecodeMaxSplits;
   size_t values = static_cast<size_t>(batch.num_tokens()) * per_token + 4 * (batch.sequences.size() + 1) +
                   batch.logit_rows.size() + 13 * 4;
-  for (const auto& seq : batch.sequences) values += seq.block_table.size();
+  for (const auto& seq : batch.sequences) {
+    for (const auto& table : seq.block_tables) values += table.size();
+  }
   return values;
 }
 

@@ -34,11 +34,13 @@ TEST_P(CudaAttentionTest, MatchesCpu) {
   ForwardBatch fill, step_batch;  // fill writes every position's KV; step_batch is the step under test
   size_t next_block = 0;
   for (auto [cached, fresh] : c.sequences) {
-    SequenceChunk seq{cached, fresh, {}};
-    for (int b = 0; b < (cached + fresh + block_size - 1) / block_size; ++b) seq.block_table.push_back(blocks[next_block++]);
+    SequenceChunk seq{cached, fresh, {{}}};
+    for (int b = 0; b < (cached + fresh + block_size - 1) / block_size; ++b) {
+      seq.block_tables[0].push_back(blocks[next_block++]);
+    }
     step_batch.sequences.push_back(seq);
     step_batch.token_ids.insert(step_batch.token_ids.end(), fresh, 0);
-    fill.sequences.push_back({0, cached + fresh, seq.block_table});
+    fill.sequences.push_back({0, cached + fresh, {seq.block_tables[0]}});
     fill.token_ids.insert(fill.token_ids.end(), cached + fresh, 0);
   }
   const std::vector<KvLayerSpec> layers = {{c.kv_heads, c.head_dim, c.head_dim}};

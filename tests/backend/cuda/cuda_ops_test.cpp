@@ -23,8 +23,8 @@ class CudaOpsTest : public testing::CudaVsCpuTest {
     std::mt19937 rng(seed);
     ForwardBatch batch;
     for (int i = 0; i < num_tokens; ++i) batch.token_ids.push_back(static_cast<int32_t>(rng() % vocab));
-    SequenceChunk seq{num_cached, num_tokens, {}};
-    for (int b = 0; b < (num_cached + num_tokens + 15) / 16; ++b) seq.block_table.push_back(b);
+    SequenceChunk seq{num_cached, num_tokens, {{}}};
+    for (int b = 0; b < (num_cached + num_tokens + 15) / 16; ++b) seq.block_tables[0].push_back(b);
     batch.sequences.push_back(seq);
     return batch;
   }
@@ -52,7 +52,7 @@ TEST_F(CudaOpsTest, EmbeddingRejectsTokenOutsideVocabulary) {
   const auto table = weight(random_bf16_values(10 * 8, 1), {10, 8});
   ForwardBatch batch;
   batch.token_ids = {3, 10};
-  batch.sequences.push_back({0, 2, {0}});
+  batch.sequences.push_back({0, 2, {{0}}});
   const auto step = gpu->begin_step(batch);
   EXPECT_THROW(gpu->embedding(table.gpu, *step, {}), Error);
 }
@@ -134,8 +134,8 @@ TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {
   const int kv_heads = 2, head_dim = 32, heads = 4, block_size = 16, num_blocks = 12;
   // Two sequences with scattered blocks, one with cached context.
   ForwardBatch batch;
-  batch.sequences.push_back({0, 21, {7, 2}});
-  batch.sequences.push_back({40, 9, {0, 11, 5, 9}});
+  batch.sequences.push_back({0, 21, {{7, 2}}});
+  batch.sequences.push_back({40, 9, {{0, 11, 5, 9}}});
   batch.token_ids.assign(30, 1);
   const std::vector<KvLayerSpec> layers = {{kv_heads, head_dim, head_dim}};
   std::vector<float> inv_freq(head_dim / 2);
@@ -180,7 +180,7 @@ TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {
 TEST_F(CudaOpsTest, StoreKvRejectsShortBlockTable) {
   KvCache cache = gpu->allocate_kv_cache({{1, 8, 8}}, 4, 16);
   ForwardBatch batch;
-  batch.sequences.push_back({10, 10, {0}});  // 20 tokens need 2 blocks
+  batch.sequences.push_back({10, 10, {{0}}});  // 20 tokens need 2 blocks
   batch.token_ids.assign(10, 0);
   const auto step = gpu->begin_step(batch);
   const auto k = input(random_bf16_values(10 * 8, 1), {10, 1, 8});
@@ -191,8 +191,8 @@ TEST_F(CudaOpsTest, GatherLogitRowsAndArgmax) {
   const int tokens = 12, hidden = 40, vocab = 32000;
   ForwardBatch batch;
   batch.token_ids.assign(tokens, 0);
-  batch.sequences.push_back({0, 5, {0}});
-  batch.sequences.push_back({0, 7, {1}});
+  batch.sequences.push_back({0, 5, {{0}}});
+  batch.sequences.push_back({0, 7, {{1}}});
   batch.logit_rows = {4, 11, 0};
   const auto x = input(random_bf16_values(tokens * hidden, 19), {tokens, hidden});
   const auto cpu_step = cpu->begin_step(batch);
@@ -214,7 +214,7 @@ TEST_F(CudaOpsTest, GatherLogitRowsAndArgmax) {
 TEST_F(CudaOpsTest, BeginStepRejectsBadLogitRow) {
   ForwardBatch batch;
   batch.token_ids = {1};
-  batch.sequences.push_back({0, 1, {0}});
+  batch.sequences.push_back({0, 1, {{0}}});
   batch.logit_rows = {1};
   EXPECT_THROW(gpu->begin_step(batch), Error);
 }

@@ -47,7 +47,7 @@ TEST(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
     for (int64_t b = 0; b < (max_len + kBlockSize - 1) / kBlockSize; ++b) seqs[s].block_table.push_back(next_block++);
     ASSERT_LE(next_block, 64);
     prefill.token_ids.insert(prefill.token_ids.end(), seqs[s].tokens.begin(), seqs[s].tokens.end());
-    prefill.sequences.push_back({0, static_cast<int32_t>(seqs[s].tokens.size()), seqs[s].block_table});
+    prefill.sequences.push_back({0, static_cast<int32_t>(seqs[s].tokens.size()), {seqs[s].block_table}});
     prefill.logit_rows.push_back(static_cast<int32_t>(prefill.token_ids.size() - 1));
   }
   const auto first = eager_ids(*gpu, *model, cache, prefill);
@@ -62,7 +62,7 @@ TEST(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
     for (size_t s = begin; s < end; ++s) {
       const int32_t cached = static_cast<int32_t>(seqs[s].tokens.size()) - 1;
       batch.token_ids.push_back(seqs[s].tokens.back());
-      batch.sequences.push_back({cached, 1, seqs[s].block_table});
+      batch.sequences.push_back({cached, 1, {seqs[s].block_table}});
       batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size() - 1));
     }
     // Both runs write the same keys and values to the same slots.
