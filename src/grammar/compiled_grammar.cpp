@@ -48,7 +48,8 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
     : vocabulary_(std::move(vocabulary)),
       ebnf_(to_ebnf(grammar)),
       pda_(build_pushdown_automaton(grammar, options.limits)),
-      masks_(pda_, *vocabulary_, options.precompute_all, resolve_threads(options.num_threads)) {}
+      masks_(pda_, *vocabulary_, options.precompute_all, resolve_threads(options.num_threads),
+             options.region_walks.get()) {}
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(GrammarKind kind, std::string_view source,
                                                                 std::shared_ptr<const TokenVocabulary> vocabulary,

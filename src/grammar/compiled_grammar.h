@@ -26,9 +26,13 @@ enum class GrammarKind {
 std::string_view grammar_kind_name(GrammarKind kind);
 
 struct CompileOptions {
-  // Classify the tokens of every automaton node at compile time; otherwise on first use (see TokenMaskCache).
+  // Classify the tokens of every automaton node at compile time; otherwise only the string-content-like ones, the
+  // rest on first use (see TokenMaskCache).
   bool precompute_all = false;
-  unsigned num_threads = 0;  // for precompute_all; 0 = hardware concurrency (at most 8)
+  unsigned num_threads = 0;  // of the token precomputation; 0 = hardware concurrency (at most 8)
+  // Region walks shared with the other grammars compiled for the same vocabulary (GrammarCache keeps one); without
+  // it each compile walks its own.
+  std::shared_ptr<RegionWalkCache> region_walks;
   PdaLimits limits;
 };
 

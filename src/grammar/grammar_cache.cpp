@@ -3,7 +3,10 @@
 namespace tern::grammar {
 
 GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary, size_t max_entries, CompileOptions options)
-    : vocabulary_(std::move(vocabulary)), max_entries_(std::max<size_t>(max_entries, 1)), options_(options) {}
+    : vocabulary_(std::move(vocabulary)), max_entries_(std::max<size_t>(max_entries, 1)), options_(std::move(options)) {
+  // Every grammar compiled here shares the region walks of this vocabulary.
+  if (!options_.region_walks) options_.region_walks = std::make_shared<RegionWalkCache>(vocabulary_->fingerprint());
+}
 
 std::shared_ptr<const CompiledGrammar> GrammarCache::get(GrammarKind kind, std::string_view source) {
   // The full source is the key (not only its hash), so two sources can never share an entry.

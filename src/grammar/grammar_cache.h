@@ -1,6 +1,8 @@
 #pragma once
-// Compiled grammars keyed by (kind, source, vocabulary): requests with the same response format share one compile.
-// Thread-safe; concurrent requests for the same key wait for a single compilation.
+// Compiled grammars keyed by (kind, source, vocabulary): requests with the same response format share one compile,
+// and all compiles share one RegionWalkCache (unless the options bring their own), so a new schema walks only the
+// region shapes no earlier schema had. Thread-safe; concurrent requests for the same key wait for a single
+// compilation.
 #include <cstdint>
 #include <future>
 #include <memory>

@@ -98,11 +98,11 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask) {
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   for (uint32_t node : nodes) {
     const NodeTokenMask& mask = masks.at(node);
-    if (!mask.accepted_bitmask.empty()) {
-      for (size_t w = 0; w < mask.accepted_bitmask.size(); ++w) bitmask[w] |= mask.accepted_bitmask[w];
-    } else {
-      for (int32_t id : mask.accepted_ids) bitmask[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+    if (mask.accepted_bitmask) {
+      const std::vector<uint32_t>& words = *mask.accepted_bitmask;
+      for (size_t w = 0; w < words.size(); ++w) bitmask[w] |= words[w];
     }
+    for (int32_t id : mask.accepted_ids) bitmask[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
   }
 
   // Context-dependent part: check the remaining tokens against each real stack.
@@ -117,7 +117,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask) {
         ++k;
         continue;
       }
-      const std::string& token = vocabulary.sorted_bytes(uncertain[k]);
+      std::string_view token = vocabulary.sorted_bytes(uncertain[k]);
       TokenMatch m = walker_.match(frames_, token);
       ++k;
       if (m.accepted) {
@@ -126,7 +126,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask) {
       }
       // Tokens sharing the dead prefix die the same way.
       std::string_view dead(token.data(), m.dead_prefix_len);
-      while (k < uncertain.size() && std::string_view(vocabulary.sorted_bytes(uncertain[k])).substr(0, dead.size()) == dead) ++k;
+      while (k < uncertain.size() && vocabulary.sorted_bytes(uncertain[k]).substr(0, dead.size()) == dead) ++k;
     }
   }
   frames_.truncate(frames_before);

@@ -8,13 +8,15 @@
 #include <vector>
 
 #include "grammar/pushdown_automaton.h"
+#include "grammar/region_walk_cache.h"
 #include "grammar/token_vocabulary.h"
 
 namespace tern::grammar {
 
 struct NodeTokenMask {
-  // Accepted tokens: a bitmask over token ids when many, else a list of ids (whichever is smaller).
-  std::vector<uint32_t> accepted_bitmask;
+  // Accepted tokens: the union of a bitmask over token ids (null unless many are accepted; shared by the nodes of
+  // one region shape) and a list of ids.
+  std::shared_ptr<const std::vector<uint32_t>> accepted_bitmask;
   std::vector<int32_t> accepted_ids;
   // Sorted-vocabulary indices (ascending) of the tokens that depend on the stack.
   std::vector<uint32_t> uncertain;
@@ -22,13 +24,17 @@ struct NodeTokenMask {
 
 class TokenMaskCache {
  public:
-  // With precompute_all, classifies every scannable node now (on up to num_threads threads); otherwise each node
-  // is classified the first time a matcher reaches it (thread-safe), which keeps compiles of large grammars cheap.
+  // Classifies the nodes with a wide region (see wide_region.h) now, one shared walk per region shape, on up to
+  // num_threads threads. The other nodes are classified now with precompute_all, else the first time a matcher
+  // reaches one (thread-safe): their tokens die within a byte or two, so a first visit is cheap, and compiles of
+  // large grammars stay cheap.
+  // region_walks (optional) shares region walks with other grammars of the same vocabulary.
   TokenMaskCache(const PushdownAutomaton& pda, const TokenVocabulary& vocabulary, bool precompute_all,
-                 unsigned num_threads);
+                 unsigned num_threads, RegionWalkCache* region_walks);
 
   const NodeTokenMask& at(uint32_t node) const;
-  // Statistics over the nodes classified so far; call when no matcher is computing masks.
+  // Statistics over the nodes classified so far (a bitmask shared by several nodes counts once); call when no
+  // matcher is computing masks.
   size_t memory_bytes() const;
   size_t num_uncertain() const;
 

@@ -4,22 +4,20 @@
 
 namespace tern::grammar {
 
-void TokenPrefixWalker::reset(std::vector<Stack> start) {
+void TokenPrefixWalker::reset(std::vector<Stack> start, bool left_rule) {
   if (states_.empty()) states_.resize(1);
   states_[0] = std::move(start);
   alive_.assign(1, true);
-  left_rule_.assign(1, false);
-  previous_ = nullptr;
+  left_rule_.assign(1, left_rule);
+  previous_ = {};
   computed_ = 0;
 }
 
-TokenMatch TokenPrefixWalker::match(FramePool& pool, const std::string& token) {
+TokenMatch TokenPrefixWalker::match(FramePool& pool, std::string_view token) {
   size_t len = token.size();
   size_t depth = 0;
-  if (previous_ != nullptr) {
-    size_t limit = std::min({computed_, len, previous_->size()});
-    while (depth < limit && (*previous_)[depth] == token[depth]) ++depth;
-  }
+  size_t limit = std::min({computed_, len, previous_.size()});
+  while (depth < limit && previous_[depth] == token[depth]) ++depth;
   if (states_.size() < len + 1) states_.resize(len + 1);
   if (alive_.size() < len + 1) {
     alive_.resize(len + 1);
@@ -31,7 +29,7 @@ TokenMatch TokenPrefixWalker::match(FramePool& pool, const std::string& token) {
     left_rule_[depth + 1] = left_rule_[depth] || r.reached_open;
     ++depth;
   }
-  previous_ = &token;
+  previous_ = token;
   computed_ = depth;
   TokenMatch m;
   if (depth == len && alive_[len]) {

@@ -2,7 +2,7 @@
 // Matches tokens (in sorted order) against a start set of stacks, reusing the states of the common prefix with the
 // previous token: in a sorted vocabulary consecutive tokens share most of their bytes, so each byte of the trie of
 // tokens is stepped once rather than once per token.
-#include <string>
+#include <string_view>
 #include <vector>
 
 #include "grammar/pda_stepper.h"
@@ -23,15 +23,17 @@ class TokenPrefixWalker {
  public:
   explicit TokenPrefixWalker(const PushdownAutomaton& pda) : stepper_(pda) {}
 
-  void reset(std::vector<Stack> start);
-  TokenMatch match(FramePool& pool, const std::string& token);
+  // left_rule: the start stacks were reached by leaving the rule already (a walk resumed after some bytes).
+  void reset(std::vector<Stack> start, bool left_rule = false);
+  // The token's bytes must stay alive until the next match or reset (prefix reuse compares against them).
+  TokenMatch match(FramePool& pool, std::string_view token);
 
  private:
   PdaStepper stepper_;
   std::vector<std::vector<Stack>> states_;  // states_[d]: stacks after the first d bytes of the previous token
   std::vector<bool> alive_;                 // alive_[d]: byte d-1 could be consumed
   std::vector<bool> left_rule_;             // left_rule_[d]: some path left the rule within the first d bytes
-  const std::string* previous_ = nullptr;
+  std::string_view previous_;
   size_t computed_ = 0;                     // states_[0..computed_] describe previous_'s prefix
 };
 

@@ -17,10 +17,16 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes, std::vect
     if (!token_bytes_[id].empty() && !is_eos(static_cast<int32_t>(id))) sorted_ids_.push_back(static_cast<int32_t>(id));
   }
   std::sort(sorted_ids_.begin(), sorted_ids_.end(), [&](int32_t a, int32_t b) { return bytes(a) < bytes(b); });
+  sorted_offsets_.reserve(sorted_ids_.size() + 1);
+  sorted_offsets_.push_back(0);
+  for (int32_t id : sorted_ids_) {
+    sorted_blob_ += bytes(id);
+    sorted_offsets_.push_back(sorted_blob_.size());
+  }
   lcp_.resize(sorted_ids_.size(), 0);
   for (size_t i = 1; i < sorted_ids_.size(); ++i) {
-    const std::string& a = sorted_bytes(i - 1);
-    const std::string& b = sorted_bytes(i);
+    std::string_view a = sorted_bytes(i - 1);
+    std::string_view b = sorted_bytes(i);
     size_t n = std::min(a.size(), b.size()), k = 0;
     while (k < n && a[k] == b[k]) ++k;
     lcp_[i] = static_cast<uint32_t>(k);
@@ -46,12 +52,11 @@ bool TokenVocabulary::is_eos(int32_t id) const { return std::find(eos_ids_.begin
 
 size_t TokenVocabulary::prefix_group_end(size_t sorted_index, size_t prefix_len) const {
   // Tokens sharing the prefix are contiguous: binary search for the first one that differs within prefix_len.
-  const std::string& token = sorted_bytes(sorted_index);
-  std::string_view prefix(token.data(), std::min(prefix_len, token.size()));
+  std::string_view prefix = sorted_bytes(sorted_index).substr(0, prefix_len);
   size_t lo = sorted_index + 1, hi = sorted_ids_.size();
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (std::string_view(sorted_bytes(mid)).substr(0, prefix.size()) == prefix) {
+    if (sorted_bytes(mid).substr(0, prefix.size()) == prefix) {
       lo = mid + 1;
     } else {
       hi = mid;

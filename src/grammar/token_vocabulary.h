@@ -4,6 +4,7 @@
 // by a grammar). Tokens are also kept sorted by bytes so that tokens sharing a prefix share the work of matching it.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tern::grammar {
@@ -22,7 +23,11 @@ class TokenVocabulary {
   // Non-empty, non-EOS tokens sorted by bytes; "sorted index" below means a position in this list.
   size_t num_sorted() const { return sorted_ids_.size(); }
   int32_t sorted_id(size_t sorted_index) const { return sorted_ids_[sorted_index]; }
-  const std::string& sorted_bytes(size_t sorted_index) const { return bytes(sorted_ids_[sorted_index]); }
+  // Sorted tokens are stored back to back, so that walking them in order reads memory in order.
+  std::string_view sorted_bytes(size_t sorted_index) const {
+    return std::string_view(sorted_blob_).substr(sorted_offsets_[sorted_index],
+                                                 sorted_offsets_[sorted_index + 1] - sorted_offsets_[sorted_index]);
+  }
   // Length of the common prefix of sorted tokens sorted_index - 1 and sorted_index (0 for the first).
   uint32_t lcp_with_previous(size_t sorted_index) const { return lcp_[sorted_index]; }
   // Sorted indices [first_byte_begin(b), first_byte_begin(b + 1)) are the tokens whose first byte is b.
@@ -34,6 +39,8 @@ class TokenVocabulary {
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> eos_ids_;
   std::vector<int32_t> sorted_ids_;
+  std::string sorted_blob_;
+  std::vector<size_t> sorted_offsets_;  // num_sorted() + 1 entries into sorted_blob_
   std::vector<uint32_t> lcp_;
   std::vector<size_t> first_byte_begin_;  // 257 entries
   uint64_t fingerprint_ = 0;
