@@ -13,6 +13,7 @@ void add_gateway_command(CLI::App& app) {
     double health_interval_s = 1.0;
     double health_timeout_s = 2.0;
     double connect_timeout_s = 5.0;
+    double prefill_timeout_s = 30.0;
     std::vector<std::string> decode_urls;
     std::vector<std::string> decode_kv_endpoints;
   };
@@ -52,6 +53,10 @@ void add_gateway_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--connect-timeout", options->connect_timeout_s, "Seconds to connect to and send to a replica")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--prefill-timeout", options->prefill_timeout_s,
+                  "Seconds a prefill replica has to answer (prefill and KV transfer); then the decode replica "
+                  "prefills the request itself")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->callback([options] {
     auto& config = options->config;
     if (!options->api_key.empty()) {
@@ -73,6 +78,7 @@ void add_gateway_command(CLI::App& app) {
     config.health_interval = millis(options->health_interval_s);
     config.health_timeout = millis(options->health_timeout_s);
     config.upstream.connect = millis(options->connect_timeout_s);
+    config.prefill_timeout = millis(options->prefill_timeout_s);
     gateway::GatewayServer server(config);
     server.run();
   });

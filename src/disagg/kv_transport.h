@@ -4,6 +4,7 @@
 // time (exports of Engine::export_prompt_kv); the decode side's KvReceiver imports each chunk into its engine's
 // prefix cache as it arrives (Engine::import_prompt_kv), so a later request for the prompt reuses it. Nothing
 // else ties the two: a chunk that never arrives only means the decode instance computes those tokens itself.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -47,7 +48,9 @@ class KvTransport {
   virtual std::unique_ptr<KvReceiver> listen(const std::string& host, uint16_t port, Engine& engine) = 0;
 };
 
-// "tcp"; throws tern::Error naming the transport otherwise.
-std::unique_ptr<KvTransport> make_kv_transport(std::string_view name);
+// "tcp"; throws tern::Error naming the transport otherwise. A sender gives up on a connection, a chunk's write or
+// an answer after `timeout`, so a decode instance that hangs costs the prefill instance a bounded wait.
+std::unique_ptr<KvTransport> make_kv_transport(std::string_view name,
+                                               std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 }  // namespace tern::disagg

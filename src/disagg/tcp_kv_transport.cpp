@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -49,13 +50,18 @@ std::pair<std::string, std::string> split_endpoint(const std::string& endpoint) 
   return {endpoint.substr(0, colon), endpoint.substr(colon + 1)};
 }
 
+// Blocking in its interface, asynchronous inside: each operation runs on the sender's own io_context for at most
+// the timeout (Asio's synchronous calls cannot time out).
 class TcpKvSender final : public KvSender {
  public:
-  explicit TcpKvSender(std::string endpoint) : endpoint_(std::move(endpoint)), socket_(io_) {
+  TcpKvSender(std::string endpoint, std::chrono::milliseconds timeout)
+      : endpoint_(std::move(endpoint)), timeout_(timeout), socket_(io_) {
     const auto [host, port] = split_endpoint(endpoint_);
     try {
       tcp::resolver resolver(io_);
-      asio::connect(socket_, resolver.resolve(host, port));
+      const auto endpoints = resolver.resolve(host, port);
+      run([&](auto done) { asio::async_connect(socket_, endpoints, [done](auto ec, const auto&) { done(ec); }); },
+          "connecting");
       socket_.set_option(tcp::no_delay(true));
     } catch (const boost::system::system_error& e) {
       fail("KV transfer to {}: cannot connect: {}", endpoint_, e.what());
@@ -72,7 +78,8 @@ class TcpKvSender final : public KvSender {
     append(head, static_cast<uint64_t>(blocks.size()));
     try {
       const std::array<asio::const_buffer, 2> buffers{asio::buffer(head), asio::buffer(blocks.data(), blocks.size())};
-      asio::write(socket_, buffers);
+      run([&](auto done) { asio::async_write(socket_, buffers, [done](auto ec, size_t) { done(ec); }); },
+          "sending a chunk");
     } catch (const boost::system::system_error& e) {
       fail("KV transfer to {}: sending a chunk failed: {}", endpoint_, e.what());
     }
@@ -83,11 +90,11 @@ class TcpKvSender final : public KvSender {
     int64_t imported = 0;
     try {
       for (; num_unanswered_ > 0; --num_unanswered_) {
-        const auto count = read_value<int32_t>(socket_);
+        const auto count = read<int32_t>();
         if (count < 0) {
-          const auto length = std::min<uint32_t>(read_value<uint32_t>(socket_), 1u << 16);
+          const auto length = std::min<uint32_t>(read<uint32_t>(), 1u << 16);
           std::string message(length, '\0');
-          asio::read(socket_, asio::buffer(message));
+          read_into(asio::buffer(message));
           fail("KV transfer to {}: the decode instance refused a chunk: {}", endpoint_, message);
         }
         imported += count;
@@ -99,7 +106,37 @@ class TcpKvSender final : public KvSender {
   }
 
  private:
+  // Starts an operation with a completion callback `done(error_code)` and runs it for at most the timeout; throws
+  // tern::Error when it timed out, boost::system::system_error when it failed.
+  template <typename Start>
+  void run(Start start, const char* what) {
+    std::optional<boost::system::error_code> result;
+    start([&result](boost::system::error_code ec) { result = ec; });
+    io_.restart();
+    io_.run_for(timeout_);
+    if (!result) {
+      socket_.close();  // cancels the operation; its handler still runs
+      io_.restart();
+      io_.run();
+      fail("KV transfer to {}: {} timed out after {} ms", endpoint_, what, timeout_.count());
+    }
+    if (*result) throw boost::system::system_error(*result);
+  }
+
+  void read_into(asio::mutable_buffer buffer) {
+    run([&](auto done) { asio::async_read(socket_, buffer, [done](auto ec, size_t) { done(ec); }); },
+        "waiting for the decode instance's answer");
+  }
+
+  template <typename T>
+  T read() {
+    T value{};
+    read_into(asio::buffer(&value, sizeof(T)));
+    return value;
+  }
+
   std::string endpoint_;
+  std::chrono::milliseconds timeout_;
   asio::io_context io_;
   tcp::socket socket_;
   int num_unanswered_ = 0;
@@ -212,7 +249,7 @@ class TcpKvReceiver final : public KvReceiver {
 }  // namespace
 
 std::unique_ptr<KvSender> TcpKvTransport::connect(const std::string& endpoint) {
-  return std::make_unique<TcpKvSender>(endpoint);
+  return std::make_unique<TcpKvSender>(endpoint, timeout_);
 }
 
 std::unique_ptr<KvReceiver> TcpKvTransport::listen(const std::string& host, uint16_t port, Engine& engine) {

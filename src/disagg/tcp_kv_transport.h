@@ -6,6 +6,7 @@
 //
 // Message: u32 magic "TKVM", u32 prompt length, prompt ids (i32 each), i32 first block, u64 payload length,
 // payload (a KV block export). Answer: i32 blocks imported, or -1 then u32 length and an error message.
+// The sender bounds every wait (connect, each write, each answer) by the transport's timeout.
 // Integers are little-endian (both ends are: x86-64 and aarch64).
 #include "disagg/kv_transport.h"
 
@@ -13,9 +14,13 @@ namespace tern::disagg {
 
 class TcpKvTransport final : public KvTransport {
  public:
+  explicit TcpKvTransport(std::chrono::milliseconds timeout) : timeout_(timeout) {}
   std::string_view name() const override { return "tcp"; }
   std::unique_ptr<KvSender> connect(const std::string& endpoint) override;
   std::unique_ptr<KvReceiver> listen(const std::string& host, uint16_t port, Engine& engine) override;
+
+ private:
+  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace tern::disagg

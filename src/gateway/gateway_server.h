@@ -38,6 +38,8 @@ struct GatewayConfig {
   // Prefill/decode mode (see prefill_router.h) when prefill_urls is given: replica_urls are the decode replicas.
   std::vector<std::string> prefill_urls;
   std::vector<std::pair<std::string, std::string>> decode_kv_endpoints;  // decode URL -> KV endpoint host:port
+  // The prefill hop's whole answer (prefill and KV transfer); past it the decode replica prefills itself.
+  std::chrono::milliseconds prefill_timeout{30'000};
 };
 
 class GatewayServer {

@@ -128,8 +128,9 @@ void GatewaySession::run_prefill_hop(PrefillTarget target) {
   }
   prefill_request.set(http::field::content_type, "application/json");
   prefill_request.body() = std::move(target.body);
+  const UpstreamTimeouts timeouts{server_.config().upstream.connect, server_.config().prefill_timeout};
   prefill_ = std::make_shared<UpstreamExchange>(stream_.get_executor(), target.prefill, std::move(prefill_request),
-                                                server_.config().upstream);
+                                                timeouts);
   prefill_->start([self = shared_from_this()](beast::error_code ec) {
     if (self->closed_) return;
     if (ec) return self->end_prefill_hop(fmt::format("no response: {}", ec.message()));

@@ -3,6 +3,10 @@
 // equals the transformers goldens.
 #include <gtest/gtest.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
 #include "disagg/kv_transport.h"
@@ -152,6 +156,32 @@ TEST(DisaggEngine, TcpTransferErrorsReachTheSender) {
   EXPECT_THROW(transport->connect("127.0.0.1:" + std::to_string(closed_port)), Error);
   EXPECT_THROW(transport->connect("no-port"), Error);
   EXPECT_THROW(disagg::make_kv_transport("carrier-pigeon"), Error);
+}
+
+// A decode endpoint that accepts the connection and reads, but never answers: the sender gives up after its timeout
+// instead of holding the prefill request forever.
+TEST(DisaggEngine, TcpSenderGivesUpOnASilentDecodeInstance) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = acceptor.local_endpoint().port();
+  auto transport = disagg::make_kv_transport("tcp", std::chrono::milliseconds(300));
+  auto sender = transport->connect("127.0.0.1:" + std::to_string(port));  // the kernel completes the handshake
+  asio::ip::tcp::socket accepted = acceptor.accept();
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  const std::vector<uint8_t> chunk(64, 0);
+  sender->send(prompt, 0, chunk);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    sender->finish();
+    ADD_FAILURE() << "finish() returned without an answer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out after 300 ms"), std::string::npos) << e.what();
+  }
+  const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited_s, 0.25);
+  EXPECT_LT(waited_s, 5.0);
+  EXPECT_THROW(disagg::make_kv_transport("tcp", std::chrono::milliseconds(0)), Error);
 }
 
 }  // namespace

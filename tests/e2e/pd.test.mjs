@@ -4,6 +4,7 @@
 // prefill instance killed, requests still succeed (the decode instance prefills itself).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { startServer, spawnTern, metrics, post, waitFor } from './server.mjs';
 
 const MODEL = 'tern-py-13m';  // a real (small) model: wrong KV shows as different text
@@ -93,6 +94,29 @@ test('a kv_transfer_params request to the prefill instance is answered with one 
   });
   assert.equal(refused.status, 502);
   assert.match((await refused.json()).error.message, /KV transfer to 127\.0\.0\.1:1/);
+});
+
+test('a prefill instance that never answers costs one --prefill-timeout, then the decode instance prefills', async () => {
+  // Accepts connections and reads requests, never answers (a hung prefill instance).
+  const sockets = [];
+  const silent = net.createServer((socket) => { sockets.push(socket); socket.on('data', () => {}); });
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const hungUrl = `http://127.0.0.1:${silent.address().port}`;
+  const gw = await startGateway(['--prefill', hungUrl, '--prefill-timeout', '1', '--decode', decode.url,
+    '--decode-kv', `127.0.0.1:${kvPort}`]);
+  try {
+    const variant = `${PROMPTS[2]}\n# the prefill instance hangs\n`;
+    const expected = await complete(single.url, variant);
+    const start = Date.now();
+    assert.deepEqual(await complete(gw.url, variant), expected);
+    const elapsedMs = Date.now() - start;
+    assert.ok(elapsedMs >= 900 && elapsedMs < 15_000, `took ${elapsedMs} ms`);
+    assert.match(gw.stderr, /prefill on http:\/\/127\.0\.0\.1:\d+ failed \(no response: .*\)/);
+  } finally {
+    await gw.stop();
+    sockets.forEach((socket) => socket.destroy());
+    silent.close();
+  }
 });
 
 test('with the prefill instance killed, requests still succeed and still match', async () => {
