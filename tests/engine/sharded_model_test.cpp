@@ -11,6 +11,7 @@
 #include "engine/engine_core.h"
 #include "engine/sharded_model.h"
 #include "fixtures.h"
+#include "sharded_greedy.h"
 #include "model/checkpoint.h"
 #include "model/weight_loader.h"
 
@@ -19,6 +20,7 @@ namespace {
 
 using testing::fixtures_dir;
 using testing::read_json;
+using testing::sharded_greedy_tokens;
 
 template <typename Work>
 void on_threads(int size, Work work) {
@@ -136,24 +138,6 @@ std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>
   return logits;
 }
 
-std::vector<int32_t> greedy_tokens(ShardedModel& model, const std::vector<int32_t>& prompt, int32_t max_tokens) {
-  EngineConfig config;
-  config.num_kv_blocks = 32;
-  config.log_kv_cache = false;
-  EngineCore core(model, config);
-  GenerateRequest request;
-  request.prompt_token_ids = prompt;
-  request.sampling.temperature = 0.0f;
-  request.stop.max_tokens = max_tokens;
-  request.stop.ignore_eos = true;
-  core.add_request(1, std::move(request));
-  std::vector<int32_t> tokens;
-  while (core.has_unfinished_requests()) {
-    for (const auto& out : core.step()) tokens.insert(tokens.end(), out.token_ids.begin(), out.token_ids.end());
-  }
-  return tokens;
-}
-
 struct ShardedCase {
   std::string model;
   int size;
@@ -187,7 +171,7 @@ TEST_P(ShardedModelTest, MatchesTheUnshardedModel) {
     }
     // Float32 sums in another order: rounding only.
     EXPECT_LE(max_diff, 1e-4f * max_ref) << name << " prompt " << p << " on " << size << " ranks";
-    EXPECT_EQ(greedy_tokens(*sharded, prompt, 24), greedy_tokens(*whole, prompt, 24))
+    EXPECT_EQ(sharded_greedy_tokens(*sharded, prompt, 24), sharded_greedy_tokens(*whole, prompt, 24))
         << name << " prompt " << p << " on " << size << " ranks";
   }
 }

@@ -12,12 +12,14 @@
 #include "engine/engine_core.h"
 #include "engine/sharded_model.h"
 #include "fixtures.h"
+#include "sharded_greedy.h"
 
 namespace tern {
 namespace {
 
 using testing::fixtures_dir;
 using testing::read_json;
+using testing::sharded_greedy_tokens;
 
 int num_gpus() {
   if (!cuda_device_available()) return 0;
@@ -60,26 +62,6 @@ TEST(CudaTensorParallelTest, CollectivesMatchTheirDefinitions) {
   for (auto& thread : threads) thread.join();
 }
 
-std::vector<int32_t> greedy_tokens(ShardedModel& model, const std::vector<int32_t>& prompt, int32_t max_tokens) {
-  EngineConfig config;
-  config.num_kv_blocks = 64;
-  config.max_num_seqs = 8;
-  config.max_num_batched_tokens = 512;
-  config.log_kv_cache = false;
-  EngineCore core(model, config);
-  GenerateRequest request;
-  request.prompt_token_ids = prompt;
-  request.sampling.temperature = 0.0f;
-  request.stop.max_tokens = max_tokens;
-  request.stop.ignore_eos = true;
-  core.add_request(1, std::move(request));
-  std::vector<int32_t> tokens;
-  while (core.has_unfinished_requests()) {
-    for (const auto& out : core.step()) tokens.insert(tokens.end(), out.token_ids.begin(), out.token_ids.end());
-  }
-  return tokens;
-}
-
 class CudaShardedModelTest : public ::testing::TestWithParam<std::string> {};
 
 // bf16 sums in another order may flip a near-tie, as between the CPU and CUDA backends: every prompt but one must
@@ -95,8 +77,8 @@ TEST_P(CudaShardedModelTest, TwoGpusGiveTheGreedyTokensOfOne) {
   const size_t num_prompts = golden["prompts"].size();
   for (size_t p = 0; p < num_prompts; ++p) {
     const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
-    const auto expected = greedy_tokens(*one, prompt, 64);
-    const auto got = greedy_tokens(*two, prompt, 64);
+    const auto expected = sharded_greedy_tokens(*one, prompt, 64);
+    const auto got = sharded_greedy_tokens(*two, prompt, 64);
     equal += got == expected;
     if (got != expected) std::printf("%s prompt %zu: tokens differ between 1 and 2 GPUs\n", GetParam().c_str(), p);
   }
