@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/grammar_matcher.h"
 #include "tokenizer/tokenizer.h"
 
@@ -166,6 +167,7 @@ void add_bench_grammar_command(CLI::App& app) {
     size_t num_masks = 3000;
     size_t max_walk_tokens = 256;
     bool reuse_grammar = false;
+    bool cold = false;
     unsigned threads = 0;
     bool precompute_all = false;
     uint64_t seed = 1;
@@ -184,6 +186,9 @@ void add_bench_grammar_command(CLI::App& app) {
   cmd->add_flag("--reuse-grammar", options->reuse_grammar,
                 "Share one compiled grammar across all walks (GrammarCache hits on a repeated schema); default: "
                 "compile a fresh grammar per walk (a schema the server has not seen)");
+  cmd->add_flag("--cold", options->cold,
+                "Skip the warm-up a server does at start (GrammarCache::warm_up): the first schema then walks every "
+                "region shape itself");
   cmd->add_option("--threads", options->threads, "Threads of the token precomputation (0: up to 8 cores)");
   cmd->add_option("--seed", options->seed, "Seed of the random walks");
   cmd->add_flag("--precompute-all", options->precompute_all,
@@ -201,7 +206,7 @@ void add_bench_grammar_command(CLI::App& app) {
         {"config",
          {{"masks", options->num_masks}, {"walk_tokens", options->max_walk_tokens}, {"seed", options->seed},
           {"threads", options->threads}, {"precompute_all", options->precompute_all},
-          {"reuse_grammar", options->reuse_grammar}, {"schema", options->schema.empty() ? "built-in" : options->schema},
+          {"reuse_grammar", options->reuse_grammar}, {"cold", options->cold}, {"schema", options->schema.empty() ? "built-in" : options->schema},
           {"regex", options->regex}}},
         {"results", nlohmann::json::array()},
     };
@@ -213,6 +218,14 @@ void add_bench_grammar_command(CLI::App& app) {
       // As the server's GrammarCache does, every compile for this vocabulary shares one RegionWalkCache: the first
       // grammar pays for its region walks (compile_ms_max), later ones only for shapes not seen before.
       compile_options.region_walks = std::make_shared<grammar::RegionWalkCache>(vocabulary->fingerprint());
+      double warm_up_ms = 0.0;
+      if (!options->cold) {
+        // The server warms its GrammarCache at start (GrammarCache::warm_up) before any request compiles.
+        const auto start = std::chrono::steady_clock::now();
+        grammar::GrammarCache(vocabulary, 1, compile_options).warm_up();
+        warm_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "%s: warm-up %.1f ms\n", dir.c_str(), warm_up_ms);
+      }
       for (const auto& [kind, source] : grammars) {
         std::vector<double> compile_ms;
         std::shared_ptr<const grammar::CompiledGrammar> compiled;
@@ -223,6 +236,7 @@ void add_bench_grammar_command(CLI::App& app) {
         nlohmann::json result = bench_masks(compile, !options->reuse_grammar, options->num_masks,
                                             options->max_walk_tokens, options->seed, compile_ms);
         result["tokenizer"] = dir;
+        result["warm_up_ms"] = warm_up_ms;
         result["vocab_size"] = vocabulary->size();
         result["grammar"] = grammar::grammar_kind_name(kind);
         result["pda_nodes"] = compiled->pda().nodes.size();

@@ -48,6 +48,13 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(GrammarKind kind, std::
   return future.get();
 }
 
+void GrammarCache::warm_up() {
+  // Compiled and dropped: only the region walks they leave in options_.region_walks are wanted. A bounded string's
+  // last 16 positions have the same shapes whatever its maxLength, so one bound longer than that covers them.
+  CompiledGrammar::compile(GrammarKind::kJsonObject, "", vocabulary_, options_);
+  CompiledGrammar::compile(GrammarKind::kJsonSchema, R"({"type": "string", "maxLength": 32})", vocabulary_, options_);
+}
+
 size_t GrammarCache::size() const {
   std::lock_guard lock(mutex_);
   return entries_.size();

@@ -23,6 +23,9 @@ class GrammarCache {
   // The compiled grammar for the source; compiles on a miss. Compile errors are rethrown to every waiter and are
   // not cached.
   std::shared_ptr<const CompiledGrammar> get(GrammarKind kind, std::string_view source);
+  // Walks the region shapes most schemas share (a JSON string's contents, the last positions of a bounded string)
+  // so that the first request with a schema does not pay for them; a server calls it once at start.
+  void warm_up();
 
   size_t size() const;
   size_t num_hits() const;

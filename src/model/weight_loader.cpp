@@ -50,12 +50,25 @@ int64_t WeightLoader::shard_count(int64_t count, const std::string& what) const 
 
 Tensor WeightLoader::load_row_shards(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
   if (shard_.size == 1) return load_concat(parts);
+  std::vector<RowRange> ranges;
+  for (const auto& [name, shape] : parts) ranges.push_back(row_shard(name, shape));
+  return load_row_ranges(ranges);
+}
+
+RowRange WeightLoader::row_shard(const std::string& name, const std::vector<int64_t>& shape) const {
+  const int64_t rows = shard_count(shape.at(0), "dimension 0 of " + name);
+  return {name, shape, shard_.rank * rows, rows};
+}
+
+Tensor WeightLoader::load_row_ranges(const std::vector<RowRange>& parts) {
   std::vector<TensorInfo> views;
   views.reserve(parts.size());
-  for (const auto& [name, shape] : parts) {
-    const TensorInfo& info = checkpoint_.get(name, shape);
-    const int64_t rows = shard_count(shape.at(0), "dimension 0 of " + name);
-    views.push_back(row_view(info, shard_.rank * rows, rows));
+  for (const auto& part : parts) {
+    const TensorInfo& info = checkpoint_.get(part.name, part.shape);
+    if (part.begin < 0 || part.count < 0 || part.begin + part.count > part.shape.at(0)) {
+      fail("{}: rows [{}, {}) outside its {} rows", part.name, part.begin, part.begin + part.count, part.shape.at(0));
+    }
+    views.push_back(row_view(info, part.begin, part.count));
   }
   std::vector<const TensorInfo*> infos;
   for (const auto& view : views) infos.push_back(&view);

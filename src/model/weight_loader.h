@@ -18,6 +18,14 @@ struct TensorParallelShard {
   int size = 1;
 };
 
+// Rows [begin, begin + count) of checkpoint tensor `name`, whose whole shape is `shape`.
+struct RowRange {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
 class WeightLoader {
  public:
   WeightLoader(const Checkpoint& checkpoint, Backend& backend)
@@ -41,6 +49,10 @@ class WeightLoader {
   int64_t shard_count(int64_t count, const std::string& what) const;
   // This rank's rows (dimension 0) of each part, concatenated: a column-parallel linear's weight or bias.
   Tensor load_row_shards(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
+  // This rank's even share of dimension 0 of `name`, as a range for load_row_ranges.
+  RowRange row_shard(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The given rows of each part, concatenated (shards that are not an even split, e.g. replicated KV heads).
+  Tensor load_row_ranges(const std::vector<RowRange>& parts);
   // This rank's columns (dimension 1) of a 2-D tensor: a row-parallel linear's weight.
   Tensor load_column_shard(const std::string& name, const std::vector<int64_t>& shape);
   // This rank's rows of a [vocab, hidden] tensor split into shards of vocab_shard_rows(vocab) rows, the last

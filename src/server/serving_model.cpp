@@ -59,6 +59,7 @@ std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& confi
       ShardedModel::load(config.model_dir, config.backend, config.tensor_parallel_size, config.num_threads);
   model->grammars_ = std::make_unique<grammar::GrammarCache>(
       grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids));
+  model->grammars_->warm_up();
   model->engine_ =
       std::make_unique<Engine>(*model->model_, config.engine, tokenizer_text_streams(model->tokenizer_));
   return model;

@@ -141,7 +141,9 @@ std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>
 struct ShardedCase {
   std::string model;
   int size;
-  bool splits_kv_heads = true;  // false: the attention is replicated (MLA's latent cache)
+  // Split (llama: 2 over 2 ranks), replicated because there are fewer than ranks (the chat fixtures' single head),
+  // or cached whole on every rank (MLA's latent: its attention is not sharded).
+  int64_t kv_heads_per_rank = 1;
 };
 
 void PrintTo(const ShardedCase& c, std::ostream* os) { *os << c.model << " on " << c.size << " ranks"; }
@@ -149,16 +151,16 @@ void PrintTo(const ShardedCase& c, std::ostream* os) { *os << c.model << " on " 
 class ShardedModelTest : public ::testing::TestWithParam<ShardedCase> {};
 
 TEST_P(ShardedModelTest, MatchesTheUnshardedModel) {
-  const auto& [name, size, splits_kv_heads] = GetParam();
+  const auto& [name, size, kv_heads_per_rank] = GetParam();
   const auto dir = fixtures_dir() / "models" / name;
   const auto golden = read_json(dir / "golden.json");
   auto whole = ShardedModel::load(dir, "cpu", 1, 2);
   auto sharded = ShardedModel::load(dir, "cpu", size, 2);
   ASSERT_EQ(sharded->size(), size);
   EXPECT_EQ(sharded->backend(size - 1).tensor_parallel_rank(), size - 1);
-  // Each rank caches its own key/value heads.
-  EXPECT_EQ(sharded->model(0).kv_layers()[0].num_kv_heads * (splits_kv_heads ? size : 1),
-            whole->model(0).kv_layers()[0].num_kv_heads);
+  for (int rank = 0; rank < size; ++rank) {
+    EXPECT_EQ(sharded->model(rank).kv_layers()[0].num_kv_heads, kv_heads_per_rank) << "rank " << rank;
+  }
   for (size_t p = 0; p < golden["prompts"].size(); ++p) {
     const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
     const auto expected = prompt_logits(*whole, prompt);
@@ -180,7 +182,8 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, ShardedModelTest,
     ::testing::Values(ShardedCase{"llama", 2}, ShardedCase{"llama3_rope", 2}, ShardedCase{"qwen2", 2},
                       ShardedCase{"qwen3", 2}, ShardedCase{"qwen3_moe", 2}, ShardedCase{"gpt_oss", 2},
-                      ShardedCase{"deepseek_v3", 2, false}, ShardedCase{"tern-py-13m", 4}),
+                      ShardedCase{"deepseek_v3", 2}, ShardedCase{"qwen3-chat-tiny", 2}, ShardedCase{"llama3-chat-tiny", 2},
+                      ShardedCase{"llama", 4}, ShardedCase{"tern-py-13m", 4}),
     [](const auto& info) {
       std::string name = info.param.model + "_tp" + std::to_string(info.param.size);
       for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -188,12 +191,13 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(ShardedModelErrors, HeadsThatDoNotSplitFailByName) {
-  // The llama fixture has 2 key/value heads: 4 ranks cannot split them.
+  // The llama fixture has 4 attention heads: 3 ranks cannot split them.
   try {
-    ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", 4, 4);
-    FAIL() << "loading 2 key/value heads on 4 ranks succeeded";
+    ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", 3, 3);
+    FAIL() << "loading 4 attention heads on 3 ranks succeeded";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not split evenly over 4 ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("attention heads (4) does not split evenly over 3 ranks"), std::string::npos)
+        << e.what();
   }
 }
 

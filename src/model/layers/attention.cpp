@@ -2,25 +2,42 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace tern {
 
 GqaAttention::GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config,
                            const RopeTable& rope)
     : config_(config), rope_(rope) {
   // Tensor parallelism splits the heads: q/k/v are column-parallel, o_proj row-parallel (an all-reduce follows).
+  // With fewer key/value heads than ranks, each rank keeps a copy of the one its query heads read (vLLM does the
+  // same): query heads are split in order, so rank r's all belong to key/value head r * kv_heads / ranks.
+  const TensorParallelShard& shard = weights.shard();
   config_.num_heads = weights.shard_count(config.num_heads, prefix + " attention heads");
-  config_.num_kv_heads = weights.shard_count(config.num_kv_heads, prefix + " key/value heads");
+  int64_t first_kv_head = 0;
+  if (config.num_kv_heads >= shard.size) {
+    config_.num_kv_heads = weights.shard_count(config.num_kv_heads, prefix + " key/value heads");
+    first_kv_head = shard.rank * config_.num_kv_heads;
+  } else {
+    if (shard.size % config.num_kv_heads != 0) {
+      fail("tensor parallelism: {} key/value heads ({}) can neither be split over nor replicated on {} ranks", prefix,
+           config.num_kv_heads, shard.size);
+    }
+    config_.num_kv_heads = 1;
+    first_kv_head = shard.rank * config.num_kv_heads / shard.size;
+  }
   const int64_t q_rows = config.num_heads * config.head_dim;
   const int64_t kv_rows = config.num_kv_heads * config.head_dim;
   const int64_t hidden = config.hidden_size;
-  qkv_weight_ = weights.load_row_shards({{prefix + ".q_proj.weight", {q_rows, hidden}},
-                                         {prefix + ".k_proj.weight", {kv_rows, hidden}},
-                                         {prefix + ".v_proj.weight", {kv_rows, hidden}}});
-  if (config.qkv_bias) {
-    qkv_bias_ = weights.load_row_shards({{prefix + ".q_proj.bias", {q_rows}},
-                                         {prefix + ".k_proj.bias", {kv_rows}},
-                                         {prefix + ".v_proj.bias", {kv_rows}}});
-  }
+  const int64_t kv_begin = first_kv_head * config.head_dim;
+  const int64_t kv_count = config_.num_kv_heads * config.head_dim;
+  const auto qkv_ranges = [&](const std::string& kind, std::vector<int64_t> q_shape, std::vector<int64_t> kv_shape) {
+    return std::vector<RowRange>{weights.row_shard(prefix + ".q_proj." + kind, q_shape),
+                                 {prefix + ".k_proj." + kind, kv_shape, kv_begin, kv_count},
+                                 {prefix + ".v_proj." + kind, kv_shape, kv_begin, kv_count}};
+  };
+  qkv_weight_ = weights.load_row_ranges(qkv_ranges("weight", {q_rows, hidden}, {kv_rows, hidden}));
+  if (config.qkv_bias) qkv_bias_ = weights.load_row_ranges(qkv_ranges("bias", {q_rows}, {kv_rows}));
   output_weight_ = weights.load_column_shard(prefix + ".o_proj.weight", {hidden, q_rows});
   // The bias joins the sum once: rank 0 adds it before the all-reduce.
   if (config.output_bias && weights.shard().rank == 0) output_bias_ = weights.load(prefix + ".o_proj.bias", {hidden});
