@@ -24,7 +24,7 @@ cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda
 [ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/src/cli/tern" "$root/.device/bin/"
 cp "$fixtures/configs/llama-3.1-8b.json" "$root/.device/configs/"
 cp "$(g++ -print-file-name=libgomp.so.1)" "$root/.device/lib/"
-for model in llama llama3_rope qwen2 qwen3; do
+for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny; do
   cp -r "$fixtures/models/$model" "$root/.device/fixtures/models/"
 done
 chmod -R u+w "$root/.device"

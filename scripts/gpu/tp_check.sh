@@ -30,6 +30,29 @@ echo "== cuda_tensor_parallel_test"
 timeout 300 "$bin/cuda_tensor_parallel_test" >"$out/tp_test.txt" 2>&1 || status=1
 tail -30 "$out/tp_test.txt"
 
+echo "== tern serve on 1 and 2 GPUs: the same greedy chat completion"
+serve_answer() {  # tensor parallel size -> the completion's text
+  local log="$out/serve_tp$1.err"
+  "$bin/tern" serve --model "$TERN_FIXTURES/models/qwen3-chat-tiny" --backend cuda --tensor-parallel-size "$1" \
+    --port 0 --kv-cache-memory 1GiB --served-model-name tiny 2>"$log" &
+  local pid=$! port=""
+  for _ in $(seq 1 300); do
+    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
+    [ -n "$port" ] && curl_ok=$(python3 -c "import urllib.request,sys; print(urllib.request.urlopen('http://127.0.0.1:$port/health').status)" 2>/dev/null) && [ "$curl_ok" = 200 ] && break
+    sleep 0.2
+  done
+  python3 -c "
+import json, sys, urllib.request
+body = json.dumps({'model': 'tiny', 'messages': [{'role': 'user', 'content': 'Name three colors.'}], 'max_tokens': 32,
+                   'temperature': 0}).encode()
+request = urllib.request.Request('http://127.0.0.1:$port/v1/chat/completions', body, {'content-type': 'application/json'})
+print(json.load(urllib.request.urlopen(request))['choices'][0]['message']['content'].replace(chr(10), ' '))"
+  kill -TERM "$pid"; wait "$pid"
+}
+one=$(serve_answer 1); two=$(serve_answer 2)
+echo "tp1: $one"; echo "tp2: $two"
+[ -n "$one" ] && [ "$one" = "$two" ] && echo "serve: tp2 answers as tp1" || { echo "serve: answers differ"; status=1; }
+
 model_dir=/tmp/llama8b
 if [ "$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1)" -gt 40 ] 2>/dev/null; then model_dir=/dev/shm/llama8b; fi
 if [ ! -f "$model_dir/config.json" ]; then

@@ -85,7 +85,8 @@ TEST_P(CudaShardedModelTest, TwoGpusGiveTheGreedyTokensOfOne) {
   EXPECT_GE(equal + 1, num_prompts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dense, CudaShardedModelTest, ::testing::Values("llama", "llama3_rope", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Dense, CudaShardedModelTest,
+                         ::testing::Values("llama", "llama3_rope", "qwen2", "qwen3", "qwen3-chat-tiny"));
 
 }  // namespace
 }  // namespace tern
