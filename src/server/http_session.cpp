@@ -212,6 +212,8 @@ void HttpSession::send_reply(HttpReply reply, bool close_after) {
   if (!close_after) reply_->set(http::field::keep_alive, keep_alive_hint());
   reply_->body() = std::move(reply.body);
   reply_->prepare_payload();
+  // Recorded before the reply is written: a client that reads its answer and then asks /metrics sees it counted.
+  log_exchange();
   stream_.expires_after(server_.config().write_timeout);
   http::async_write(stream_, *reply_, [self = shared_from_this(), close_after](beast::error_code ec, size_t) {
     self->on_reply_written(ec, close_after);
@@ -310,6 +312,7 @@ void HttpSession::finish_generation() {
   queue_stream_bytes(reply.body);
   pending_bytes_ += "0\r\n\r\n";
   stream_complete_ = true;
+  log_exchange();  // before the last bytes go out, as for a reply
   write_stream();
 }
 
@@ -396,6 +399,7 @@ void HttpSession::begin_exchange() {
   status_ = 0;
   was_generation_ = false;
   usage_ = {};
+  logged_ = false;
   if (in_exchange_) return;  // a pipelined request, counted as in flight since the previous response
   in_exchange_ = true;
   server_.exchange_started();
@@ -408,7 +412,8 @@ void HttpSession::end_exchange() {
 }
 
 void HttpSession::log_exchange() {
-  if (!in_exchange_) return;
+  if (!in_exchange_ || logged_) return;
+  logged_ = true;
   const auto now = Clock::now();
   const double latency_s = seconds_between(received_at_, now);
   server_.metrics().count_response(status_);

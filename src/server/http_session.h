@@ -71,6 +71,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // The exchange in progress.
   bool in_exchange_ = false;
+  bool logged_ = false;  // the exchange's metrics and log line are recorded (once)
   std::string request_id_;
   std::string method_;
   std::string target_;
