@@ -7,6 +7,7 @@
 
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
+#include "model/sequence_runner.h"
 
 namespace tern {
 
@@ -24,11 +25,7 @@ void profile_largest_step(Model& model, Backend& backend, const EngineConfig& co
   batch.token_ids.assign(static_cast<size_t>(num_tokens), 0);
   SequenceChunk& seq = batch.sequences.emplace_back();
   seq.num_new_tokens = num_tokens;
-  // Groups share the storage of a block id, so each gets blocks of its own.
-  seq.block_tables.resize(num_groups);
-  for (int64_t g = 0; g < num_groups; ++g) {
-    for (int64_t b = 0; b < num_blocks; ++b) seq.block_tables[g].push_back(static_cast<int32_t>(g * num_blocks + b));
-  }
+  seq.block_tables = own_block_tables(num_groups, num_blocks);
   const int32_t num_rows = std::min(std::max(config.max_num_seqs, 1), num_tokens);
   for (int32_t r = num_tokens - num_rows; r < num_tokens; ++r) batch.logit_rows.push_back(r);
   const auto step = backend.begin_step(batch);

@@ -70,6 +70,20 @@ int32_t KvCacheManager::longest_readable_prefix(const std::vector<std::vector<in
   return 0;
 }
 
+std::vector<std::vector<int32_t>> KvCacheManager::retain_readable(const std::vector<std::vector<int32_t>>& tables,
+                                                                  int32_t num_blocks) {
+  std::vector<std::vector<int32_t>> kept(num_groups());
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    const int32_t first = first_read_block(g, static_cast<int64_t>(num_blocks) * block_size_);
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      const int32_t block = b >= first ? tables[g][b] : kNoBlock;
+      if (block != kNoBlock) pool_.retain(block);
+      kept[g].push_back(block);
+    }
+  }
+  return kept;
+}
+
 void KvCacheManager::hang_from(SequenceBlocks& seq, RadixNode* node) {
   RadixNode* previous = seq.cached_node;
   seq.cached_node = node;
@@ -93,15 +107,7 @@ int32_t KvCacheManager::match_prefix(SequenceBlocks& seq, std::span<const int32_
   // A hit shorter than the path where a sliding-window group dropped blocks the next query reads: the tokens after
   // it are recomputed (SGLang's bounded replay of the last window).
   const int32_t num_hit = longest_readable_prefix(cached, static_cast<int32_t>(path.size()));
-  seq.tables.assign(num_groups(), {});
-  for (int32_t g = 0; g < num_groups(); ++g) {
-    const int32_t first = first_read_block(g, static_cast<int64_t>(num_hit) * block_size_);
-    for (int32_t b = 0; b < num_hit; ++b) {
-      const int32_t block = b >= first ? cached[g][b] : kNoBlock;
-      if (block != kNoBlock) pool_.retain(block);
-      seq.tables[g].push_back(block);
-    }
-  }
+  seq.tables = retain_readable(cached, num_hit);
   hang_from(seq, num_hit > 0 ? path[num_hit - 1] : radix_->root());
   seq.num_cached_blocks = num_hit;
   return num_hit * block_size_;
@@ -227,15 +233,7 @@ SequenceBlocks KvCacheManager::fork(const SequenceBlocks& seq, int32_t max_share
   }
   const int32_t num_shared = longest_readable_prefix(seq.tables, max_shared_blocks);
   SequenceBlocks child;
-  child.tables.resize(num_groups());
-  for (int32_t g = 0; g < num_groups(); ++g) {
-    const int32_t first = first_read_block(g, static_cast<int64_t>(num_shared) * block_size_);
-    for (int32_t b = 0; b < num_shared; ++b) {
-      const int32_t block = b >= first ? seq.tables[g][b] : kNoBlock;
-      if (block != kNoBlock) pool_.retain(block);
-      child.tables[g].push_back(block);
-    }
-  }
+  child.tables = retain_readable(seq.tables, num_shared);
   child.num_cached_blocks = std::min(num_shared, seq.num_cached_blocks);
   RadixNode* node = seq.cached_node;
   for (int32_t up = seq.num_cached_blocks; node && up > child.num_cached_blocks; --up) node = node->parent;

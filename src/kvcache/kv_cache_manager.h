@@ -98,6 +98,10 @@ class KvCacheManager {
   // The largest n <= max_blocks for which `tables` hold every block that queries from n * block_size on read
   // (all blocks of a keep-all group, those of the window before n of a sliding-window one).
   int32_t longest_readable_prefix(const std::vector<std::vector<int32_t>>& tables, int32_t max_blocks) const;
+  // Blocks [0, num_blocks) of `tables` that queries from num_blocks * block_size on read, retained for another
+  // holder; kNoBlock for those a sliding-window group does not read (a prefix hit's or a fork's tables).
+  std::vector<std::vector<int32_t>> retain_readable(const std::vector<std::vector<int32_t>>& tables,
+                                                    int32_t num_blocks);
   // Makes `node` the end of the sequence's cached path (null: none), keeping the nodes' sequence counts.
   void hang_from(SequenceBlocks& seq, RadixNode* node);
 

@@ -9,11 +9,15 @@ SequenceRunner::SequenceRunner(Model& model, Backend& backend, int64_t max_token
   const int64_t num_blocks = (max_tokens + block_size - 1) / block_size;
   const auto num_groups = static_cast<int64_t>(kv_cache_groups(model.kv_layers()).size());
   cache_ = backend.allocate_kv_cache(model.kv_layers(), num_groups * num_blocks, block_size);
-  // Groups share the storage of a block id, so each gets blocks of its own; none is ever dropped.
-  block_tables_.resize(num_groups);
+  block_tables_ = own_block_tables(num_groups, num_blocks);  // none is ever dropped
+}
+
+std::vector<std::vector<int32_t>> own_block_tables(int64_t num_groups, int64_t num_blocks) {
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_groups));
   for (int64_t g = 0; g < num_groups; ++g) {
-    for (int64_t b = 0; b < num_blocks; ++b) block_tables_[g].push_back(static_cast<int32_t>(g * num_blocks + b));
+    for (int64_t b = 0; b < num_blocks; ++b) tables[g].push_back(static_cast<int32_t>(g * num_blocks + b));
   }
+  return tables;
 }
 
 Tensor SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits) {

@@ -8,11 +8,11 @@
 
 #include "backend/cpu/host_collective.h"
 #include "core/error.h"
-#include "engine/engine_core.h"
 #include "engine/sharded_model.h"
 #include "fixtures.h"
 #include "sharded_greedy.h"
 #include "model/checkpoint.h"
+#include "model/sequence_runner.h"
 #include "model/weight_loader.h"
 
 namespace tern {
@@ -116,24 +116,9 @@ TEST(WeightShardTest, ShardsRecombineIntoTheWholeTensor) {
 std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>& prompt) {
   std::vector<float> logits;
   model.run_on_ranks([&](int rank) {
-    Backend& backend = model.backend(rank);
-    const int64_t num_blocks = (static_cast<int64_t>(prompt.size()) + 15) / 16;
-    const auto layers = model.model(rank).kv_layers();
-    // Each KV cache group (gpt-oss: full and sliding layers) gets blocks of its own.
-    const auto num_groups = static_cast<int64_t>(kv_cache_groups(layers).size());
-    KvCache cache = backend.allocate_kv_cache(layers, num_groups * num_blocks, 16);
-    ForwardBatch batch;
-    batch.token_ids = prompt;
-    SequenceChunk& seq = batch.sequences.emplace_back();
-    seq.num_new_tokens = static_cast<int32_t>(prompt.size());
-    seq.block_tables.resize(static_cast<size_t>(num_groups));
-    for (int64_t g = 0; g < num_groups; ++g) {
-      for (int64_t b = 0; b < num_blocks; ++b) seq.block_tables[g].push_back(static_cast<int32_t>(g * num_blocks + b));
-    }
-    batch.logit_rows = {static_cast<int32_t>(prompt.size()) - 1};
-    const auto step = backend.begin_step(batch);
-    const Tensor out = model.model(rank).forward(*step, cache);
-    if (rank == 0) logits = backend.to_host_f32(out);
+    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(prompt.size()));
+    const Tensor out = runner.append(prompt, false);
+    if (rank == 0) logits = model.backend(rank).to_host_f32(out);
   });
   return logits;
 }
