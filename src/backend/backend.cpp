@@ -1,10 +1,27 @@
 // Defaults of the Backend ops that only some architectures need: a backend that lacks one fails by name when a
-// model calls it, instead of computing something else.
+// model calls it, instead of computing something else. And the host-bytes form of KV block transfer.
 #include "backend/backend.h"
 
+#include "backend/kv_block_transfer.h"
 #include "core/error.h"
 
 namespace tern {
+
+std::vector<uint8_t> Backend::export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks) {
+  std::vector<uint8_t> out = kv_export_header(cache, static_cast<int32_t>(blocks.size()));
+  const size_t header = out.size();
+  out.resize(header + kv_payload_bytes(cache, blocks.size()));
+  export_kv_blocks_to(cache, blocks, out.data() + header);
+  return out;
+}
+
+void Backend::import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes) {
+  check_kv_export_fits(cache, bytes);
+  if (static_cast<size_t>(kv_blocks_in_export(bytes)) != blocks.size()) {
+    fail("KV block import: {} blocks sent, {} blocks to fill", kv_blocks_in_export(bytes), blocks.size());
+  }
+  import_kv_blocks_from(cache, blocks, bytes.data() + kv_header_bytes(bytes));
+}
 
 // A group of one needs no communication; backends that form larger groups override both.
 void Backend::all_reduce_sum(Tensor&) {

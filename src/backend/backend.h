@@ -14,6 +14,7 @@
 #include "backend/expert_routing.h"
 #include "backend/forward_batch.h"
 #include "backend/kv_cache.h"
+#include "backend/shared_buffer.h"
 #include "backend/tensor.h"
 #include "core/tensor_info.h"
 
@@ -90,8 +91,16 @@ class Backend {
   // Whole KV blocks of every layer as self-describing host bytes (format in kv_block_transfer.h), and back: how a
   // prompt's KV moves between engines (prefill/decode disaggregation). An import whose header does not match
   // `cache` (layers, block size, bytes per block) throws tern::Error naming the difference.
-  virtual std::vector<uint8_t> export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks) = 0;
-  virtual void import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes) = 0;
+  std::vector<uint8_t> export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks);
+  void import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes);
+  // The payload alone (kv_payload_bytes), to or from host memory or the memory of a shared buffer this backend
+  // created or opened; done when the call returns.
+  virtual void export_kv_blocks_to(const KvCache& cache, std::span<const int32_t> blocks, void* payload) = 0;
+  virtual void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const void* payload) = 0;
+  // Memory another process of this host maps too (same-host KV transfer; see shared_buffer.h). Throws tern::Error
+  // when it cannot be made, or when `handle` is not one this backend can open.
+  virtual std::unique_ptr<SharedBuffer> create_shared_buffer(size_t bytes) = 0;
+  virtual std::unique_ptr<SharedBuffer> open_shared_buffer(std::span<const uint8_t> handle) = 0;
 
   // Free and total device memory, for sizing the KV cache; nullopt for backends in host memory.
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }

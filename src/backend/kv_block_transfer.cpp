@@ -62,32 +62,27 @@ int64_t kv_block_bytes(const KvCache& cache, int layer) {
                               static_cast<size_t>(cache.block_size));
 }
 
-std::vector<uint8_t> export_kv_blocks_with(const KvCache& cache, std::span<const int32_t> blocks,
-                                           const KvSegmentRead& read) {
-  check_blocks(cache, blocks, "export");
-  const size_t num_layers = cache.layers.size();
+size_t kv_payload_bytes(const KvCache& cache, size_t num_blocks) {
   size_t per_block = 0;
+  for (size_t l = 0; l < cache.layers.size(); ++l) per_block += static_cast<size_t>(kv_block_bytes(cache, static_cast<int>(l)));
+  return per_block * num_blocks;
+}
+
+std::vector<uint8_t> kv_export_header(const KvCache& cache, int32_t num_blocks) {
+  const size_t num_layers = cache.layers.size();
   std::vector<uint64_t> layer_bytes(num_layers);
-  for (size_t l = 0; l < num_layers; ++l) {
-    layer_bytes[l] = static_cast<uint64_t>(kv_block_bytes(cache, static_cast<int>(l)));
-    per_block += layer_bytes[l];
-  }
-  std::vector<uint8_t> out(header_bytes(num_layers) + per_block * blocks.size());
+  for (size_t l = 0; l < num_layers; ++l) layer_bytes[l] = static_cast<uint64_t>(kv_block_bytes(cache, static_cast<int>(l)));
+  std::vector<uint8_t> out(header_bytes(num_layers));
   const Header header{kMagic, static_cast<uint32_t>(num_layers), static_cast<uint32_t>(cache.block_size),
-                      static_cast<uint32_t>(blocks.size())};
+                      static_cast<uint32_t>(num_blocks)};
   std::memcpy(out.data(), &header, sizeof(Header));
   std::memcpy(out.data() + sizeof(Header), layer_bytes.data(), num_layers * sizeof(uint64_t));
-  uint8_t* cursor = out.data() + header_bytes(num_layers);
-  for (int32_t block : blocks) {
-    for_each_segment(cache, block, [&](void* memory, size_t bytes) {
-      read(memory, cursor, bytes);
-      cursor += bytes;
-    });
-  }
   return out;
 }
 
-void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes) {
+size_t kv_header_bytes(std::span<const uint8_t> bytes) { return header_bytes(read_header(bytes).num_layers); }
+
+void check_kv_header_fits(const KvCache& cache, std::span<const uint8_t> bytes) {
   const Header header = read_header(bytes);
   if (header.num_layers != cache.layers.size()) {
     fail("KV block import: the blocks have {} layers, this cache {}", header.num_layers, cache.layers.size());
@@ -95,7 +90,6 @@ void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes) 
   if (header.block_size != cache.block_size) {
     fail("KV block import: the blocks hold {} tokens each, this cache's {}", header.block_size, cache.block_size);
   }
-  size_t per_block = 0;
   for (size_t l = 0; l < cache.layers.size(); ++l) {
     uint64_t sent = 0;
     std::memcpy(&sent, bytes.data() + sizeof(Header) + l * sizeof(uint64_t), sizeof(uint64_t));
@@ -104,20 +98,31 @@ void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes) 
       fail("KV block import: layer {} sends {} bytes per block, this cache holds {} (another model or dtype?)", l,
            sent, expected);
     }
-    per_block += expected;
   }
-  const size_t expected_size = header_bytes(cache.layers.size()) + per_block * header.num_blocks;
+}
+
+void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes) {
+  check_kv_header_fits(cache, bytes);
+  const size_t expected_size = header_bytes(cache.layers.size()) + kv_payload_bytes(cache, read_header(bytes).num_blocks);
   if (bytes.size() != expected_size) fail("KV block import: {} bytes, expected {}", bytes.size(), expected_size);
 }
 
-void import_kv_blocks_with(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes,
-                           const KvSegmentWrite& write) {
-  check_blocks(cache, blocks, "import");
-  check_kv_export_fits(cache, bytes);
-  if (static_cast<size_t>(kv_blocks_in_export(bytes)) != blocks.size()) {
-    fail("KV block import: {} blocks sent, {} blocks to fill", kv_blocks_in_export(bytes), blocks.size());
+void copy_kv_blocks_out(const KvCache& cache, std::span<const int32_t> blocks, void* payload,
+                        const KvSegmentRead& read) {
+  check_blocks(cache, blocks, "export");
+  auto* cursor = static_cast<uint8_t*>(payload);
+  for (int32_t block : blocks) {
+    for_each_segment(cache, block, [&](void* memory, size_t bytes) {
+      read(memory, cursor, bytes);
+      cursor += bytes;
+    });
   }
-  const uint8_t* cursor = bytes.data() + header_bytes(cache.layers.size());
+}
+
+void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const void* payload,
+                       const KvSegmentWrite& write) {
+  check_blocks(cache, blocks, "import");
+  const auto* cursor = static_cast<const uint8_t*>(payload);
   for (int32_t block : blocks) {
     for_each_segment(cache, block, [&](void* memory, size_t n) {
       write(memory, cursor, n);

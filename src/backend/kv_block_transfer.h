@@ -1,8 +1,10 @@
 #pragma once
-// Whole KV blocks of every layer as host bytes, for moving a prompt's KV from one engine to another (prefill/decode
-// disaggregation). The bytes describe themselves: a header with the layer count, the block size and each layer's
-// bytes per block, then for each block, for each layer, its key rows, value rows and state rows as the cache stores
-// them. An importer whose cache is shaped differently (another model, dtype or block size) gets a clear error.
+// Whole KV blocks of every layer in one self-describing layout, for moving a prompt's KV from one engine to another
+// (prefill/decode disaggregation). An export is a header (the layer count, the block size, each layer's bytes per
+// block and the block count) followed by the payload: for each block, for each layer, its key rows, value rows and
+// state rows as the cache stores them. The payload may live apart from its header (in a shared buffer, see
+// shared_buffer.h). An importer whose cache is shaped differently (another model, dtype or block size) gets a
+// clear error.
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -14,24 +16,33 @@ namespace tern {
 
 // Bytes one block of layer `layer` takes (keys, values and states together).
 int64_t kv_block_bytes(const KvCache& cache, int layer);
+// Bytes of the payload of `num_blocks` blocks of `cache`.
+size_t kv_payload_bytes(const KvCache& cache, size_t num_blocks);
 
-// Copy one contiguous run of a cache tensor (device or host memory) to host memory, and back.
-using KvSegmentRead = std::function<void(const void* cache_memory, uint8_t* host, size_t bytes)>;
-using KvSegmentWrite = std::function<void(void* cache_memory, const uint8_t* host, size_t bytes)>;
-
-// Header plus payload of `blocks`, reading each segment of the cache with `read` (cache -> host).
-std::vector<uint8_t> export_kv_blocks_with(const KvCache& cache, std::span<const int32_t> blocks,
-                                           const KvSegmentRead& read);
-// Throws tern::Error naming the difference when the export's header (layers, block size, bytes per block) or
-// size does not fit `cache`.
+// The header of an export of `num_blocks` blocks of `cache`.
+std::vector<uint8_t> kv_export_header(const KvCache& cache, int32_t num_blocks);
+// Bytes of the header that `bytes` starts with (throws tern::Error when it does not start with one).
+size_t kv_header_bytes(std::span<const uint8_t> bytes);
+// Throws tern::Error naming the difference when the header `bytes` starts with (layers, block size, bytes per
+// block) does not fit `cache`.
+void check_kv_header_fits(const KvCache& cache, std::span<const uint8_t> bytes);
+// The same, and the whole export's size must match its block count.
 void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes);
-// Checks the header against `cache` and `blocks` (throws tern::Error naming the mismatch), then writes each
-// block's payload into the cache with `write` (host -> cache).
-void import_kv_blocks_with(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes,
-                           const KvSegmentWrite& write);
 // How many blocks an export holds, from its header (throws tern::Error when it is not one).
 int32_t kv_blocks_in_export(std::span<const uint8_t> bytes);
 // Blocks [begin, begin + count) of an export, as an export of their own.
 std::vector<uint8_t> slice_kv_blocks(std::span<const uint8_t> bytes, int32_t begin, int32_t count);
+
+// Copy one contiguous run of a cache tensor out to the payload's memory, and back; each backend knows which
+// memories its pointers may address (host, device, a shared buffer).
+using KvSegmentRead = std::function<void(const void* cache_memory, void* payload, size_t bytes)>;
+using KvSegmentWrite = std::function<void(void* cache_memory, const void* payload, size_t bytes)>;
+
+// Writes the payload of `blocks` to `payload` (kv_payload_bytes of them), reading each segment with `read`.
+void copy_kv_blocks_out(const KvCache& cache, std::span<const int32_t> blocks, void* payload,
+                        const KvSegmentRead& read);
+// Writes each block's part of `payload` into the cache with `write`.
+void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const void* payload,
+                       const KvSegmentWrite& write);
 
 }  // namespace tern

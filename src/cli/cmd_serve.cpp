@@ -90,8 +90,10 @@ void add_serve_command(CLI::App& app) {
                   "Prefill/decode disaggregation: prefill, decode or both (prefill and send KV when a request "
                   "carries kv_transfer_params; accept KV when --kv-transfer-port is given)")
       ->check(CLI::IsMember({"prefill", "decode", "both"}))->capture_default_str();
-  cmd->add_option("--kv-transfer", options->disagg.transport, "KV transfer between prefill and decode instances")
-      ->check(CLI::IsMember({"tcp"}))->capture_default_str();
+  cmd->add_option("--kv-transfer", options->disagg.transport,
+                  "KV transfer between prefill and decode instances: tcp (any hosts) or ipc (one host: shared "
+                  "memory, GPU to GPU through CUDA IPC on the cuda backend)")
+      ->check(CLI::IsMember({"tcp", "ipc"}))->capture_default_str();
   cmd->add_option("--kv-transfer-host", options->disagg.kv_host, "Address the KV transfer endpoint listens on")
       ->capture_default_str();
   cmd->add_option("--kv-transfer-port", options->disagg.kv_port,

@@ -26,14 +26,14 @@ void check_disagg_config(const DisaggConfig& config) {
     fail("--role '{}': expected prefill, decode or both", config.role);
   }
   if (config.role == "prefill" && config.kv_port) fail("--kv-transfer-port: a prefill instance receives no KV");
-  make_kv_transport(config.transport, transfer_timeout(config));
+  make_kv_transport(config.transport, transfer_timeout(config), config.blocks_per_chunk);
 }
 
 std::shared_ptr<void> attach_disagg_role(const DisaggConfig& config, server::OpenAiApi& api,
                                          server::ServingModel& model) {
   check_disagg_config(config);
   auto role = std::make_shared<AttachedRole>();
-  role->transport = make_kv_transport(config.transport, transfer_timeout(config));
+  role->transport = make_kv_transport(config.transport, transfer_timeout(config), config.blocks_per_chunk);
   if (config.role != "decode") {
     role->handoff = std::make_unique<PrefillHandoff>(model, *role->transport, config.blocks_per_chunk);
     api.set_generation_hook([handoff = role->handoff.get()](const server::ApiRequest& request,

@@ -1,9 +1,11 @@
 #pragma once
 // How a prompt's KV travels from a prefill instance to a decode instance (prefill/decode disaggregation). The
 // prefill side opens a KvSender to the decode instance's endpoint and sends the prompt's whole blocks a chunk at a
-// time (exports of Engine::export_prompt_kv); the decode side's KvReceiver imports each chunk into its engine's
-// prefix cache as it arrives (Engine::import_prompt_kv), so a later request for the prompt reuses it. Nothing
-// else ties the two: a chunk that never arrives only means the decode instance computes those tokens itself.
+// time, as its engine caches them; the decode side's KvReceiver imports each chunk into its engine's prefix cache
+// as it arrives (Engine::import_prompt_kv), so a later request for the prompt reuses it. Nothing else ties the
+// two: a chunk that never arrives only means the decode instance computes those tokens itself.
+// Transports: "tcp" (tcp_kv_transport.h: any two hosts) and "ipc" (ipc_kv_transport.h: one host, the blocks
+// copied through shared memory, GPU to GPU on CUDA).
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -21,9 +23,11 @@ namespace tern::disagg {
 class KvSender {
  public:
   virtual ~KvSender() = default;
-  // Queues blocks [first_block, ...) of `prompt` (an export) for the decode instance without waiting for it to
-  // import them, so that export, transfer and import of successive chunks overlap. Throws tern::Error on failure.
-  virtual void send(std::span<const int32_t> prompt, int32_t first_block, std::span<const uint8_t> blocks) = 0;
+  // Sends the blocks [first_block, first_block + max_blocks) of `prompt` that the engine given to connect() has
+  // cached (Engine::export_prompt_kv) without waiting for the decode instance to import them, so that export,
+  // transfer and import of successive chunks overlap. Returns how many blocks it sent: 0 when the engine holds
+  // none from first_block on. Throws tern::Error on failure.
+  virtual int32_t send(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks) = 0;
   // Waits until the decode instance has imported every chunk sent; returns how many blocks it newly cached.
   // Throws tern::Error with the decode side's message when it refused a chunk.
   virtual int64_t finish() = 0;
@@ -42,15 +46,18 @@ class KvTransport {
  public:
   virtual ~KvTransport() = default;
   virtual std::string_view name() const = 0;
-  // `endpoint`: the decode instance's transfer address as it gives it ("host:port" for TCP).
-  virtual std::unique_ptr<KvSender> connect(const std::string& endpoint) = 0;
+  // `endpoint`: the decode instance's transfer address as it gives it ("host:port"); `engine`: the one whose
+  // cached blocks are sent.
+  virtual std::unique_ptr<KvSender> connect(const std::string& endpoint, Engine& engine) = 0;
   // Listens on host:port (0: any free port); throws tern::Error when it cannot bind.
   virtual std::unique_ptr<KvReceiver> listen(const std::string& host, uint16_t port, Engine& engine) = 0;
 };
 
-// "tcp"; throws tern::Error naming the transport otherwise. A sender gives up on a connection, a chunk's write or
-// an answer after `timeout`, so a decode instance that hangs costs the prefill instance a bounded wait.
+// "tcp" or "ipc"; throws tern::Error naming the transport otherwise. A sender gives up on a connection, a chunk's
+// write or an answer after `timeout`, so a decode instance that hangs costs the prefill instance a bounded wait.
+// `blocks_per_chunk`: the most blocks a chunk holds (the ipc transport's shared slots are that large).
 std::unique_ptr<KvTransport> make_kv_transport(std::string_view name,
-                                               std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                                               std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                               int32_t blocks_per_chunk = 8);
 
 }  // namespace tern::disagg

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "backend/kv_block_transfer.h"
 #include "core/error.h"
+#include "disagg/prefill_kv_stream.h"
 #include "server/request_body.h"
 
 namespace tern::disagg {
@@ -27,11 +27,21 @@ std::optional<server::ApiResult> PrefillHandoff::handle(const server::ApiRequest
   }
   const std::string decode_endpoint = (*params)["decode_url"].get<std::string>();
 
-  // Run each prompt for one token: that computes and caches its whole prompt blocks.
+  // Run each prompt for one token: that computes and caches its whole prompt blocks, which go to the decode
+  // instance as they are cached.
   Engine& engine = *generation.engine;
+  std::unique_ptr<KvSender> sender;
+  try {
+    sender = transport_.connect(decode_endpoint, engine);
+  } catch (const Error& e) {
+    // The client (a gateway) then sends the request to the decode instance anyway, which computes the prompt.
+    return HttpReply::error(ApiError(502, e.what(), "kv_transfer_params", "kv_transfer_failed"));
+  }
   std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::vector<int32_t>> prompts;
   for (auto& engine_request : generation.requests) {
     engine_request.stop.max_tokens = 1;
+    prompts.push_back(engine_request.prompt_token_ids);
     try {
       streams.push_back(engine.submit(engine_request));
     } catch (const Error& e) {
@@ -41,38 +51,20 @@ std::optional<server::ApiResult> PrefillHandoff::handle(const server::ApiRequest
   }
   auto& response = *generation.response;
   std::string streamed = response.start();
-  for (size_t i = 0; i < streams.size(); ++i) {
-    while (auto output = streams[i]->next()) streamed += response.on_output(i, *output);
-  }
+  const PrefillKvTransfer transfer =
+      send_kv_while_prefilling(*sender, prompts, streams, blocks_per_chunk_,
+                               [&](size_t i, RequestOutput output) { streamed += response.on_output(i, output); });
   HttpReply reply = response.finish();
   if (reply.status != 200) return reply;
-
-  try {
-    const int64_t sent = transfer(decode_endpoint, generation);
-    std::fprintf(stderr, "tern: KV of %zu prompt(s) sent to %s: %lld blocks newly cached there\n",
-                 generation.requests.size(), decode_endpoint.c_str(), static_cast<long long>(sent));
-  } catch (const Error& e) {
-    // The client (a gateway) then sends the request to the decode instance anyway, which computes the prompt.
-    return HttpReply::error(ApiError(502, e.what(), "kv_transfer_params", "kv_transfer_failed"));
-  }
+  if (transfer.error) return HttpReply::error(ApiError(502, *transfer.error, "kv_transfer_params", "kv_transfer_failed"));
+  std::fprintf(stderr,
+               "tern: KV of %zu prompt(s) sent to %s (%s): %lld blocks, %lld of them during the prefill; %lld newly "
+               "cached there\n",
+               prompts.size(), decode_endpoint.c_str(), std::string(transport_.name()).c_str(),
+               static_cast<long long>(transfer.blocks_sent), static_cast<long long>(transfer.blocks_sent_during_prefill),
+               static_cast<long long>(transfer.blocks_imported));
   if (response.streaming()) reply.body = streamed + reply.body;
   return reply;
-}
-
-int64_t PrefillHandoff::transfer(const std::string& decode_endpoint, const server::PreparedGeneration& generation) {
-  Engine& engine = *generation.engine;
-  const auto sender = transport_.connect(decode_endpoint);
-  for (const auto& request : generation.requests) {
-    const auto& prompt = request.prompt_token_ids;
-    for (int32_t first = 0;;) {
-      const auto chunk = engine.export_prompt_kv(prompt, first, blocks_per_chunk_);
-      const int32_t num_blocks = kv_blocks_in_export(chunk);
-      if (num_blocks == 0) break;
-      sender->send(prompt, first, chunk);
-      first += num_blocks;
-    }
-  }
-  return sender->finish();
 }
 
 }  // namespace tern::disagg

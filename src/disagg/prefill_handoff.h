@@ -1,9 +1,9 @@
 #pragma once
 // The prefill role of prefill/decode disaggregation. A completion or chat request that carries
 // "kv_transfer_params": {"decode_url": "host:port", "request_key": "..."} (vLLM's field) is run here with
-// max_tokens 1, which computes and caches its prompt's KV; the prompt's whole blocks are then sent to the decode
-// instance's KV endpoint chunk by chunk, and the answer (the one-token completion) goes out once the decode side
-// has imported them. Requests without the field are served as usual.
+// max_tokens 1, which computes and caches its prompt's KV; the prompt's whole blocks go to the decode instance's KV
+// endpoint chunk by chunk as they are cached (prefill_kv_stream.h), and the answer (the one-token completion) goes
+// out once the decode side has imported them. Requests without the field are served as usual.
 #include <cstdint>
 #include <optional>
 
@@ -22,9 +22,6 @@ class PrefillHandoff {
   std::optional<server::ApiResult> handle(const server::ApiRequest& request, server::PreparedGeneration& generation);
 
  private:
-  // Sends every prompt's cached whole blocks; returns the blocks the decode side newly cached.
-  int64_t transfer(const std::string& decode_endpoint, const server::PreparedGeneration& generation);
-
   server::ServingModel& model_;
   KvTransport& transport_;
   int32_t blocks_per_chunk_;

@@ -105,6 +105,32 @@ int32_t Engine::import_prompt_kv(std::vector<int32_t> prompt, int32_t first_bloc
   return imported;
 }
 
+std::vector<uint8_t> Engine::export_prompt_kv_to(std::span<const int32_t> prompt, int32_t first_block,
+                                                 int32_t max_blocks, void* payload) {
+  std::vector<uint8_t> header;
+  run_between_steps([&] { header = core_.export_prompt_kv_to(prompt, first_block, max_blocks, payload); });
+  return header;
+}
+
+int32_t Engine::import_prompt_kv_from(std::span<const int32_t> prompt, int32_t first_block,
+                                      std::span<const uint8_t> header, const void* payload) {
+  int32_t imported = 0;
+  run_between_steps([&] { imported = core_.import_prompt_kv_from(prompt, first_block, header, payload); });
+  return imported;
+}
+
+std::unique_ptr<SharedBuffer> Engine::create_shared_buffer(size_t bytes) {
+  std::unique_ptr<SharedBuffer> buffer;
+  run_between_steps([&] { buffer = core_.create_shared_buffer(bytes); });
+  return buffer;
+}
+
+std::unique_ptr<SharedBuffer> Engine::open_shared_buffer(std::span<const uint8_t> handle) {
+  std::unique_ptr<SharedBuffer> buffer;
+  run_between_steps([&] { buffer = core_.open_shared_buffer(handle); });
+  return buffer;
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard lock(stats_mutex_);
   return stats_;

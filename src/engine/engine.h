@@ -66,6 +66,15 @@ class Engine {
   // thread would wait on itself).
   std::vector<uint8_t> export_prompt_kv(std::vector<int32_t> prompt, int32_t first_block, int32_t max_blocks);
   int32_t import_prompt_kv(std::vector<int32_t> prompt, int32_t first_block, std::vector<uint8_t> bytes);
+  // The same with the payload apart from the header (EngineCore::export_prompt_kv_to / import_prompt_kv_from).
+  std::vector<uint8_t> export_prompt_kv_to(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks,
+                                           void* payload);
+  int32_t import_prompt_kv_from(std::span<const int32_t> prompt, int32_t first_block, std::span<const uint8_t> header,
+                                const void* payload);
+  size_t kv_payload_bytes(int32_t num_blocks) const { return core_.kv_payload_bytes(num_blocks); }
+  // EngineCore::create_shared_buffer / open_shared_buffer, on the engine thread (where its device is current).
+  std::unique_ptr<SharedBuffer> create_shared_buffer(size_t bytes);
+  std::unique_ptr<SharedBuffer> open_shared_buffer(std::span<const uint8_t> handle);
 
   EngineStats stats() const;
   const KvCacheBudget& kv_budget() const { return core_.kv_budget(); }

@@ -197,8 +197,8 @@ std::vector<RequestOutput> EngineCore::step() {
   return outputs;
 }
 
-std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
-                                                  int32_t max_blocks) {
+void EngineCore::with_cached_prompt_blocks(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks,
+                                           const std::function<void(std::span<const int32_t>)>& use) {
   require_one_rank("KV export (prefill/decode disaggregation)");
   const KvCache& cache = leader().kv_cache();
   if (cache.groups.size() != 1 || cache.groups[0].sliding_window_tokens != 0) {
@@ -209,24 +209,35 @@ std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> promp
   const int32_t num_cached = cached.num_blocks();
   const int32_t begin = std::clamp(first_block, 0, num_cached);
   const int32_t end = std::clamp(begin + std::max(max_blocks, 0), begin, num_cached);
-  const std::vector<int32_t> blocks(cached.tables[0].begin() + begin, cached.tables[0].begin() + end);
-  std::vector<uint8_t> bytes;
   try {
-    bytes = leader().export_kv_blocks(blocks);
+    use(std::span<const int32_t>(cached.tables[0]).subspan(begin, end - begin));
   } catch (...) {
     kv_->free(cached);
     throw;
   }
   kv_->free(cached);
+}
+
+std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
+                                                  int32_t max_blocks) {
+  std::vector<uint8_t> bytes;
+  with_cached_prompt_blocks(prompt, first_block, max_blocks,
+                            [&](std::span<const int32_t> blocks) { bytes = leader().export_kv_blocks(blocks); });
   return bytes;
 }
 
-int32_t EngineCore::import_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
-                                     std::span<const uint8_t> bytes) {
-  require_one_rank("KV import (prefill/decode disaggregation)");
-  // Checked before anything is inserted into the prefix cache: an unfilled cached block would be reused as garbage.
-  check_kv_export_fits(leader().kv_cache(), bytes);
-  const int32_t num_blocks = kv_blocks_in_export(bytes);
+std::vector<uint8_t> EngineCore::export_prompt_kv_to(std::span<const int32_t> prompt, int32_t first_block,
+                                                     int32_t max_blocks, void* payload) {
+  std::vector<uint8_t> header;
+  with_cached_prompt_blocks(prompt, first_block, max_blocks, [&](std::span<const int32_t> blocks) {
+    leader().export_kv_blocks_to(blocks, payload);
+    header = kv_export_header(leader().kv_cache(), static_cast<int32_t>(blocks.size()));
+  });
+  return header;
+}
+
+int32_t EngineCore::import_prompt_blocks(std::span<const int32_t> prompt, int32_t first_block, int32_t num_blocks,
+                                         const std::function<void(std::span<const int32_t>, int32_t)>& fill) {
   const auto block_size = static_cast<int64_t>(kv_->block_size());
   const int64_t reusable = prompt.empty() ? 0 : static_cast<int64_t>(prompt.size() - 1) / block_size;
   if (first_block < 0 || first_block + num_blocks > reusable) {
@@ -238,9 +249,45 @@ int32_t EngineCore::import_prompt_kv(std::span<const int32_t> prompt, int32_t fi
   const auto first_new = std::find_if(to_fill.begin(), to_fill.end(), [](int32_t b) { return b >= 0; });
   const std::vector<int32_t> fresh(first_new, to_fill.end());
   if (fresh.empty()) return 0;
-  const auto skipped = static_cast<int32_t>(first_new - to_fill.begin());
-  leader().import_kv_blocks(fresh, slice_kv_blocks(bytes, skipped, static_cast<int32_t>(fresh.size())));
+  fill(fresh, static_cast<int32_t>(first_new - to_fill.begin()));
   return static_cast<int32_t>(fresh.size());
+}
+
+int32_t EngineCore::import_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
+                                     std::span<const uint8_t> bytes) {
+  require_one_rank("KV import (prefill/decode disaggregation)");
+  // Checked before anything is inserted into the prefix cache: an unfilled cached block would be reused as garbage.
+  check_kv_export_fits(leader().kv_cache(), bytes);
+  return import_prompt_blocks(prompt, first_block, kv_blocks_in_export(bytes),
+                              [&](std::span<const int32_t> fresh, int32_t skipped) {
+                                leader().import_kv_blocks(
+                                    fresh, slice_kv_blocks(bytes, skipped, static_cast<int32_t>(fresh.size())));
+                              });
+}
+
+int32_t EngineCore::import_prompt_kv_from(std::span<const int32_t> prompt, int32_t first_block,
+                                          std::span<const uint8_t> header, const void* payload) {
+  require_one_rank("KV import (prefill/decode disaggregation)");
+  check_kv_header_fits(leader().kv_cache(), header);
+  return import_prompt_blocks(prompt, first_block, kv_blocks_in_export(header),
+                              [&](std::span<const int32_t> fresh, int32_t skipped) {
+                                leader().import_kv_blocks_from(
+                                    fresh, static_cast<const uint8_t*>(payload) + kv_payload_bytes(skipped));
+                              });
+}
+
+size_t EngineCore::kv_payload_bytes(int32_t num_blocks) const {
+  return tern::kv_payload_bytes(runners_.front()->kv_cache(), static_cast<size_t>(num_blocks));
+}
+
+std::unique_ptr<SharedBuffer> EngineCore::create_shared_buffer(size_t bytes) {
+  require_one_rank("a shared KV buffer (prefill/decode disaggregation)");
+  return model_.backend(0).create_shared_buffer(bytes);
+}
+
+std::unique_ptr<SharedBuffer> EngineCore::open_shared_buffer(std::span<const uint8_t> handle) {
+  require_one_rank("a shared KV buffer (prefill/decode disaggregation)");
+  return model_.backend(0).open_shared_buffer(handle);
 }
 
 EngineStats EngineCore::stats() const {

@@ -3,6 +3,7 @@
 // the config and the model's per-token KV bytes, then pairs a Scheduler (host bookkeeping) with a ModelRunner
 // (device work). The threaded Engine drives one; tests and the offline benchmark drive it directly.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -44,15 +45,27 @@ class EngineCore {
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   std::vector<uint64_t> unfinished_request_ids() const { return scheduler_->unfinished_request_ids(); }
 
-  // Prefill/decode disaggregation (tensor parallel size 1). The KV of blocks [first_block, first_block + max_blocks) of `prompt` that the
-  // prefix cache holds, as self-describing bytes (kv_block_transfer.h); only blocks a request for `prompt` could
-  // reuse are exported (the last prompt token is always recomputed), and the export stops at the first block not
-  // cached. Empty (zero blocks) when nothing is cached.
+  // Prefill/decode disaggregation (tensor parallel size 1). The KV of blocks [first_block, first_block + max_blocks)
+  // of `prompt` that the prefix cache holds, as self-describing bytes (kv_block_transfer.h); only blocks a request
+  // for `prompt` could reuse are exported (the last prompt token is always recomputed), and the export stops at the
+  // first block not cached. Empty (zero blocks) when nothing is cached.
   std::vector<uint8_t> export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks);
+  // The same with the payload written to `payload` (host memory or a shared buffer of this engine's backend, room
+  // for kv_payload_bytes(max_blocks)); returns the header, which holds the block count.
+  std::vector<uint8_t> export_prompt_kv_to(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks,
+                                           void* payload);
   // Puts an export of `prompt`'s blocks from `first_block` on into the prefix cache, so that a request for `prompt`
   // reuses them. Returns how many blocks were newly imported (0 when the blocks before first_block are not cached,
   // or all were cached already). Throws tern::Error when the bytes do not fit this engine's cache.
   int32_t import_prompt_kv(std::span<const int32_t> prompt, int32_t first_block, std::span<const uint8_t> bytes);
+  // The same from a header and its payload apart (host memory or a shared buffer this engine's backend opened).
+  int32_t import_prompt_kv_from(std::span<const int32_t> prompt, int32_t first_block, std::span<const uint8_t> header,
+                                const void* payload);
+  // Bytes of the payload of `num_blocks` blocks.
+  size_t kv_payload_bytes(int32_t num_blocks) const;
+  // Backend::create_shared_buffer / open_shared_buffer of the (single) rank.
+  std::unique_ptr<SharedBuffer> create_shared_buffer(size_t bytes);
+  std::unique_ptr<SharedBuffer> open_shared_buffer(std::span<const uint8_t> handle);
 
   EngineStats stats() const;
   const StepTiming& last_step_timing() const { return last_step_timing_; }
@@ -64,6 +77,14 @@ class EngineCore {
   void start(EngineConfig config, TextStreamFactory text_streams);
   ModelRunner& leader() { return *runners_.front(); }
   void require_one_rank(const char* what) const;
+  // Calls `use` with the block ids of blocks [first_block, first_block + max_blocks) of `prompt` that the prefix
+  // cache holds (see export_prompt_kv), keeping them referenced meanwhile.
+  void with_cached_prompt_blocks(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks,
+                                 const std::function<void(std::span<const int32_t>)>& use);
+  // Makes `num_blocks` blocks of `prompt` from `first_block` on cached (see import_prompt_kv) and calls `fill` with
+  // the new ones and how many blocks before them were cached already; returns the number of new blocks.
+  int32_t import_prompt_blocks(std::span<const int32_t> prompt, int32_t first_block, int32_t num_blocks,
+                               const std::function<void(std::span<const int32_t>, int32_t)>& fill);
 
   std::unique_ptr<ShardedModel> single_rank_;  // the view of a Model and Backend given to the first constructor
   ShardedModel& model_;

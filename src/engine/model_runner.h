@@ -32,6 +32,13 @@ class ModelRunner {
   void import_kv_blocks(std::span<const int32_t> blocks, std::span<const uint8_t> bytes) {
     backend_.import_kv_blocks(cache_, blocks, bytes);
   }
+  // The payload alone, to or from memory the backend addresses (Backend::export_kv_blocks_to / import_kv_blocks_from).
+  void export_kv_blocks_to(std::span<const int32_t> blocks, void* payload) {
+    backend_.export_kv_blocks_to(cache_, blocks, payload);
+  }
+  void import_kv_blocks_from(std::span<const int32_t> blocks, const void* payload) {
+    backend_.import_kv_blocks_from(cache_, blocks, payload);
+  }
   // Records the decode step of every batch-size bucket now (at start), so no step pays for a recording later.
   // Returns the number of buckets recorded (0 where the backend does not record).
   int record_decode_steps();

@@ -1,7 +1,8 @@
 // Prefill/decode disaggregation end to end: one `tern serve --role prefill`, one `--role decode`, and
 // `tern gateway --prefill ... --decode ...` in front. Greedy completions through the gateway equal a single
-// instance's token for token; the decode instance's prefix cache shows the prompts' KV arrived over TCP; with the
-// prefill instance killed, requests still succeed (the decode instance prefills itself).
+// instance's token for token; the decode instance's prefix cache shows the prompts' KV arrived, over TCP and
+// through shared memory (--kv-transfer ipc); with the prefill instance killed, requests still succeed (the decode
+// instance prefills itself).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
@@ -77,7 +78,33 @@ test('disaggregated greedy output equals a single instance token for token, with
     // The decode instance never saw this prompt: every hit is KV that came from the prefill instance.
     assert.ok(hitsAfter - hitsBefore >= 32, `decode prefix cache hits grew by ${hitsAfter - hitsBefore} tokens`);
   }
-  assert.match(prefill.stderr, /KV of 1 prompt\(s\) sent to 127\.0\.0\.1:\d+: [1-9]\d* blocks newly cached there/);
+  assert.match(prefill.stderr,
+    /KV of 1 prompt\(s\) sent to 127\.0\.0\.1:\d+ \(tcp\): \d+ blocks, \d+ of them during the prefill; [1-9]\d* newly cached there/);
+});
+
+test('the same through shared memory between two instances of one host (--kv-transfer ipc)', async () => {
+  const [prefillIpc, decodeIpc] = await Promise.all([
+    startServer({ model: MODEL, args: ['--role', 'prefill', '--kv-transfer', 'ipc', '--kv-transfer-chunk-blocks', '2'] }),
+    startServer({ model: MODEL, args: ['--role', 'decode', '--kv-transfer', 'ipc', '--kv-transfer-port', '0'] }),
+  ]);
+  let gw;
+  try {
+    const match = /accepting KV transfers \(ipc\) on 127\.0\.0\.1:(\d+)/.exec(decodeIpc.stderr);
+    assert.ok(match, `no KV transfer line:\n${decodeIpc.stderr}`);
+    gw = await startGateway(['--prefill', prefillIpc.url, '--decode', decodeIpc.url, '--decode-kv',
+      `127.0.0.1:${match[1]}`]);
+    for (const prompt of PROMPTS) {
+      const variant = `${prompt}\n# through shared memory\n`;
+      const expected = await complete(single.url, variant);
+      const hitsBefore = (await metrics(decodeIpc.url))[HITS] ?? 0;
+      assert.deepEqual(await complete(gw.url, variant), expected);
+      const hitsAfter = (await metrics(decodeIpc.url))[HITS];
+      assert.ok(hitsAfter - hitsBefore >= 32, `decode prefix cache hits grew by ${hitsAfter - hitsBefore} tokens`);
+    }
+    assert.match(prefillIpc.stderr, /sent to 127\.0\.0\.1:\d+ \(ipc\): \d+ blocks, .* [1-9]\d* newly cached there/);
+  } finally {
+    await Promise.all([gw, prefillIpc, decodeIpc].filter(Boolean).map((p) => p.stop()));
+  }
 });
 
 test('a kv_transfer_params request to the prefill instance is answered with one token', async () => {

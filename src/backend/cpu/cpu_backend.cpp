@@ -10,6 +10,7 @@
 #include "backend/cpu/host_collective.h"
 #include "backend/cpu/host_tensor.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/posix_shared_buffer.h"
 #include "backend/cpu/v4_ops.h"
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
@@ -130,16 +131,21 @@ class CpuBackend final : public Backend {
     return cache;
   }
 
-  std::vector<uint8_t> export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks) override {
-    return export_kv_blocks_with(cache, blocks, [](const void* memory, uint8_t* host, size_t bytes) {
-      std::memcpy(host, memory, bytes);
+  void export_kv_blocks_to(const KvCache& cache, std::span<const int32_t> blocks, void* payload) override {
+    copy_kv_blocks_out(cache, blocks, payload, [](const void* memory, void* out, size_t bytes) {
+      std::memcpy(out, memory, bytes);
     });
   }
 
-  void import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes) override {
-    import_kv_blocks_with(cache, blocks, bytes, [](void* memory, const uint8_t* host, size_t n) {
-      std::memcpy(memory, host, n);
+  void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const void* payload) override {
+    copy_kv_blocks_in(cache, blocks, payload, [](void* memory, const void* in, size_t bytes) {
+      std::memcpy(memory, in, bytes);
     });
+  }
+
+  std::unique_ptr<SharedBuffer> create_shared_buffer(size_t bytes) override { return create_posix_shared_buffer(bytes); }
+  std::unique_ptr<SharedBuffer> open_shared_buffer(std::span<const uint8_t> handle) override {
+    return open_posix_shared_buffer(handle);
   }
 
   std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {

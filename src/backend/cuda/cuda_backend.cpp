@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/kv_block_transfer.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ipc_buffer.h"
 #include "backend/cuda/cuda_step.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/gemm.h"
@@ -165,25 +166,29 @@ class CudaBackend final : public Backend {
     return cache;
   }
 
-  // Export copies straight into the returned vector; import stages the bytes in pinned memory first, so its many
-  // small segment copies queue back to back instead of each waiting for a pageable transfer.
-  std::vector<uint8_t> export_kv_blocks(const KvCache& cache, std::span<const int32_t> blocks) override {
-    auto staged = export_kv_blocks_with(cache, blocks, [&](const void* memory, uint8_t* host, size_t bytes) {
-      check(cudaMemcpyAsync(host, memory, bytes, cudaMemcpyDeviceToHost, stream_), "export_kv_blocks");
+  // Payloads in host memory or in a shared buffer (this GPU's or, opened, another's: cudaMemcpyDefault makes that
+  // a peer copy). A host payload to import is staged in pinned memory first, so its many small segment copies
+  // queue back to back instead of each waiting for a pageable transfer.
+  void export_kv_blocks_to(const KvCache& cache, std::span<const int32_t> blocks, void* payload) override {
+    copy_kv_blocks_out(cache, blocks, payload, [&](const void* memory, void* out, size_t bytes) {
+      check(cudaMemcpyAsync(out, memory, bytes, cudaMemcpyDefault, stream_), "export_kv_blocks");
     });
     check(cudaStreamSynchronize(stream_), "export_kv_blocks");
-    return staged;
   }
 
-  void import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, std::span<const uint8_t> bytes) override {
+  void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const void* payload) override {
+    cudaPointerAttributes where{};
+    check(cudaPointerGetAttributes(&where, payload), "import_kv_blocks: cudaPointerGetAttributes");
+    const size_t bytes = kv_payload_bytes(cache, blocks.size());
     void* pinned = nullptr;
-    check(cudaMallocHost(&pinned, bytes.size()), "import_kv_blocks: pinned staging buffer");
-    std::memcpy(pinned, bytes.data(), bytes.size());
-    const auto* base = static_cast<const uint8_t*>(pinned);
+    if (where.type == cudaMemoryTypeUnregistered) {
+      check(cudaMallocHost(&pinned, bytes), "import_kv_blocks: pinned staging buffer");
+      std::memcpy(pinned, payload, bytes);
+    }
+    const auto* source = static_cast<const uint8_t*>(pinned ? pinned : payload);
     try {
-      import_kv_blocks_with(cache, blocks, bytes, [&](void* memory, const uint8_t* host, size_t n) {
-        check(cudaMemcpyAsync(memory, base + (host - bytes.data()), n, cudaMemcpyHostToDevice, stream_),
-              "import_kv_blocks");
+      copy_kv_blocks_in(cache, blocks, source, [&](void* memory, const void* in, size_t n) {
+        check(cudaMemcpyAsync(memory, in, n, cudaMemcpyDefault, stream_), "import_kv_blocks");
       });
       check(cudaStreamSynchronize(stream_), "import_kv_blocks");
     } catch (...) {
@@ -192,6 +197,11 @@ class CudaBackend final : public Backend {
       throw;
     }
     cudaFreeHost(pinned);
+  }
+
+  std::unique_ptr<SharedBuffer> create_shared_buffer(size_t bytes) override { return cuda::create_ipc_buffer(bytes); }
+  std::unique_ptr<SharedBuffer> open_shared_buffer(std::span<const uint8_t> handle) override {
+    return cuda::open_ipc_buffer(handle);
   }
 
   std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {
