@@ -20,7 +20,7 @@ void Backend::import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, 
   if (static_cast<size_t>(kv_blocks_in_export(bytes)) != blocks.size()) {
     fail("KV block import: {} blocks sent, {} blocks to fill", kv_blocks_in_export(bytes), blocks.size());
   }
-  import_kv_blocks_from(cache, blocks, bytes.data() + kv_header_bytes(bytes));
+  import_kv_blocks_from(cache, blocks, {bytes.data() + kv_header_bytes(bytes), static_cast<int32_t>(blocks.size())});
 }
 
 // A group of one needs no communication; backends that form larger groups override both.

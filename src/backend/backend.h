@@ -13,6 +13,7 @@
 #include "backend/compressed_kv.h"
 #include "backend/expert_routing.h"
 #include "backend/forward_batch.h"
+#include "backend/kv_block_transfer.h"
 #include "backend/kv_cache.h"
 #include "backend/shared_buffer.h"
 #include "backend/tensor.h"
@@ -96,7 +97,8 @@ class Backend {
   // The payload alone (kv_payload_bytes), to or from host memory or the memory of a shared buffer this backend
   // created or opened; done when the call returns.
   virtual void export_kv_blocks_to(const KvCache& cache, std::span<const int32_t> blocks, void* payload) = 0;
-  virtual void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const void* payload) = 0;
+  virtual void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks,
+                                     const KvPayloadView& payload) = 0;
   // Memory another process of this host maps too (same-host KV transfer; see shared_buffer.h). Throws tern::Error
   // when it cannot be made, or when `handle` is not one this backend can open.
   virtual std::unique_ptr<SharedBuffer> create_shared_buffer(size_t bytes) = 0;

@@ -27,14 +27,26 @@ size_t row_bytes(const std::vector<Tensor>& tensors, size_t layer) {
   return static_cast<size_t>(t.row_numel()) * dtype_size(t.dtype);
 }
 
-// Block `block` of a layer's tensor is rows [block * block_size, (block + 1) * block_size): one contiguous run.
+// Calls visit(cache_memory, payload_offset, bytes) for each run of consecutive cache blocks among `blocks`, which
+// are blocks [first_payload_block, + blocks.size()) of a payload of `payload_blocks` blocks. Block `b` of a layer's
+// tensor is its rows [b * block_size, (b + 1) * block_size).
 template <typename Visit>
-void for_each_segment(const KvCache& cache, int32_t block, const Visit& visit) {
+void for_each_run(const KvCache& cache, std::span<const int32_t> blocks, size_t payload_blocks,
+                  size_t first_payload_block, const Visit& visit) {
+  size_t section = 0;  // where the current tensor's rows start in the payload
   for (size_t layer = 0; layer < cache.layers.size(); ++layer) {
     for (const auto* tensors : {&cache.keys, &cache.values, &cache.states}) {
-      const size_t bytes = row_bytes(*tensors, layer) * static_cast<size_t>(cache.block_size);
-      if (bytes == 0) continue;
-      visit(static_cast<char*>((*tensors)[layer].data) + bytes * static_cast<size_t>(block), bytes);
+      const size_t block_bytes = row_bytes(*tensors, layer) * static_cast<size_t>(cache.block_size);
+      if (block_bytes == 0) continue;
+      auto* memory = static_cast<char*>((*tensors)[layer].data);
+      for (size_t i = 0; i < blocks.size();) {
+        size_t end = i + 1;
+        while (end < blocks.size() && blocks[end] == blocks[end - 1] + 1) ++end;
+        visit(memory + block_bytes * static_cast<size_t>(blocks[i]), section + block_bytes * (first_payload_block + i),
+              block_bytes * (end - i));
+        i = end;
+      }
+      section += block_bytes * payload_blocks;
     }
   }
 }
@@ -110,42 +122,22 @@ void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes) 
 void copy_kv_blocks_out(const KvCache& cache, std::span<const int32_t> blocks, void* payload,
                         const KvSegmentRead& read) {
   check_blocks(cache, blocks, "export");
-  auto* cursor = static_cast<uint8_t*>(payload);
-  for (int32_t block : blocks) {
-    for_each_segment(cache, block, [&](void* memory, size_t bytes) {
-      read(memory, cursor, bytes);
-      cursor += bytes;
-    });
-  }
+  auto* base = static_cast<uint8_t*>(payload);
+  for_each_run(cache, blocks, blocks.size(), 0,
+               [&](const void* memory, size_t offset, size_t bytes) { read(memory, base + offset, bytes); });
 }
 
-void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const void* payload,
+void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const KvPayloadView& payload,
                        const KvSegmentWrite& write) {
   check_blocks(cache, blocks, "import");
-  const auto* cursor = static_cast<const uint8_t*>(payload);
-  for (int32_t block : blocks) {
-    for_each_segment(cache, block, [&](void* memory, size_t n) {
-      write(memory, cursor, n);
-      cursor += n;
-    });
+  if (payload.first_block < 0 || payload.first_block + blocks.size() > static_cast<size_t>(payload.num_blocks)) {
+    fail("KV block import: blocks [{}, +{}) of a payload of {}", payload.first_block, blocks.size(), payload.num_blocks);
   }
+  const auto* base = static_cast<const uint8_t*>(payload.data);
+  for_each_run(cache, blocks, static_cast<size_t>(payload.num_blocks), static_cast<size_t>(payload.first_block),
+               [&](void* memory, size_t offset, size_t bytes) { write(memory, base + offset, bytes); });
 }
 
 int32_t kv_blocks_in_export(std::span<const uint8_t> bytes) { return static_cast<int32_t>(read_header(bytes).num_blocks); }
-
-std::vector<uint8_t> slice_kv_blocks(std::span<const uint8_t> bytes, int32_t begin, int32_t count) {
-  Header header = read_header(bytes);
-  if (begin < 0 || count < 0 || static_cast<uint32_t>(begin + count) > header.num_blocks) {
-    fail("KV block slice [{}, +{}) of an export of {} blocks", begin, count, header.num_blocks);
-  }
-  const size_t head = header_bytes(header.num_layers);
-  const size_t per_block = header.num_blocks ? (bytes.size() - head) / header.num_blocks : 0;
-  header.num_blocks = static_cast<uint32_t>(count);
-  std::vector<uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(head));
-  std::memcpy(out.data(), &header, sizeof(Header));
-  const auto first = bytes.begin() + static_cast<std::ptrdiff_t>(head + per_block * static_cast<size_t>(begin));
-  out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(per_block * static_cast<size_t>(count)));
-  return out;
-}
 
 }  // namespace tern

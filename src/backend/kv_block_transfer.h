@@ -1,10 +1,11 @@
 #pragma once
 // Whole KV blocks of every layer in one self-describing layout, for moving a prompt's KV from one engine to another
 // (prefill/decode disaggregation). An export is a header (the layer count, the block size, each layer's bytes per
-// block and the block count) followed by the payload: for each block, for each layer, its key rows, value rows and
-// state rows as the cache stores them. The payload may live apart from its header (in a shared buffer, see
-// shared_buffer.h). An importer whose cache is shaped differently (another model, dtype or block size) gets a
-// clear error.
+// block and the block count) followed by the payload: for each layer, its key rows of every block in order, then
+// its value rows, then its state rows, as the cache stores them. Laid out so, the rows of consecutive cache blocks
+// are one run on both sides and move in one copy (a prompt's blocks are mostly consecutive). The payload may live
+// apart from its header (in a shared buffer, see shared_buffer.h). An importer whose cache is shaped differently
+// (another model, dtype or block size) gets a clear error.
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -30,19 +31,24 @@ void check_kv_header_fits(const KvCache& cache, std::span<const uint8_t> bytes);
 void check_kv_export_fits(const KvCache& cache, std::span<const uint8_t> bytes);
 // How many blocks an export holds, from its header (throws tern::Error when it is not one).
 int32_t kv_blocks_in_export(std::span<const uint8_t> bytes);
-// Blocks [begin, begin + count) of an export, as an export of their own.
-std::vector<uint8_t> slice_kv_blocks(std::span<const uint8_t> bytes, int32_t begin, int32_t count);
+
+// A payload of `num_blocks` blocks at `data`, of which an import reads blocks [first_block, first_block + n).
+struct KvPayloadView {
+  const void* data = nullptr;
+  int32_t num_blocks = 0;
+  int32_t first_block = 0;
+};
 
 // Copy one contiguous run of a cache tensor out to the payload's memory, and back; each backend knows which
 // memories its pointers may address (host, device, a shared buffer).
 using KvSegmentRead = std::function<void(const void* cache_memory, void* payload, size_t bytes)>;
 using KvSegmentWrite = std::function<void(void* cache_memory, const void* payload, size_t bytes)>;
 
-// Writes the payload of `blocks` to `payload` (kv_payload_bytes of them), reading each segment with `read`.
+// Writes the payload of `blocks` to `payload` (kv_payload_bytes of them), reading each run with `read`.
 void copy_kv_blocks_out(const KvCache& cache, std::span<const int32_t> blocks, void* payload,
                         const KvSegmentRead& read);
-// Writes each block's part of `payload` into the cache with `write`.
-void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const void* payload,
+// Writes blocks [payload.first_block, + blocks.size()) of the payload into `blocks` of the cache with `write`.
+void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const KvPayloadView& payload,
                        const KvSegmentWrite& write);
 
 }  // namespace tern

@@ -260,8 +260,8 @@ int32_t EngineCore::import_prompt_kv(std::span<const int32_t> prompt, int32_t fi
   check_kv_export_fits(leader().kv_cache(), bytes);
   return import_prompt_blocks(prompt, first_block, kv_blocks_in_export(bytes),
                               [&](std::span<const int32_t> fresh, int32_t skipped) {
-                                leader().import_kv_blocks(
-                                    fresh, slice_kv_blocks(bytes, skipped, static_cast<int32_t>(fresh.size())));
+                                leader().import_kv_blocks_from(
+                                    fresh, {bytes.data() + kv_header_bytes(bytes), kv_blocks_in_export(bytes), skipped});
                               });
 }
 
@@ -271,8 +271,7 @@ int32_t EngineCore::import_prompt_kv_from(std::span<const int32_t> prompt, int32
   check_kv_header_fits(leader().kv_cache(), header);
   return import_prompt_blocks(prompt, first_block, kv_blocks_in_export(header),
                               [&](std::span<const int32_t> fresh, int32_t skipped) {
-                                leader().import_kv_blocks_from(
-                                    fresh, static_cast<const uint8_t*>(payload) + kv_payload_bytes(skipped));
+                                leader().import_kv_blocks_from(fresh, {payload, kv_blocks_in_export(header), skipped});
                               });
 }
 

@@ -27,16 +27,13 @@ class ModelRunner {
 
   StepResult execute(const StepPlan& plan);
   const KvCache& kv_cache() const { return cache_; }
-  // Whole blocks of the cache as host bytes and back (Backend::export_kv_blocks / import_kv_blocks).
+  // Whole blocks of the cache as host bytes (Backend::export_kv_blocks), and the payload alone to or from memory
+  // the backend addresses (Backend::export_kv_blocks_to / import_kv_blocks_from).
   std::vector<uint8_t> export_kv_blocks(std::span<const int32_t> blocks) { return backend_.export_kv_blocks(cache_, blocks); }
-  void import_kv_blocks(std::span<const int32_t> blocks, std::span<const uint8_t> bytes) {
-    backend_.import_kv_blocks(cache_, blocks, bytes);
-  }
-  // The payload alone, to or from memory the backend addresses (Backend::export_kv_blocks_to / import_kv_blocks_from).
   void export_kv_blocks_to(std::span<const int32_t> blocks, void* payload) {
     backend_.export_kv_blocks_to(cache_, blocks, payload);
   }
-  void import_kv_blocks_from(std::span<const int32_t> blocks, const void* payload) {
+  void import_kv_blocks_from(std::span<const int32_t> blocks, const KvPayloadView& payload) {
     backend_.import_kv_blocks_from(cache_, blocks, payload);
   }
   // Records the decode step of every batch-size bucket now (at start), so no step pays for a recording later.

@@ -1,5 +1,6 @@
-// Backend::export_kv_blocks / import_kv_blocks on the CPU backend: a round trip moves exactly the chosen blocks'
-// keys, values and states of every layer, and an export that does not fit the importing cache is refused.
+// Backend::export_kv_blocks / import_kv_blocks(_from) on the CPU backend: a round trip moves exactly the chosen
+// blocks' keys, values and states of every layer, part of a payload imports into any blocks, and an export that
+// does not fit the importing cache is refused.
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
@@ -53,14 +54,31 @@ TEST(KvBlockTransfer, RoundTripCopiesTheChosenBlocksOfEveryLayer) {
   }
 }
 
-TEST(KvBlockTransfer, ASliceOfAnExportImportsLikeAnExportOfThoseBlocks) {
+// Consecutive cache blocks move as one run, others one by one: a payload of blocks {0, 1, 2, 4} (runs 0-2 and 4),
+// of which blocks 1..3 of the payload are imported into {5, 2, 3} (runs 5 and 2-3), lands each block's rows where
+// they belong.
+TEST(KvBlockTransfer, PartOfAPayloadImportsIntoAnyBlocks) {
   auto backend = make_cpu_backend(1);
   KvCache source = backend->allocate_kv_cache(two_layers(), 6, 4);
+  KvCache target = backend->allocate_kv_cache(two_layers(), 6, 4);
   fill(source, 0.0f);
-  const std::vector<int32_t> all{0, 1, 2, 3};
-  const std::vector<int32_t> middle{1, 2};
-  EXPECT_EQ(slice_kv_blocks(backend->export_kv_blocks(source, all), 1, 2), backend->export_kv_blocks(source, middle));
-  EXPECT_THROW(slice_kv_blocks(backend->export_kv_blocks(source, all), 3, 2), Error);
+  fill(target, -1e6f);
+  const std::vector<int32_t> exported{0, 1, 2, 4};
+  const auto bytes = backend->export_kv_blocks(source, exported);
+  const std::vector<int32_t> into{5, 2, 3};
+  backend->import_kv_blocks_from(target, into, {bytes.data() + kv_header_bytes(bytes), 4, 1});
+  for (size_t l = 0; l < 2; ++l) {
+    for (auto member : {&KvCache::keys, &KvCache::values, &KvCache::states}) {
+      const Tensor& from = (source.*member)[l];
+      const Tensor& to = (target.*member)[l];
+      if (from.row_numel() == 0) continue;
+      for (size_t i = 0; i < into.size(); ++i) {
+        EXPECT_EQ(block_rows(to, into[i], 4), block_rows(from, exported[i + 1], 4)) << "layer " << l << " block " << i;
+      }
+      EXPECT_EQ(block_rows(to, 0, 4)[0], -1e6f + static_cast<float>(l * 100000));  // not imported into
+    }
+  }
+  EXPECT_THROW(backend->import_kv_blocks_from(target, into, {bytes.data() + kv_header_bytes(bytes), 4, 2}), Error);
 }
 
 TEST(KvBlockTransfer, AnExportThatDoesNotFitTheCacheIsRefusedNamingWhy) {

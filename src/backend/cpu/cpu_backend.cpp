@@ -137,7 +137,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const void* payload) override {
+  void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const KvPayloadView& payload) override {
     copy_kv_blocks_in(cache, blocks, payload, [](void* memory, const void* in, size_t bytes) {
       std::memcpy(memory, in, bytes);
     });

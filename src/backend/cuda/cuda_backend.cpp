@@ -176,16 +176,17 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(stream_), "export_kv_blocks");
   }
 
-  void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const void* payload) override {
+  void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks, const KvPayloadView& payload) override {
     cudaPointerAttributes where{};
-    check(cudaPointerGetAttributes(&where, payload), "import_kv_blocks: cudaPointerGetAttributes");
-    const size_t bytes = kv_payload_bytes(cache, blocks.size());
+    check(cudaPointerGetAttributes(&where, payload.data), "import_kv_blocks: cudaPointerGetAttributes");
+    const size_t bytes = kv_payload_bytes(cache, static_cast<size_t>(payload.num_blocks));
     void* pinned = nullptr;
     if (where.type == cudaMemoryTypeUnregistered) {
       check(cudaMallocHost(&pinned, bytes), "import_kv_blocks: pinned staging buffer");
-      std::memcpy(pinned, payload, bytes);
+      std::memcpy(pinned, payload.data, bytes);
     }
-    const auto* source = static_cast<const uint8_t*>(pinned ? pinned : payload);
+    KvPayloadView source = payload;
+    if (pinned) source.data = pinned;
     try {
       copy_kv_blocks_in(cache, blocks, source, [&](void* memory, const void* in, size_t n) {
         check(cudaMemcpyAsync(memory, in, n, cudaMemcpyDefault, stream_), "import_kv_blocks");
