@@ -14,6 +14,7 @@ void add_gateway_command(CLI::App& app) {
     double health_timeout_s = 2.0;
     double connect_timeout_s = 5.0;
     double prefill_timeout_s = 30.0;
+    double drain_timeout_s = 30.0;
     std::vector<std::string> decode_urls;
     std::vector<std::string> decode_kv_endpoints;
   };
@@ -57,6 +58,10 @@ void add_gateway_command(CLI::App& app) {
                   "Seconds a prefill replica has to answer (prefill and KV transfer); then the decode replica "
                   "prefills the request itself")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--drain-timeout", options->drain_timeout_s,
+                  "Seconds to let in-flight requests (streams included) finish after SIGTERM or SIGINT before "
+                  "closing their connections; new connections are refused meanwhile, a second signal stops at once")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->callback([options] {
     auto& config = options->config;
     if (!options->api_key.empty()) {
@@ -79,6 +84,7 @@ void add_gateway_command(CLI::App& app) {
     config.health_timeout = millis(options->health_timeout_s);
     config.upstream.connect = millis(options->connect_timeout_s);
     config.prefill_timeout = millis(options->prefill_timeout_s);
+    config.drain_timeout = millis(options->drain_timeout_s);
     gateway::GatewayServer server(config);
     server.run();
   });

@@ -9,9 +9,13 @@ using server::ApiError;
 using server::HttpReply;
 using Json = nlohmann::ordered_json;
 
-GatewayApi::GatewayApi(ReplicaPool& pool, GatewayMetrics& metrics, std::optional<std::string> api_key,
-                       ReplicaAdded on_replica_added)
-    : pool_(pool), metrics_(metrics), api_key_(std::move(api_key)), on_replica_added_(std::move(on_replica_added)) {}
+GatewayApi::GatewayApi(ReplicaPool& pool, UpstreamConnectionPool& connections, GatewayMetrics& metrics,
+                       std::optional<std::string> api_key, ReplicaAdded on_replica_added)
+    : pool_(pool),
+      connections_(connections),
+      metrics_(metrics),
+      api_key_(std::move(api_key)),
+      on_replica_added_(std::move(on_replica_added)) {}
 
 HttpReply GatewayApi::handle(std::string_view method, std::string_view path, std::string_view authorization,
                              std::string_view body) {
@@ -30,7 +34,7 @@ HttpReply GatewayApi::handle(std::string_view method, std::string_view path, std
     }
     if (path == "/metrics") {
       expect_method({"GET"});
-      return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(pool_.list())};
+      return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(pool_.list(), connections_.stats())};
     }
     if (path == "/admin/replicas") {
       expect_method({"GET", "POST", "DELETE"});
@@ -70,6 +74,7 @@ HttpReply GatewayApi::admin_replicas(std::string_view method, std::string_view b
     return HttpReply::json(Json{{"added", address.url}}, 201);
   }
   if (!pool_.remove(address.url)) throw ApiError(404, fmt::format("replica {} is not in the pool", address.url), "url");
+  connections_.close_all(address.url);
   return HttpReply::json(Json{{"removed", address.url}});
 }
 

@@ -51,7 +51,8 @@ void GatewayMetrics::observe_added_latency(double seconds) {
   added_latency_.observe(seconds);
 }
 
-std::string GatewayMetrics::render(const std::vector<ReplicaStatus>& replicas) const {
+std::string GatewayMetrics::render(const std::vector<ReplicaStatus>& replicas,
+                                   const UpstreamPoolStats& connections) const {
   std::lock_guard lock(mutex_);
   std::string out;
   header(out, "tern:gateway_requests_total", "counter", "Requests sent to each replica (retries included).");
@@ -88,6 +89,18 @@ std::string GatewayMetrics::render(const std::vector<ReplicaStatus>& replicas) c
   for (const ReplicaStatus& r : replicas) {
     out += fmt::format("tern:gateway_outstanding_requests{{replica=\"{}\"}} {}\n", r.url, r.num_outstanding);
   }
+  header(out, "tern:gateway_upstream_connections_opened_total", "counter",
+         "Connections opened to replicas for requests (health checks not included).");
+  out += fmt::format("tern:gateway_upstream_connections_opened_total {}\n", connections.connections_opened);
+  header(out, "tern:gateway_upstream_connections_reused_total", "counter",
+         "Requests sent on an idle keep-alive connection to a replica instead of a new one.");
+  out += fmt::format("tern:gateway_upstream_connections_reused_total {}\n", connections.connections_reused);
+  header(out, "tern:gateway_upstream_stale_connection_retries_total", "counter",
+         "Requests sent again on a new connection because the replica had closed the idle one they were sent on.");
+  out += fmt::format("tern:gateway_upstream_stale_connection_retries_total {}\n",
+                     connections.stale_connection_retries);
+  header(out, "tern:gateway_upstream_idle_connections", "gauge", "Idle keep-alive connections to replicas.");
+  out += fmt::format("tern:gateway_upstream_idle_connections {}\n", connections.idle_connections);
   out += added_latency_.render("tern:gateway_added_latency_seconds",
                                "Time from receiving a request to having sent it to a replica.");
   return out;

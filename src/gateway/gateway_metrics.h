@@ -2,7 +2,8 @@
 // The gateway's own Prometheus metrics (text format 0.0.4), "tern:gateway_" prefixed: requests sent to each
 // replica, replica failures and retries, requests it could not serve, routing decisions by policy and reason, and
 // the latency it adds (request received to request sent to a replica: parsing, routing, connecting, retrying).
-// Per-replica gauges (health, outstanding) are read from the pool when /metrics is scraped. Thread-safe.
+// Per-replica gauges (health, outstanding) and the upstream connection counts are read from their owners when
+// /metrics is scraped. Thread-safe.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "gateway/replica_pool.h"
+#include "gateway/upstream_connection_pool.h"
 #include "server/metrics.h"
 
 namespace tern::gateway {
@@ -32,7 +34,7 @@ class GatewayMetrics {
   void count_response(int status);
   void observe_added_latency(double seconds);
 
-  std::string render(const std::vector<ReplicaStatus>& replicas) const;
+  std::string render(const std::vector<ReplicaStatus>& replicas, const UpstreamPoolStats& connections) const;
 
  private:
   mutable std::mutex mutex_;

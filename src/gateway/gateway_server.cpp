@@ -1,5 +1,7 @@
 #include "gateway/gateway_server.h"
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <csignal>
 #include <cstdio>
 
@@ -11,12 +13,23 @@ namespace tern::gateway {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
+namespace {
+
+// How long closed connections get to finish closing (their pending handlers to run) once a drain is over.
+constexpr auto kCloseTimeout = std::chrono::seconds(2);
+constexpr auto kUpstreamSweepInterval = std::chrono::seconds(1);
+
+}  // namespace
+
 GatewayServer::GatewayServer(GatewayConfig config)
     : config_(std::move(config)),
       pool_(make_routing_policy(config_.policy, config_.cache_aware)),
+      upstream_connections_(config_.upstream_pool),
+      upstream_sweep_timer_(io_),
       health_(io_.get_executor(), pool_, config_.health_interval, config_.health_timeout),
-      api_(pool_, metrics_, config_.api_key, [this](const ReplicaAddress& address) { health_.check(address); }),
-      acceptor_(io_),
+      api_(pool_, upstream_connections_, metrics_, config_.api_key,
+           [this](const ReplicaAddress& address) { health_.check(address); }),
+      acceptor_(asio::make_strand(io_)),
       signals_(io_, SIGINT, SIGTERM) {
   if (config_.num_io_threads < 1) fail("gateway: --threads must be at least 1, got {}", config_.num_io_threads);
   for (const std::string& url : config_.replica_urls) {
@@ -39,7 +52,7 @@ GatewayServer::~GatewayServer() = default;
 
 void GatewayServer::accept() {
   acceptor_.async_accept(asio::make_strand(io_), [this](boost::system::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) return;  // shutting down
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;  // shutting down
     if (!ec) std::make_shared<GatewaySession>(std::move(socket), *this)->start();
     accept();
   });
@@ -48,18 +61,123 @@ void GatewayServer::accept() {
 void GatewayServer::run() {
   std::fprintf(stderr, "tern gateway: listening on http://%s:%u (policy %s, %zu replicas)\n", config_.host.c_str(),
                port_, std::string(pool_.policy_name()).c_str(), pool_.list().size());
-  signals_.async_wait([this](boost::system::error_code, int signal) {
-    std::fprintf(stderr, "tern gateway: signal %d, stopping\n", signal);
-    acceptor_.close();
-    health_.stop();
-    io_.stop();
-  });
+  wait_for_signal();
   health_.start();
+  close_expired_upstream_connections();
   accept();
   std::vector<std::thread> threads;
-  for (int i = 1; i < config_.num_io_threads; ++i) threads.emplace_back([this] { io_.run(); });
-  io_.run();
+  for (int i = 0; i < config_.num_io_threads; ++i) threads.emplace_back([this] { io_.run(); });
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return shutdown_requested_; });
+  }
+  drain();
+  io_.stop();
   for (std::thread& thread : threads) thread.join();
+  upstream_connections_.close_all();
+  std::fprintf(stderr, "tern gateway: stopped\n");
+}
+
+void GatewayServer::wait_for_signal() {
+  signals_.async_wait([this](boost::system::error_code ec, int signal) {
+    if (ec) return;
+    const char* name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (draining()) {
+      std::fprintf(stderr, "tern gateway: received %s again, stopping now\n", name);
+    } else {
+      std::fprintf(stderr, "tern gateway: received %s, draining (at most %.1f s)\n", name,
+                   std::chrono::duration<double>(config_.drain_timeout).count());
+    }
+    begin_shutdown();
+    wait_for_signal();
+  });
+}
+
+void GatewayServer::begin_shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    if (shutdown_requested_) shutdown_forced_ = true;
+    shutdown_requested_ = true;
+  }
+  changed_.notify_all();
+  asio::post(acceptor_.get_executor(), [this] {
+    if (!acceptor_.is_open()) return;
+    for (const auto& session : live_sessions()) session->close_if_idle();
+    // Connections the kernel completed but we have not accepted yet would be reset by the close: take them, so
+    // that their requests get an answer (503) and their clients a clean close.
+    boost::system::error_code ec;
+    acceptor_.non_blocking(true, ec);
+    while (!ec) {
+      tcp::socket socket(asio::make_strand(io_));
+      acceptor_.accept(socket, ec);
+      if (!ec) std::make_shared<GatewaySession>(std::move(socket), *this)->start();
+    }
+    acceptor_.close(ec);
+  });
+}
+
+void GatewayServer::drain() {
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, config_.drain_timeout, [&] { return num_exchanges_ == 0 || shutdown_forced_; });
+    if (num_exchanges_ > 0) {
+      std::fprintf(stderr, "tern gateway: %lld requests still in flight; closing their connections\n",
+                   static_cast<long long>(num_exchanges_));
+    }
+  }
+  for (const auto& session : live_sessions()) session->abort();
+  // Closing a connection completes its pending operations, whose handlers hold the session: let them run, so that
+  // the replicas see their connections closed (and cancel the generations) before the process goes.
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, kCloseTimeout, [&] { return sessions_.empty(); });
+}
+
+void GatewayServer::close_expired_upstream_connections() {
+  upstream_connections_.close_expired();
+  upstream_sweep_timer_.expires_after(kUpstreamSweepInterval);
+  upstream_sweep_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) close_expired_upstream_connections();
+  });
+}
+
+bool GatewayServer::draining() const {
+  std::lock_guard lock(mutex_);
+  return shutdown_requested_;
+}
+
+void GatewayServer::add_session(const std::shared_ptr<GatewaySession>& session) {
+  std::lock_guard lock(mutex_);
+  sessions_[session.get()] = session;
+}
+
+void GatewayServer::remove_session(const GatewaySession* session) {
+  {
+    std::lock_guard lock(mutex_);
+    sessions_.erase(session);
+  }
+  changed_.notify_all();
+}
+
+std::vector<std::shared_ptr<GatewaySession>> GatewayServer::live_sessions() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<GatewaySession>> live;
+  for (const auto& [pointer, weak] : sessions_) {
+    if (auto session = weak.lock()) live.push_back(std::move(session));
+  }
+  return live;
+}
+
+void GatewayServer::exchange_started() {
+  std::lock_guard lock(mutex_);
+  ++num_exchanges_;
+}
+
+void GatewayServer::exchange_ended() {
+  {
+    std::lock_guard lock(mutex_);
+    --num_exchanges_;
+  }
+  changed_.notify_all();
 }
 
 }  // namespace tern::gateway

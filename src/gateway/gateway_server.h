@@ -1,15 +1,25 @@
 #pragma once
 // `tern gateway`: an OpenAI-compatible HTTP front over tern replicas. One acceptor and a few I/O threads run
 // every client connection and every replica connection asynchronously (Boost.Asio/Beast): no thread per
-// connection, and a stream costs the gateway a 64 KiB buffer, not a thread.
+// connection, and a stream costs the gateway a 64 KiB buffer, not a thread. Replica connections are kept alive
+// and reused (upstream_connection_pool.h).
+// Shutdown drains like `tern serve`: the first SIGINT or SIGTERM stops accepting and closes idle client
+// connections; requests in flight (streams included) finish, and a request that still arrives on a kept-alive
+// connection gets 503 and "Connection: close"; past the drain timeout, or on a second signal, every connection is
+// closed (cancelling generations still running on the replicas).
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "gateway/gateway_api.h"
@@ -18,6 +28,7 @@
 #include "gateway/prefill_router.h"
 #include "gateway/replica_pool.h"
 #include "gateway/routing_policy.h"
+#include "gateway/upstream_connection_pool.h"
 #include "gateway/upstream_exchange.h"
 
 namespace tern::gateway {
@@ -40,7 +51,11 @@ struct GatewayConfig {
   std::vector<std::pair<std::string, std::string>> decode_kv_endpoints;  // decode URL -> KV endpoint host:port
   // The prefill hop's whole answer (prefill and KV transfer); past it the decode replica prefills itself.
   std::chrono::milliseconds prefill_timeout{30'000};
+  UpstreamPoolLimits upstream_pool;
+  std::chrono::milliseconds drain_timeout{30'000};  // in-flight requests still running after this are cut
 };
+
+class GatewaySession;
 
 class GatewayServer {
  public:
@@ -49,7 +64,7 @@ class GatewayServer {
   ~GatewayServer();
 
   uint16_t port() const { return port_; }
-  // Serves until SIGINT or SIGTERM, then closes every connection and returns.
+  // Serves until SIGINT or SIGTERM, then drains (see above) and returns.
   void run();
 
   // For connections.
@@ -58,15 +73,40 @@ class GatewayServer {
   GatewayMetrics& metrics() { return metrics_; }
   GatewayApi& api() { return api_; }
   PrefillRouter* prefill_router() { return prefill_router_ ? &*prefill_router_ : nullptr; }
+  UpstreamConnectionPool& upstream_connections() { return upstream_connections_; }
+  bool draining() const;
+  void add_session(const std::shared_ptr<GatewaySession>& session);
+  void remove_session(const GatewaySession* session);
+  // A request received until its response is sent (or its connection closed): what a drain waits for.
+  void exchange_started();
+  void exchange_ended();
 
  private:
   void accept();
+  void wait_for_signal();
+  void begin_shutdown();
+  // Blocks until no exchange is in flight, the drain timeout passes or a second signal comes; then closes every
+  // client connection.
+  void drain();
+  void close_expired_upstream_connections();
+  std::vector<std::shared_ptr<GatewaySession>> live_sessions();
 
   GatewayConfig config_;
   ReplicaPool pool_;
   std::optional<PrefillRouter> prefill_router_;
   GatewayMetrics metrics_;
+
+  // Declared before io_: sessions that die with io_'s pending handlers still unregister here.
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  bool shutdown_requested_ = false;
+  bool shutdown_forced_ = false;
+  int64_t num_exchanges_ = 0;
+  std::unordered_map<const GatewaySession*, std::weak_ptr<GatewaySession>> sessions_;
+
   boost::asio::io_context io_;
+  UpstreamConnectionPool upstream_connections_;  // after io_: its sockets close before io_ goes
+  boost::asio::steady_timer upstream_sweep_timer_;
   HealthChecker health_;
   GatewayApi api_;
   boost::asio::ip::tcp::acceptor acceptor_;

@@ -29,10 +29,38 @@ std::string_view view(beast::string_view text) { return {text.data(), text.size(
 GatewaySession::GatewaySession(asio::ip::tcp::socket socket, GatewayServer& server)
     : stream_(std::move(socket)), server_(server) {}
 
+GatewaySession::~GatewaySession() {
+  end_exchange();
+  server_.remove_session(this);
+}
+
 void GatewaySession::start() {
+  server_.add_session(shared_from_this());
   beast::error_code ignored;
   stream_.socket().set_option(asio::ip::tcp::no_delay(true), ignored);
   asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+}
+
+void GatewaySession::close_if_idle() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (!self->in_exchange_) self->close();
+  });
+}
+
+void GatewaySession::abort() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
+}
+
+void GatewaySession::begin_exchange() {
+  if (in_exchange_) return;  // a pipelined request, counted since the previous response
+  in_exchange_ = true;
+  server_.exchange_started();
+}
+
+void GatewaySession::end_exchange() {
+  if (!in_exchange_) return;
+  in_exchange_ = false;
+  server_.exchange_ended();
 }
 
 void GatewaySession::read_request() {
@@ -46,6 +74,7 @@ void GatewaySession::read_request() {
 
 void GatewaySession::on_request(beast::error_code ec) {
   if (ec == http::error::body_limit) {
+    begin_exchange();
     request_ = {};
     request_.keep_alive(false);
     received_at_ = Clock::now();
@@ -53,9 +82,14 @@ void GatewaySession::on_request(beast::error_code ec) {
         ApiError(413, fmt::format("request body is larger than {} bytes", server_.config().max_body_bytes))));
   }
   if (ec) return close();  // EOF, timeout or a malformed request: nothing useful to answer
+  begin_exchange();
   stream_.expires_never();
   request_ = parser_->release();
   received_at_ = Clock::now();
+  if (server_.draining()) {
+    return send_reply(
+        HttpReply::error(ApiError(503, "the gateway is shutting down", std::nullopt, "server_shutting_down")));
+  }
   const std::string_view target = view(request_.target());
   path_ = std::string(target.substr(0, target.find('?')));
   if (GatewayApi::is_forwarded(path_)) return forward();
@@ -66,15 +100,25 @@ void GatewaySession::on_request(beast::error_code ec) {
 void GatewaySession::send_reply(const HttpReply& reply) {
   auto response = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status), 11);
   response->set(http::field::content_type, reply.content_type);
-  response->keep_alive(request_.keep_alive());
+  response->keep_alive(request_.keep_alive() && !server_.draining());
   response->body() = reply.body;
   response->prepare_payload();
   const int status = reply.status;
   http::async_write(stream_, *response, [self = shared_from_this(), response, status](beast::error_code ec, size_t) {
     self->server_.metrics().count_response(status);
-    if (ec || !response->keep_alive()) return self->close();
-    self->read_request();
+    if (ec) return self->close();
+    self->continue_or_close(response->keep_alive());
   });
+}
+
+void GatewaySession::continue_or_close(bool keep_alive) {
+  if (!keep_alive) return close();
+  // A pipelined request already received stays counted as in flight, so that a drain answers it (503) instead of
+  // cutting the connection under it.
+  const bool pipelined = buffer_.size() > 0;
+  if (!pipelined) end_exchange();
+  if (server_.draining() && !pipelined) return close();
+  read_request();
 }
 
 void GatewaySession::forward() {
@@ -108,7 +152,7 @@ void GatewaySession::try_next_replica() {
   }
   upstream_request.body() = request_.body();
   upstream_ = std::make_shared<UpstreamExchange>(stream_.get_executor(), lease->address, std::move(upstream_request),
-                                                 server_.config().upstream);
+                                                 server_.config().upstream, &server_.upstream_connections());
   // Prefill/decode mode: the first attempt goes through a prefill replica first; a retry does not (the decode
   // replica computes what is missing).
   if (PrefillRouter* router = server_.prefill_router(); router && failed_replicas_.empty()) {
@@ -130,7 +174,7 @@ void GatewaySession::run_prefill_hop(PrefillTarget target) {
   prefill_request.body() = std::move(target.body);
   const UpstreamTimeouts timeouts{server_.config().upstream.connect, server_.config().prefill_timeout};
   prefill_ = std::make_shared<UpstreamExchange>(stream_.get_executor(), target.prefill, std::move(prefill_request),
-                                                timeouts);
+                                                timeouts, &server_.upstream_connections());
   prefill_->start([self = shared_from_this()](beast::error_code ec) {
     if (self->closed_) return;
     if (ec) return self->end_prefill_hop(fmt::format("no response: {}", ec.message()));
@@ -153,7 +197,7 @@ void GatewaySession::end_prefill_hop(const std::string& failure) {
     std::fprintf(stderr, "tern gateway: prefill on %s failed (%s); the decode replica prefills itself\n",
                  prefill_->address().url.c_str(), failure.c_str());
   }
-  prefill_->cancel();
+  prefill_->finish();
   prefill_.reset();
   start_upstream();
 }
@@ -214,7 +258,7 @@ void GatewaySession::relay_head() {
   for (http::field field : kRelayedResponseFields) {
     if (auto it = upstream_head.find(field); it != upstream_head.end()) head.set(field, it->value());
   }
-  head.keep_alive(request_.keep_alive());
+  head.keep_alive(request_.keep_alive() && !server_.draining());
   // A length the replica announced is passed on (the body is then relayed raw); otherwise chunked.
   const auto content_length = upstream_->head().count(http::field::content_length)
                                   ? std::optional<std::string>(std::string(upstream_head[http::field::content_length]))
@@ -246,6 +290,9 @@ void GatewaySession::on_upstream_piece(beast::error_code ec, std::string_view da
     server_.metrics().count_replica_failure(upstream_->address().url);
     return close();
   }
+  // The replica's part is over: its connection can serve another request while the last bytes reach the client
+  // (a client that sends its next request at once then finds it in the pool).
+  if (done) end_upstream();
   auto after_write = [self = shared_from_this(), done](beast::error_code ec, size_t) {
     if (ec) return self->close();
     if (done) return self->finish_relay();
@@ -264,24 +311,32 @@ void GatewaySession::on_upstream_piece(beast::error_code ec, std::string_view da
 
 void GatewaySession::finish_relay() {
   const int status = relay_head_->result_int();
-  if (!relay_chunked_) return end_exchange(status);
+  if (!relay_chunked_) return finish_forwarding(status);
   asio::async_write(stream_, http::make_chunk_last(), [self = shared_from_this(), status](beast::error_code ec, size_t) {
     if (ec) return self->close();
-    self->end_exchange(status);
+    self->finish_forwarding(status);
   });
 }
 
-void GatewaySession::end_exchange(int status) {
-  server_.pool().release(upstream_->address().url);
+void GatewaySession::end_upstream() {
+  // A replica removed from the pool meanwhile keeps no idle connection.
+  const bool still_in_pool = server_.pool().release(upstream_->address().url);
   upstream_leased_ = false;
-  upstream_->cancel();
+  if (still_in_pool) {
+    upstream_->finish();
+  } else {
+    upstream_->cancel();
+  }
+}
+
+void GatewaySession::finish_forwarding(int status) {
   upstream_.reset();
   server_.metrics().count_response(status);
-  if (!request_.keep_alive()) return close();
-  read_request();
+  continue_or_close(relay_head_->keep_alive());
 }
 
 void GatewaySession::close() {
+  end_exchange();
   if (closed_) return;
   closed_ = true;
   if (prefill_) prefill_->cancel();

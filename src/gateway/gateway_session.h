@@ -3,7 +3,8 @@
 // endpoints, and forwards the OpenAI ones to a replica chosen by the pool. A replica that fails before anything
 // of its response reached the client (refused, reset, timed out, or a 5xx) is marked and the request goes to
 // another one; once the response head has been sent on, the body is relayed piece by piece as it arrives and a
-// failure can only close the connection. Every handler runs on the connection's strand.
+// failure can only close the connection. Every handler runs on the connection's strand. While the gateway drains,
+// a request that arrives gets 503 and the connection is closed after the response in progress.
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -24,7 +25,12 @@ class GatewayServer;
 class GatewaySession : public std::enable_shared_from_this<GatewaySession> {
  public:
   GatewaySession(boost::asio::ip::tcp::socket socket, GatewayServer& server);
+  ~GatewaySession();
   void start();
+  // Thread-safe (posted to the strand): closes the connection if no request is in flight on it (draining).
+  void close_if_idle();
+  // Thread-safe: closes the connection, cutting a response in progress (a drain that ran out of time).
+  void abort();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -33,6 +39,11 @@ class GatewaySession : public std::enable_shared_from_this<GatewaySession> {
   void read_request();
   void on_request(boost::beast::error_code ec);
   void send_reply(const server::HttpReply& reply);
+  // After a response: the next request, or the close (the client's or the replica's wish, or a drain).
+  void continue_or_close(bool keep_alive);
+  // Keep the server's count of requests in flight, which a drain waits on.
+  void begin_exchange();
+  void end_exchange();
 
   void forward();
   void try_next_replica();
@@ -47,8 +58,10 @@ class GatewaySession : public std::enable_shared_from_this<GatewaySession> {
   void relay_head();
   void relay_body();
   void on_upstream_piece(boost::beast::error_code ec, std::string_view data, bool done);
+  // The response has been read to its end: the replica's lease and connection are given back.
+  void end_upstream();
   void finish_relay();
-  void end_exchange(int status);
+  void finish_forwarding(int status);
 
   void close();
 
@@ -72,6 +85,7 @@ class GatewaySession : public std::enable_shared_from_this<GatewaySession> {
   std::optional<boost::beast::http::response<boost::beast::http::empty_body>> relay_head_;
   std::optional<boost::beast::http::response_serializer<boost::beast::http::empty_body>> relay_serializer_;
   std::shared_ptr<server::HttpReply> reply_in_flight_;
+  bool in_exchange_ = false;
   bool closed_ = false;
 };
 

@@ -32,7 +32,7 @@ void HealthChecker::schedule() {
 void HealthChecker::check(const ReplicaAddress& address) {
   UpstreamExchange::Request request{http::verb::get, "/health", 11};
   auto probe = std::make_shared<UpstreamExchange>(boost::asio::make_strand(executor_), address, std::move(request),
-                                                  UpstreamTimeouts{timeout_, timeout_});
+                                                  UpstreamTimeouts{timeout_, timeout_}, /*pool=*/nullptr);
   probe->start([this, probe](boost::beast::error_code ec) {
     const bool healthy = !ec && probe->head().result_int() == 200;
     probe->cancel();

@@ -71,9 +71,12 @@ std::optional<ReplicaLease> ReplicaPool::acquire(const RoutingRequest& request, 
   return ReplicaLease{chosen->address, decision.reason};
 }
 
-void ReplicaPool::release(const std::string& url) {
+bool ReplicaPool::release(const std::string& url) {
   std::lock_guard lock(mutex_);
-  if (Replica* replica = find(url)) --replica->num_outstanding;
+  Replica* replica = find(url);
+  if (!replica) return false;
+  --replica->num_outstanding;
+  return true;
 }
 
 }  // namespace tern::gateway

@@ -48,7 +48,8 @@ class ReplicaPool {
   // Asks the policy for a healthy replica not in `excluded` (those the request already failed on) and counts the
   // request as outstanding there; nullopt if there is none.
   std::optional<ReplicaLease> acquire(const RoutingRequest& request, std::span<const std::string> excluded);
-  void release(const std::string& url);
+  // Returns false if the replica has left the pool meanwhile.
+  bool release(const std::string& url);
 
  private:
   struct Replica {

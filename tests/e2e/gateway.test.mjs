@@ -1,9 +1,12 @@
 // `tern gateway` in front of three CPU replicas of the chat fixture model, all on 127.0.0.1:
 // (a) cache-aware routing lands prefix-sharing requests where their prefix is cached (replicas' prefix-cache hit
 //     rate far above round-robin's on the same workload); (b) killing a replica mid-run loses no request that had
-//     not started streaming; (c) streaming through the gateway equals the replica's own output; plus the admin API.
+//     not started streaming; (c) streaming through the gateway equals the replica's own output; plus the admin API,
+// keep-alive connections to the replicas (reused; a replica closing an idle one fails no request) and the drain on
+// SIGTERM.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { startServer, spawnTern, metrics, post, readSse, waitFor } from './server.mjs';
 
 const NUM_REPLICAS = 3;
@@ -18,7 +21,12 @@ async function startGateway(replicaUrls, { policy = 'cache_aware', args = [] } =
   const argv = ['gateway', '--host', '127.0.0.1', '--port', '0', '--policy', policy, '--health-interval', '0.2',
     '--api-key', API_KEY, ...replicaUrls.flatMap((url) => ['--replica', url]), ...args];
   const gateway = await spawnTern(argv, { what: 'tern gateway', timeoutMs: 30_000 });
-  await waitFor(async () => (await listReplicas(gateway)).every((r) => r.healthy), 30_000, 'replicas healthy');
+  try {
+    await waitFor(async () => (await listReplicas(gateway)).every((r) => r.healthy), 30_000, 'replicas healthy');
+  } catch (error) {
+    gateway.proc.kill('SIGKILL');  // a gateway left running would keep the test process alive
+    throw error;
+  }
   return gateway;
 }
 
@@ -172,6 +180,250 @@ test('admin API adds, lists and removes replicas behind the API key', async () =
   }
 });
 
+const OPENED = 'tern:gateway_upstream_connections_opened_total';
+const REUSED = 'tern:gateway_upstream_connections_reused_total';
+const STALE_RETRIES = 'tern:gateway_upstream_stale_connection_retries_total';
+
+test('consecutive requests to a replica reuse one keep-alive connection', async () => {
+  const gateway = await startGateway([replicas[0].url], { policy: 'round_robin' });
+  try {
+    const count = 20;
+    for (let i = 0; i < count; ++i) {
+      // Streams and plain responses alike go back to the pool once read to their end.
+      const body = chatRequest('reuse', 0, i, { max_tokens: 3, stream: i % 2 === 1 });
+      const response = await post(gateway.url, '/v1/chat/completions', body);
+      assert.equal(response.status, 200);
+      const text = await response.text();
+      if (body.stream) assert.ok(text.endsWith('data: [DONE]\n\n'), text);
+    }
+    const m = await metrics(gateway.url);
+    console.log(`${count} sequential requests: ${m[OPENED]} upstream connections opened, ${m[REUSED]} reused`);
+    assert.equal(m[OPENED], 1);
+    assert.equal(m[REUSED], count - 1);
+    assert.equal(m['tern:gateway_upstream_idle_connections'], 1);
+  } finally {
+    assert.equal((await gateway.stop()).code, 0, gateway.stderr);
+  }
+});
+
+test('a client leaving mid-stream cancels the generation; its replica connection is not pooled', async () => {
+  const gateway = await startGateway([replicas[0].url], { policy: 'round_robin' });
+  try {
+    const cancelledBefore = (await metrics(replicas[0].url))['tern:request_cancelled_total'];
+    const response = await post(gateway.url, '/v1/chat/completions', {
+      model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 1900, ignore_eos: true,
+      stream: true,
+    });
+    const reader = response.body.getReader();
+    await reader.read();
+    await reader.read();
+    await reader.cancel();
+    await waitFor(async () => (await metrics(replicas[0].url))['tern:request_cancelled_total'] === cancelledBefore + 1,
+      5_000, 'the replica to cancel the abandoned stream');
+    const m = await metrics(gateway.url);
+    assert.equal(m['tern:gateway_upstream_idle_connections'], 0);
+    assert.equal(m[OPENED], 1);
+  } finally {
+    await gateway.stop();
+  }
+});
+
+async function assertNoFailures(gateway, replicaUrl) {
+  const m = await metrics(gateway.url);
+  assert.equal(m[`tern:gateway_replica_failures_total{replica="${replicaUrl}"}`] ?? 0, 0);
+  assert.equal(m['tern:gateway_retries_total'], 0);
+  assert.equal(m['tern:gateway_unserved_requests_total'], 0);
+  return m;
+}
+
+test('a replica closing an idle keep-alive connection fails no request and is not marked unhealthy', async () => {
+  // The replica closes connections idle for 1 s (its --header-timeout); the gateway keeps them for 20 s.
+  const replica = await startServer({ args: [...REPLICA_ARGS, '--header-timeout', '1'] });
+  const gateway = await startGateway([replica.url], { policy: 'round_robin' });
+  try {
+    for (let i = 0; i < 3; ++i) {
+      if (i > 0) await new Promise((r) => setTimeout(r, 2_500));  // the replica closes the idle connection meanwhile
+      const response = await post(gateway.url, '/v1/chat/completions', chatRequest('idle', 0, i, { max_tokens: 2 }));
+      assert.equal(response.status, 200, await response.text());
+    }
+    const m = await assertNoFailures(gateway, replica.url);
+    assert.equal(m[STALE_RETRIES], 3 - 1, 'each request after the first met a closed idle connection');
+    assert.equal(m[`tern:gateway_replica_healthy{replica="${replica.url}"}`], 1);
+  } finally {
+    await gateway.stop();
+    await replica.stop();
+  }
+});
+
+test('a replica restarted on its port: the next request goes through on a fresh connection', async () => {
+  let replica = await startServer({ args: REPLICA_ARGS });
+  const port = replica.port;
+  const gateway = await startGateway([replica.url], { policy: 'round_robin' });
+  try {
+    const first = await post(gateway.url, '/v1/chat/completions', chatRequest('restart', 0, 0));
+    assert.equal(first.status, 200, await first.text());
+    assert.equal((await metrics(gateway.url))['tern:gateway_upstream_idle_connections'], 1);
+    assert.equal((await replica.stop()).code, 0, replica.stderr);
+    replica = await startServer({ args: REPLICA_ARGS, port });
+    await waitFor(async () => (await listReplicas(gateway))[0].healthy, 10_000, 'the restarted replica healthy');
+    const second = await post(gateway.url, '/v1/chat/completions', chatRequest('restart', 0, 1));
+    assert.equal(second.status, 200, await second.text());
+    const m = await assertNoFailures(gateway, replica.url);
+    assert.equal(m[STALE_RETRIES], 1);
+    assert.equal(m[OPENED], 2);
+  } finally {
+    await gateway.stop();
+    await replica.stop();
+  }
+});
+
+test('removing a replica closes its idle connections', async () => {
+  const gateway = await startGateway([replicas[0].url, replicas[1].url], { policy: 'round_robin' });
+  try {
+    // Until both replicas have served a request (round-robin alternates while both pass their health checks).
+    const served = (m, replica) => m[`tern:gateway_requests_total{replica="${replica.url}"}`] ?? 0;
+    let m = {};
+    for (let i = 0; i < 10 && !(served(m, replicas[0]) && served(m, replicas[1])); ++i) {
+      assert.equal((await post(gateway.url, '/v1/chat/completions', chatRequest('remove', i, i))).status, 200);
+      m = await metrics(gateway.url);
+    }
+    assert.equal(m['tern:gateway_upstream_idle_connections'], 2, JSON.stringify(m));
+    const removed = await fetch(`${gateway.url}/admin/replicas`, {
+      method: 'DELETE', headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}` },
+      body: JSON.stringify({ url: replicas[0].url }),
+    });
+    assert.equal(removed.status, 200);
+    assert.equal((await metrics(gateway.url))['tern:gateway_upstream_idle_connections'], 1);
+  } finally {
+    await gateway.stop();
+  }
+});
+
+// A chunked body's content and what follows its last chunk.
+function dechunk(text) {
+  let body = '';
+  let at = 0;
+  for (;;) {
+    const lineEnd = text.indexOf('\r\n', at);
+    if (lineEnd < 0) throw new Error(`a chunked body cut off: ${JSON.stringify(text.slice(at, at + 200))}`);
+    const size = parseInt(text.slice(at, lineEnd), 16);
+    at = lineEnd + 2;
+    if (size === 0) return { body, rest: text.slice(at + 2) };
+    body += text.slice(at, at + size);
+    at += size + 2;
+  }
+}
+
+// Whether a new connection to `port` is refused.
+function connectionRefused(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('connect', () => { socket.destroy(); resolve(false); });
+    socket.on('error', () => resolve(true));
+  });
+}
+
+test('SIGTERM drains: the stream in flight completes, a request behind it gets 503, new connections are refused, '
+  + 'exit 0', async () => {
+  const gateway = await startGateway([replicas[0].url], { policy: 'round_robin' });
+  // A client connection with no request on it: closed by the drain, not waited for.
+  const idleClient = net.connect(gateway.port, '127.0.0.1');
+  await new Promise((r) => idleClient.on('connect', r));
+  const idleClosed = new Promise((r) => idleClient.on('close', r));
+  const stream = JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'Tell a story.' }],
+    max_tokens: 300, ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+  // Two pipelined requests on one connection: the gateway reads the second only once the stream has ended.
+  const client = net.connect(gateway.port, '127.0.0.1');
+  let text = '';
+  client.on('data', (data) => { text += data.toString('latin1'); });
+  const clientClosed = new Promise((r) => client.on('close', r));
+  await new Promise((r) => client.on('connect', r));
+  client.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+    `Content-Length: ${Buffer.byteLength(stream)}\r\n\r\n${stream}` +
+    'GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+  // The stream's head (which promised keep-alive) has reached the client.
+  await waitFor(() => text.includes('\r\n\r\n'), 10_000, 'the stream to start');
+  const signalledAt = Date.now();
+  gateway.proc.kill('SIGTERM');
+  await waitFor(() => gateway.stderr.includes('draining'), 5_000, 'the gateway to start draining');
+  assert.equal(await connectionRefused(gateway.port), true, 'new connections should be refused while draining');
+  await idleClosed;
+  await clientClosed;
+  assert.match(text, /^HTTP\/1\.1 200 OK\r\n/);
+  const { body, rest: second } = dechunk(text.slice(text.indexOf('\r\n\r\n') + 4));
+  const events = body.split('\n\n').filter(Boolean).map((e) => e.slice(6));
+  assert.equal(events.at(-1), '[DONE]', 'the running stream should complete');
+  assert.equal(JSON.parse(events.at(-2)).usage.completion_tokens, 300);
+  assert.match(second, /^HTTP\/1\.1 503 /);
+  assert.match(second, /connection: close/i);
+  assert.match(second, /shutting down/);
+  const exit = await gateway.exitPromise;
+  assert.equal(exit.code, 0, gateway.stderr);
+  assert.ok(Date.now() - signalledAt < 30_000);
+  assert.match(gateway.stderr, /stopped/);
+});
+
+test('a stream longer than --drain-timeout is cut when it passes, and the gateway exits 0', async () => {
+  const drainTimeoutS = 0.5;
+  const gateway = await startGateway([replicas[0].url],
+    { policy: 'round_robin', args: ['--drain-timeout', String(drainTimeoutS)] });
+  const cancelledBefore = (await metrics(replicas[0].url))['tern:request_cancelled_total'];
+  const response = await post(gateway.url, '/v1/chat/completions', {
+    model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 1900, ignore_eos: true,
+    stream: true,
+  });
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = decoder.decode((await reader.read()).value);
+  const signalledAt = Date.now();
+  gateway.proc.kill('SIGTERM');
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value);
+    }
+  } catch { /* the connection was cut: what is expected */ }
+  const exit = await gateway.exitPromise;
+  const elapsedMs = Date.now() - signalledAt;
+  assert.equal(exit.code, 0, gateway.stderr);
+  assert.ok(!text.includes('[DONE]'), 'the stream should have been cut');
+  assert.ok(elapsedMs >= drainTimeoutS * 1000 - 50 && elapsedMs < drainTimeoutS * 1000 + 3_000,
+    `exit after ${elapsedMs} ms`);
+  assert.match(gateway.stderr, /1 requests still in flight/);
+  // The replica saw its connection close and cancelled the generation.
+  await waitFor(async () => (await metrics(replicas[0].url))['tern:request_cancelled_total'] === cancelledBefore + 1,
+    5_000, 'the replica to cancel the cut stream');
+});
+
+test('a second signal stops a draining gateway at once', async () => {
+  const gateway = await startGateway([replicas[0].url], { policy: 'round_robin' });  // --drain-timeout 30
+  const response = await post(gateway.url, '/v1/chat/completions', {
+    model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 1900, ignore_eos: true,
+    stream: true,
+  });
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = decoder.decode((await reader.read()).value);
+  gateway.proc.kill('SIGTERM');
+  await waitFor(() => gateway.stderr.includes('draining'), 5_000, 'the gateway to start draining');
+  const secondAt = Date.now();
+  gateway.proc.kill('SIGINT');
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value);
+    }
+  } catch { /* the connection was cut: what is expected */ }
+  const exit = await gateway.exitPromise;
+  assert.equal(exit.code, 0, gateway.stderr);
+  assert.ok(Date.now() - secondAt < 3_000, `exit ${Date.now() - secondAt} ms after the second signal`);
+  assert.ok(!text.includes('[DONE]'), 'the stream should have been cut');
+  assert.match(gateway.stderr, /received SIGINT again, stopping now/);
+});
+
+// Last: it kills replicas[0].
 test('killing a replica mid-run loses no request that had not started streaming', async () => {
   const gateway = await startGateway(replicas.map((r) => r.url));
   const victim = replicas[0];

@@ -80,6 +80,10 @@ test('disaggregated greedy output equals a single instance token for token, with
   }
   assert.match(prefill.stderr,
     /KV of 1 prompt\(s\) sent to 127\.0\.0\.1:\d+ \(tcp\): \d+ blocks, \d+ of them during the prefill; [1-9]\d* newly cached there/);
+  // Both hops of these sequential requests kept one keep-alive connection each to the prefill and decode replicas.
+  const gatewayMetrics = await metrics(gateway.url);
+  assert.equal(gatewayMetrics['tern:gateway_upstream_connections_opened_total'], 2);
+  assert.equal(gatewayMetrics['tern:gateway_upstream_connections_reused_total'], 2 * PROMPTS.length - 2);
 });
 
 test('the same through shared memory between two instances of one host (--kv-transfer ipc)', async () => {

@@ -45,10 +45,11 @@ export async function spawnTern(argv, { what = 'tern', env = {}, timeoutMs = 60_
   return handle;
 }
 
-// Options: model (fixture name), args (extra CLI arguments), waitReady (default true), env.
-export async function startServer({ model = CHAT_MODEL, args = [], waitReady = true, env = {} } = {}) {
-  const argv = ['serve', '--model', modelDir(model), '--host', '127.0.0.1', '--port', '0', '--served-model-name',
-    'tiny', '--kv-cache-memory', '64MiB', '--threads', '1', '--max-model-len', '2048', ...args];
+// Options: model (fixture name), args (extra CLI arguments), waitReady (default true), env, port (default 0: any
+// free one; a fixed one restarts a server where it was).
+export async function startServer({ model = CHAT_MODEL, args = [], waitReady = true, env = {}, port = 0 } = {}) {
+  const argv = ['serve', '--model', modelDir(model), '--host', '127.0.0.1', '--port', String(port),
+    '--served-model-name', 'tiny', '--kv-cache-memory', '64MiB', '--threads', '1', '--max-model-len', '2048', ...args];
   const server = await spawnTern(argv, { what: 'tern serve', env });
   server.baseURL = `${server.url}/v1`;
   if (waitReady) await waitForHealth(server.url);

@@ -36,7 +36,7 @@ TEST(ReplicaPool, RoutesOnlyToHealthyReplicasNotYetTried) {
     EXPECT_EQ(lease->address.url, "http://b:1");
   }
   EXPECT_EQ(pool.list()[1].num_outstanding, 3);
-  pool.release("http://b:1");
+  EXPECT_TRUE(pool.release("http://b:1"));
   EXPECT_EQ(pool.list()[1].num_outstanding, 2);
   pool.set_healthy("http://b:1", false);
   EXPECT_FALSE(pool.acquire({}, tried).has_value());
@@ -52,7 +52,7 @@ TEST(ReplicaPool, RemovedReplicasAreNotChosenAndLateReleasesAreIgnored) {
   ASSERT_TRUE(lease.has_value());
   EXPECT_TRUE(pool.remove(lease->address.url));
   EXPECT_FALSE(pool.remove(lease->address.url));
-  pool.release(lease->address.url);
+  EXPECT_FALSE(pool.release(lease->address.url));  // the caller then keeps no connection to it
   ASSERT_EQ(pool.list().size(), 1u);
   EXPECT_EQ(pool.list()[0].num_outstanding, 0);
   for (int i = 0; i < 3; ++i) EXPECT_NE(pool.acquire({}, {})->address.url, lease->address.url);
