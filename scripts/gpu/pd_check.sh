@@ -7,7 +7,7 @@
 #      a single instance's, and the decode instance's prefix cache shows the KV arrived;
 #   2. transfer cost: on a Llama-3.1-8B-shaped random checkpoint, an 8,192-token prompt answered by a prefill
 #      instance with kv_transfer_params (prefill + transfer) against the same prompt without (prefill alone), for
-#      ipc and tcp. PD_SKIP_BENCH=1 stops after 1; PD_SKIP_CHECK=1 starts at 2; PD_CONFIG=config.json takes another
+#      ipc and tcp, 8- and 32-block chunks (PD_BENCH_SPECS="ipc:8 tcp:32 ..."). PD_SKIP_BENCH=1 stops after 1; PD_SKIP_CHECK=1 starts at 2; PD_CONFIG=config.json takes another
 #      checkpoint shape for 2 (e.g. the 8B's attention with a narrower MLP: the same KV bytes, made faster).
 # Logs go to $OUT (or ./gpu-logs).
 set -uo pipefail
@@ -109,13 +109,15 @@ fi
 cp "$fixtures/models/tern-py-13m/tokenizer.json" "$fixtures/models/tern-py-13m/tokenizer_config.json" "$model_dir/"
 # Prefill in chunks of 2,048 tokens (the default): the first chunks' KV travels while later ones compute.
 big_args=(serve --backend cuda --port 0 --kv-cache-memory 12GiB --served-model-name m --model "$model_dir")
-for transport in ipc tcp; do
-  start "bench_prefill_$transport" 0 "${big_args[@]}" --role prefill --kv-transfer "$transport" || exit 1
+for spec in ${PD_BENCH_SPECS:-ipc:8 ipc:32 tcp:8 tcp:32}; do  # transport:blocks per chunk
+  transport=${spec%:*} chunk=${spec#*:} name=${spec/:/_}
+  start "bench_prefill_$name" 0 "${big_args[@]}" --role prefill --kv-transfer "$transport" \
+    --kv-transfer-chunk-blocks "$chunk" || exit 1
   prefill=$url
-  start "bench_decode_$transport" "$decode_gpu" "${big_args[@]}" --role decode --kv-transfer "$transport" \
+  start "bench_decode_$name" "$decode_gpu" "${big_args[@]}" --role decode --kv-transfer "$transport" \
     --kv-transfer-port 0 || exit 1
   decode_kv=$kv
-  python3 - "$prefill" "$decode_kv" "$transport" <<'PY' || status=1
+  python3 - "$prefill" "$decode_kv" "$transport, $chunk-block chunks" <<'PY' || status=1
 import json, random, sys, time, urllib.request
 prefill, decode_kv, transport = sys.argv[1:]
 def post(body):
@@ -138,7 +140,7 @@ alone.sort(); with_kv.sort()
 print(f"{transport}: 8192-token prompt, median of 5: prefill alone {alone[2]*1e3:.1f} ms, prefill + KV transfer "
       f"{with_kv[2]*1e3:.1f} ms (+{(with_kv[2]-alone[2])*1e3:.1f} ms for 511 blocks, 1.0 GiB)")
 PY
-  grep -o 'KV of .* newly cached there' "$out/bench_prefill_$transport.err" | tail -1
+  grep -o 'KV of .* newly cached there' "$out/bench_prefill_$name.err" | tail -1
   cleanup; pids=()
 done
 exit $status
