@@ -363,11 +363,9 @@ test('SIGTERM drains: the stream in flight completes, a request behind it gets 5
   assert.match(gateway.stderr, /stopped/);
 });
 
-test('a stream longer than --drain-timeout is cut when it passes, and the gateway exits 0', async () => {
-  const drainTimeoutS = 0.5;
-  const gateway = await startGateway([replicas[0].url],
-    { policy: 'round_robin', args: ['--drain-timeout', String(drainTimeoutS)] });
-  const cancelledBefore = (await metrics(replicas[0].url))['tern:request_cancelled_total'];
+// A streamed chat completion far longer than any test waits for, once its first piece has arrived; readToEnd()
+// returns everything received until the connection ended or was cut.
+async function startLongStream(gateway) {
   const response = await post(gateway.url, '/v1/chat/completions', {
     model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 1900, ignore_eos: true,
     stream: true,
@@ -375,15 +373,29 @@ test('a stream longer than --drain-timeout is cut when it passes, and the gatewa
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let text = decoder.decode((await reader.read()).value);
+  return {
+    async readToEnd() {
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          text += decoder.decode(value);
+        }
+      } catch { /* the connection was cut */ }
+      return text;
+    },
+  };
+}
+
+test('a stream longer than --drain-timeout is cut when it passes, and the gateway exits 0', async () => {
+  const drainTimeoutS = 0.5;
+  const gateway = await startGateway([replicas[0].url],
+    { policy: 'round_robin', args: ['--drain-timeout', String(drainTimeoutS)] });
+  const cancelledBefore = (await metrics(replicas[0].url))['tern:request_cancelled_total'];
+  const stream = await startLongStream(gateway);
   const signalledAt = Date.now();
   gateway.proc.kill('SIGTERM');
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value);
-    }
-  } catch { /* the connection was cut: what is expected */ }
+  const text = await stream.readToEnd();
   const exit = await gateway.exitPromise;
   const elapsedMs = Date.now() - signalledAt;
   assert.equal(exit.code, 0, gateway.stderr);
@@ -398,24 +410,12 @@ test('a stream longer than --drain-timeout is cut when it passes, and the gatewa
 
 test('a second signal stops a draining gateway at once', async () => {
   const gateway = await startGateway([replicas[0].url], { policy: 'round_robin' });  // --drain-timeout 30
-  const response = await post(gateway.url, '/v1/chat/completions', {
-    model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 1900, ignore_eos: true,
-    stream: true,
-  });
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let text = decoder.decode((await reader.read()).value);
+  const stream = await startLongStream(gateway);
   gateway.proc.kill('SIGTERM');
   await waitFor(() => gateway.stderr.includes('draining'), 5_000, 'the gateway to start draining');
   const secondAt = Date.now();
   gateway.proc.kill('SIGINT');
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value);
-    }
-  } catch { /* the connection was cut: what is expected */ }
+  const text = await stream.readToEnd();
   const exit = await gateway.exitPromise;
   assert.equal(exit.code, 0, gateway.stderr);
   assert.ok(Date.now() - secondAt < 3_000, `exit ${Date.now() - secondAt} ms after the second signal`);
