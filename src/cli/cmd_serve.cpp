@@ -98,8 +98,9 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-transfer-port", options->disagg.kv_port,
                   "Port of the KV transfer endpoint (decode; 0: any free port, printed on stderr)");
-  cmd->add_option("--kv-transfer-chunk-blocks", options->disagg.blocks_per_chunk, "KV blocks per transfer message")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--kv-transfer-chunk-blocks", options->disagg.blocks_per_chunk,
+                  "KV blocks per transfer message (default: 8 over tcp, 32 through ipc)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--kv-transfer-timeout", options->disagg.transfer_timeout_s,
                   "Seconds a prefill instance waits to connect to a decode instance, to send a chunk or for its "
                   "answer, before it gives up on the transfer (the decode instance then prefills itself)")

@@ -35,7 +35,7 @@ std::shared_ptr<void> attach_disagg_role(const DisaggConfig& config, server::Ope
   auto role = std::make_shared<AttachedRole>();
   role->transport = make_kv_transport(config.transport, transfer_timeout(config), config.blocks_per_chunk);
   if (config.role != "decode") {
-    role->handoff = std::make_unique<PrefillHandoff>(model, *role->transport, config.blocks_per_chunk);
+    role->handoff = std::make_unique<PrefillHandoff>(*role->transport);
     api.set_generation_hook([handoff = role->handoff.get()](const server::ApiRequest& request,
                                                             server::PreparedGeneration& generation) {
       return handoff->handle(request, generation);

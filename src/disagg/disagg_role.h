@@ -17,7 +17,7 @@ struct DisaggConfig {
   std::string transport = "tcp";
   std::string kv_host = "127.0.0.1";
   std::optional<uint16_t> kv_port;  // decode: default 0 (any free port, printed on stderr)
-  int32_t blocks_per_chunk = 8;
+  std::optional<int32_t> blocks_per_chunk;  // default: the transport's (make_kv_transport)
   double transfer_timeout_s = 30.0;  // each wait of a KV sender (connect, write, answer)
 };
 

@@ -50,6 +50,7 @@ class IpcKvTransport final : public KvTransport {
   IpcKvTransport(std::chrono::milliseconds timeout, int32_t blocks_per_chunk)
       : timeout_(timeout), blocks_per_chunk_(blocks_per_chunk) {}
   std::string_view name() const override { return "ipc"; }
+  int32_t blocks_per_chunk() const override { return blocks_per_chunk_; }
   std::unique_ptr<KvSender> connect(const std::string& endpoint, Engine& engine) override;
   std::unique_ptr<KvReceiver> listen(const std::string& host, uint16_t port, Engine& engine) override;
 

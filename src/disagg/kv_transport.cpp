@@ -7,11 +7,13 @@
 namespace tern::disagg {
 
 std::unique_ptr<KvTransport> make_kv_transport(std::string_view name, std::chrono::milliseconds timeout,
-                                               int32_t blocks_per_chunk) {
+                                               std::optional<int32_t> blocks_per_chunk) {
   if (timeout.count() <= 0) fail("--kv-transfer-timeout: {} ms must be positive", timeout.count());
-  if (blocks_per_chunk < 1) fail("--kv-transfer-chunk-blocks: {} blocks per chunk; must be >= 1", blocks_per_chunk);
-  if (name == "tcp") return std::make_unique<TcpKvTransport>(timeout);
-  if (name == "ipc") return std::make_unique<IpcKvTransport>(timeout, blocks_per_chunk);
+  if (blocks_per_chunk && *blocks_per_chunk < 1) {
+    fail("--kv-transfer-chunk-blocks: {} blocks per chunk; must be >= 1", *blocks_per_chunk);
+  }
+  if (name == "tcp") return std::make_unique<TcpKvTransport>(timeout, blocks_per_chunk.value_or(8));
+  if (name == "ipc") return std::make_unique<IpcKvTransport>(timeout, blocks_per_chunk.value_or(32));
   fail("--kv-transfer '{}': unknown KV transport (expected tcp or ipc)", name);
 }
 

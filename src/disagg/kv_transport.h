@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +47,8 @@ class KvTransport {
  public:
   virtual ~KvTransport() = default;
   virtual std::string_view name() const = 0;
+  // The most blocks one chunk (one message) holds.
+  virtual int32_t blocks_per_chunk() const = 0;
   // `endpoint`: the decode instance's transfer address as it gives it ("host:port"); `engine`: the one whose
   // cached blocks are sent.
   virtual std::unique_ptr<KvSender> connect(const std::string& endpoint, Engine& engine) = 0;
@@ -55,9 +58,10 @@ class KvTransport {
 
 // "tcp" or "ipc"; throws tern::Error naming the transport otherwise. A sender gives up on a connection, a chunk's
 // write or an answer after `timeout`, so a decode instance that hangs costs the prefill instance a bounded wait.
-// `blocks_per_chunk`: the most blocks a chunk holds (the ipc transport's shared slots are that large).
+// `blocks_per_chunk`: the most blocks a chunk holds (the ipc transport's shared slots are that large); by default
+// what moved 8B-shaped KV fastest on an H200 (docs/BENCHMARKS.md): 8 over tcp, 32 through ipc.
 std::unique_ptr<KvTransport> make_kv_transport(std::string_view name,
                                                std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                                               int32_t blocks_per_chunk = 8);
+                                               std::optional<int32_t> blocks_per_chunk = std::nullopt);
 
 }  // namespace tern::disagg

@@ -11,11 +11,6 @@ namespace tern::disagg {
 using server::ApiError;
 using server::HttpReply;
 
-PrefillHandoff::PrefillHandoff(server::ServingModel& model, KvTransport& transport, int32_t blocks_per_chunk)
-    : model_(model), transport_(transport), blocks_per_chunk_(blocks_per_chunk) {
-  if (blocks_per_chunk < 1) fail("KV transfer: {} blocks per chunk; must be >= 1", blocks_per_chunk);
-}
-
 std::optional<server::ApiResult> PrefillHandoff::handle(const server::ApiRequest& request,
                                                         server::PreparedGeneration& generation) {
   const server::Json body = server::parse_request_body(request.body);
@@ -52,7 +47,7 @@ std::optional<server::ApiResult> PrefillHandoff::handle(const server::ApiRequest
   auto& response = *generation.response;
   std::string streamed = response.start();
   const PrefillKvTransfer transfer =
-      send_kv_while_prefilling(*sender, prompts, streams, blocks_per_chunk_,
+      send_kv_while_prefilling(*sender, prompts, streams, transport_.blocks_per_chunk(),
                                [&](size_t i, RequestOutput output) { streamed += response.on_output(i, output); });
   HttpReply reply = response.finish();
   if (reply.status != 200) return reply;

@@ -14,17 +14,14 @@ namespace tern::disagg {
 
 class PrefillHandoff {
  public:
-  // `blocks_per_chunk`: blocks per transfer message.
-  PrefillHandoff(server::ServingModel& model, KvTransport& transport, int32_t blocks_per_chunk);
+  explicit PrefillHandoff(KvTransport& transport) : transport_(transport) {}
 
   // For OpenAiApi's generation hook (called on a worker thread; blocks while the prompt runs and transfers).
   // nullopt when the request carries no kv_transfer_params.
   std::optional<server::ApiResult> handle(const server::ApiRequest& request, server::PreparedGeneration& generation);
 
  private:
-  server::ServingModel& model_;
   KvTransport& transport_;
-  int32_t blocks_per_chunk_;
 };
 
 }  // namespace tern::disagg

@@ -8,13 +8,16 @@ namespace tern::disagg {
 
 class TcpKvTransport final : public KvTransport {
  public:
-  explicit TcpKvTransport(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  TcpKvTransport(std::chrono::milliseconds timeout, int32_t blocks_per_chunk)
+      : timeout_(timeout), blocks_per_chunk_(blocks_per_chunk) {}
   std::string_view name() const override { return "tcp"; }
+  int32_t blocks_per_chunk() const override { return blocks_per_chunk_; }
   std::unique_ptr<KvSender> connect(const std::string& endpoint, Engine& engine) override;
   std::unique_ptr<KvReceiver> listen(const std::string& host, uint16_t port, Engine& engine) override;
 
  private:
   std::chrono::milliseconds timeout_;
+  int32_t blocks_per_chunk_;
 };
 
 }  // namespace tern::disagg

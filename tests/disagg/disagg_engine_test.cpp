@@ -183,7 +183,10 @@ TEST_P(DisaggTransport, ErrorsReachTheSenderAndTheTransportStaysUsable) {
 INSTANTIATE_TEST_SUITE_P(Transports, DisaggTransport, ::testing::Values("tcp", "ipc"),
                          [](const auto& info) { return info.param; });
 
-TEST(DisaggEngine, UnknownTransportsAndBadChunksAreRefused) {
+TEST(DisaggEngine, ChunkSizesDefaultPerTransportAndBadOnesAreRefused) {
+  EXPECT_EQ(disagg::make_kv_transport("tcp")->blocks_per_chunk(), 8);
+  EXPECT_EQ(disagg::make_kv_transport("ipc")->blocks_per_chunk(), 32);
+  EXPECT_EQ(disagg::make_kv_transport("ipc", std::chrono::seconds(1), 4)->blocks_per_chunk(), 4);
   EXPECT_THROW(disagg::make_kv_transport("carrier-pigeon"), Error);
   EXPECT_THROW(disagg::make_kv_transport("ipc", std::chrono::seconds(1), 0), Error);
 }
