@@ -187,6 +187,10 @@ class Backend {
   // the same model shard by shard and meet at these collectives, which every rank calls in the same order.
   virtual int tensor_parallel_rank() const { return 0; }
   virtual int tensor_parallel_size() const { return 1; }
+  // Expert parallelism: the MoE layers of this group's model keep only their rank's share of the experts and sum
+  // the ranks' outputs, instead of every expert on every rank. Set by whoever forms the group, before the model loads.
+  bool expert_parallel() const { return expert_parallel_ && tensor_parallel_size() > 1; }
+  void set_expert_parallel(bool on) { expert_parallel_ = on; }
   // x <- sum of x over the group's ranks; every rank gets the same values.
   virtual void all_reduce_sum(Tensor& x);
   // A row-parallel linear: linear(x, weight, bias) summed over the ranks (each holds its columns of the weight;
@@ -205,6 +209,9 @@ class Backend {
     (void)rows;
     return std::nullopt;
   }
+
+ private:
+  bool expert_parallel_ = false;
 };
 
 // The backends of one tensor-parallel group. make(rank) is called once per rank, on the thread that will run all of

@@ -45,12 +45,15 @@ struct GluActivation {
   float alpha = 1.702f;
 };
 
-// E experts of intermediate size I over hidden size H, stacked along dimension 0.
+// E experts of intermediate size I over hidden size H, stacked along dimension 0: experts [first_expert,
+// first_expert + E) of the model (all of them but under expert parallelism). Routed ids outside that range belong
+// to other ranks and add nothing here.
 struct ExpertWeights {
   Tensor gate_up;                      // [E, 2I, H]: per expert, rows [0, I) gate and [I, 2I) up
   Tensor down;                         // [E, H, I]
   const Tensor* gate_up_bias = nullptr;  // [E, 2I]
   const Tensor* down_bias = nullptr;     // [E, H]
+  int64_t first_expert = 0;
 };
 
 }  // namespace tern

@@ -15,6 +15,7 @@ void add_logits_command(CLI::App& app) {
     int threads = 0;
     std::string backend = "cpu";
     int tensor_parallel_size = 1;
+    int expert_parallel_size = 1;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position to a safetensors file");
@@ -25,9 +26,12 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--backend", options->backend, "cpu or cuda");
   cmd->add_option("--tensor-parallel-size,--tp", options->tensor_parallel_size, "GPUs (or CPU ranks) to split over")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--expert-parallel-size,--ep", options->expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
+      ->check(CLI::PositiveNumber);
   cmd->callback([options] {
     const auto prompt = parse_token_ids(options->prompt_ids);
-    auto model = ShardedModel::load(options->model, options->backend, options->tensor_parallel_size, options->threads);
+    auto model = ShardedModel::load(options->model, options->backend, options->tensor_parallel_size, options->threads,
+                                    options->expert_parallel_size);
     if (static_cast<int64_t>(prompt.size()) > model->config().max_position_embeddings) {
       fail("prompt of {} tokens exceeds the model's context of {}", prompt.size(),
            model->config().max_position_embeddings);

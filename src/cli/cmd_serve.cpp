@@ -63,6 +63,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--tensor-parallel-size,--tp", config.model.tensor_parallel_size,
                   "GPUs (or CPU ranks) the model is split over, one thread each, meeting through NCCL")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--expert-parallel-size,--ep", config.model.expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-num-seqs", config.model.engine.max_num_seqs, "Sequences running at once")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", config.model.engine.max_num_batched_tokens, "Tokens per engine step")

@@ -9,6 +9,8 @@ void EngineFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--tensor-parallel-size,--tp", tensor_parallel_size,
                  "GPUs (or CPU ranks) the model is split over, one thread each")
       ->check(CLI::PositiveNumber);
+  cmd.add_option("--expert-parallel-size,--ep", expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
+      ->check(CLI::PositiveNumber);
   cmd.add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 2GiB or 512MiB");
   cmd.add_option("--kv-cache-fraction", kv_cache_fraction,
                  "KV cache size as a fraction of available device memory (host memory on the CPU)")

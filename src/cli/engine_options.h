@@ -10,7 +10,8 @@
 namespace tern::cli {
 
 struct EngineFlags {
-  int tensor_parallel_size = 1;  // not an EngineConfig field: it decides how the model is loaded
+  int tensor_parallel_size = 1;  // not EngineConfig fields: they decide how the model is loaded
+  int expert_parallel_size = 1;
   std::string kv_cache_memory;  // e.g. "2GiB"; empty: kv_cache_fraction, else the default below
   double kv_cache_fraction = 0.0;
   int32_t block_size = 16;

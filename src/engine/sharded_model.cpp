@@ -68,7 +68,11 @@ class ShardedModel::RankThread {
 };
 
 std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& dir, const std::string& backend_name,
-                                                 int size, int num_threads) {
+                                                 int size, int num_threads, int expert_parallel_size) {
+  if (expert_parallel_size != 1 && expert_parallel_size != size) {
+    fail("--expert-parallel-size {}: must be 1 or the tensor-parallel size {} (experts are split over the "
+         "tensor-parallel ranks)", expert_parallel_size, size);
+  }
   std::unique_ptr<ShardedModel> sharded(new ShardedModel());
   sharded->backend_group_ = make_backend_group(backend_name, size, num_threads);
   sharded->ranks_.resize(static_cast<size_t>(size));
@@ -77,6 +81,7 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
     Rank& slot = sharded->ranks_[static_cast<size_t>(rank)];
     slot.owned_backend = sharded->backend_group_->make(rank);
     slot.backend = slot.owned_backend.get();
+    slot.backend->set_expert_parallel(expert_parallel_size > 1);
     slot.owned_model = load_model(dir, *slot.backend);
     slot.model = slot.owned_model.get();
   });

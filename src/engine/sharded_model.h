@@ -18,9 +18,10 @@ namespace tern {
 class ShardedModel {
  public:
   // Loads the model directory on `size` ranks of backend `backend_name` ("cpu": threads of this process sharing
-  // `num_threads`; "cuda": devices 0 .. size - 1), all ranks at once.
+  // `num_threads`; "cuda": devices 0 .. size - 1), all ranks at once. `expert_parallel_size`: 1 (every rank holds
+  // every expert of the MoE layers) or `size` (each rank its share: Backend::expert_parallel).
   static std::unique_ptr<ShardedModel> load(const std::filesystem::path& dir, const std::string& backend_name,
-                                            int size, int num_threads = 0);
+                                            int size, int num_threads = 0, int expert_parallel_size = 1);
   // One whole model on one backend, both owned by the caller.
   ShardedModel(Model& model, Backend& backend);
   ~ShardedModel();

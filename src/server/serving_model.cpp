@@ -56,7 +56,8 @@ std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& confi
     model->max_token_bytes_ = std::max(model->max_token_bytes_, model->tokenizer_.token_bytes(id).size());
   }
   model->model_ =
-      ShardedModel::load(config.model_dir, config.backend, config.tensor_parallel_size, config.num_threads);
+      ShardedModel::load(config.model_dir, config.backend, config.tensor_parallel_size, config.num_threads,
+                         config.expert_parallel_size);
   model->grammars_ = std::make_unique<grammar::GrammarCache>(
       grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids));
   model->grammars_->warm_up();

@@ -18,6 +18,7 @@ struct ServingModelConfig {
   std::string backend = "cpu";
   int num_threads = 0;  // CPU backend threads; 0: all cores
   int tensor_parallel_size = 1;
+  int expert_parallel_size = 1;  // 1 or tensor_parallel_size (ShardedModel::load)
   EngineConfig engine;
 };
 

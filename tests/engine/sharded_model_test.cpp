@@ -129,20 +129,24 @@ struct ShardedCase {
   // Split (llama: 2 over 2 ranks), replicated because there are fewer than ranks (the chat fixtures' single head),
   // or cached whole on every rank (MLA's latent: its attention is not sharded).
   int64_t kv_heads_per_rank = 1;
+  int expert_parallel_size = 1;  // size: each rank holds its share of the MoE experts
 };
 
-void PrintTo(const ShardedCase& c, std::ostream* os) { *os << c.model << " on " << c.size << " ranks"; }
+void PrintTo(const ShardedCase& c, std::ostream* os) {
+  *os << c.model << " on " << c.size << " ranks, expert parallel size " << c.expert_parallel_size;
+}
 
 class ShardedModelTest : public ::testing::TestWithParam<ShardedCase> {};
 
 TEST_P(ShardedModelTest, MatchesTheUnshardedModel) {
-  const auto& [name, size, kv_heads_per_rank] = GetParam();
+  const auto& [name, size, kv_heads_per_rank, expert_parallel_size] = GetParam();
   const auto dir = fixtures_dir() / "models" / name;
   const auto golden = read_json(dir / "golden.json");
   auto whole = ShardedModel::load(dir, "cpu", 1, 2);
-  auto sharded = ShardedModel::load(dir, "cpu", size, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", size, 2, expert_parallel_size);
   ASSERT_EQ(sharded->size(), size);
   EXPECT_EQ(sharded->backend(size - 1).tensor_parallel_rank(), size - 1);
+  EXPECT_EQ(sharded->backend(0).expert_parallel(), expert_parallel_size > 1);
   for (int rank = 0; rank < size; ++rank) {
     EXPECT_EQ(sharded->model(rank).kv_layers()[0].num_kv_heads, kv_heads_per_rank) << "rank " << rank;
   }
@@ -168,12 +172,25 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ShardedCase{"llama", 2}, ShardedCase{"llama3_rope", 2}, ShardedCase{"qwen2", 2},
                       ShardedCase{"qwen3", 2}, ShardedCase{"qwen3_moe", 2}, ShardedCase{"gpt_oss", 2},
                       ShardedCase{"deepseek_v3", 2}, ShardedCase{"qwen3-chat-tiny", 2}, ShardedCase{"llama3-chat-tiny", 2},
-                      ShardedCase{"llama", 4}, ShardedCase{"tern-py-13m", 4}),
+                      ShardedCase{"llama", 4}, ShardedCase{"tern-py-13m", 4}, ShardedCase{"qwen3_moe", 2, 1, 2},
+                      ShardedCase{"gpt_oss", 2, 1, 2}, ShardedCase{"deepseek_v3", 2, 1, 2}),
     [](const auto& info) {
       std::string name = info.param.model + "_tp" + std::to_string(info.param.size);
+      if (info.param.expert_parallel_size > 1) name += "_ep" + std::to_string(info.param.expert_parallel_size);
       for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return name;
     });
+
+TEST(ShardedModelErrors, ExpertParallelSizeMustBeOneOrTheTensorParallelSize) {
+  try {
+    ShardedModel::load(fixtures_dir() / "models" / "qwen3_moe", "cpu", 2, 2, 4);
+    FAIL() << "expert parallel size 4 on 2 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--expert-parallel-size 4: must be 1 or the tensor-parallel size 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(ShardedModelErrors, HeadsThatDoNotSplitFailByName) {
   // The llama fixture has 4 attention heads: 3 ranks cannot split them.

@@ -100,7 +100,9 @@ TEST_F(MoeOpsTest, HashRoutingTakesExpertsFromTheTokenTable) {
 }
 
 // Expert FFNs against a dense loop over every (token, chosen expert) pair.
-void check_experts_against_dense_loop(Backend& backend, const GluActivation& activation, bool biases) {
+// With `split_experts`, the sum of two calls that each hold half of the experts (expert parallelism).
+void check_experts_against_dense_loop(Backend& backend, const GluActivation& activation, bool biases,
+                                      bool split_experts = false) {
   const int64_t tokens = 5, hidden = 16, inter = 8, experts = 4, k = 2;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -114,11 +116,6 @@ void check_experts_against_dense_loop(Backend& backend, const GluActivation& act
              down_bias = random(experts * hidden);
   const std::vector<int32_t> chosen = {0, 3, 2, 3, 1, 0, 3, 1, 2, 0};
   const std::vector<float> w = {0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f, 0.6f, 0.4f};
-  const Tensor gate_up_t = backend.from_host_f32(gate_up, {experts, 2 * inter, hidden});
-  const Tensor gate_up_bias_t = backend.from_host_f32(gate_up_bias, {experts, 2 * inter});
-  const Tensor down_bias_t = backend.from_host_f32(down_bias, {experts, hidden});
-  ExpertWeights weights{gate_up_t, backend.from_host_f32(down, {experts, hidden, inter}),
-                        biases ? &gate_up_bias_t : nullptr, biases ? &down_bias_t : nullptr};
   TensorInfo ids_info;
   ids_info.dtype = DType::I32;
   ids_info.shape = {tokens, k};
@@ -126,8 +123,25 @@ void check_experts_against_dense_loop(Backend& backend, const GluActivation& act
   ids_info.size_bytes = chosen.size() * sizeof(int32_t);
   const TensorInfo* part = &ids_info;
   ExpertRouting routing{backend.load_weight({&part, 1}), backend.from_host_f32(w, {tokens, k})};
-  const auto out = backend.to_host_f32(backend.moe_experts(backend.from_host_f32(x, {tokens, hidden}), routing,
-                                                           weights, activation));
+  const Tensor input = backend.from_host_f32(x, {tokens, hidden});
+  // Experts [first, first + count) only, as one rank of expert parallelism holds them.
+  auto run_experts = [&](int64_t first, int64_t count) {
+    auto rows = [&](const std::vector<float>& v, int64_t per_expert) {
+      return std::vector<float>(v.begin() + first * per_expert, v.begin() + (first + count) * per_expert);
+    };
+    const Tensor gate_up_t = backend.from_host_f32(rows(gate_up, 2 * inter * hidden), {count, 2 * inter, hidden});
+    const Tensor gate_up_bias_t = backend.from_host_f32(rows(gate_up_bias, 2 * inter), {count, 2 * inter});
+    const Tensor down_bias_t = backend.from_host_f32(rows(down_bias, hidden), {count, hidden});
+    ExpertWeights weights{gate_up_t, backend.from_host_f32(rows(down, hidden * inter), {count, hidden, inter}),
+                          biases ? &gate_up_bias_t : nullptr, biases ? &down_bias_t : nullptr, first};
+    return backend.to_host_f32(backend.moe_experts(input, routing, weights, activation));
+  };
+  std::vector<float> out = run_experts(0, experts);
+  if (split_experts) {  // two ranks' shares, summed as the all-reduce does
+    out = run_experts(0, experts / 2);
+    const auto second = run_experts(experts / 2, experts / 2);
+    for (size_t i = 0; i < out.size(); ++i) out[i] += second[i];
+  }
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<double> expected(hidden, 0.0);
     for (int64_t j = 0; j < k; ++j) {
@@ -159,6 +173,13 @@ void check_experts_against_dense_loop(Backend& backend, const GluActivation& act
 }
 
 TEST_F(MoeOpsTest, SwigluExpertsMatchDenseLoop) { check_experts_against_dense_loop(*backend_, {}, false); }
+
+TEST_F(MoeOpsTest, TwoHalvesOfTheExpertsSumToAllOfThem) {
+  GluActivation activation;
+  activation.kind = GluActivation::Kind::gpt_oss;
+  activation.limit = 1.5f;
+  check_experts_against_dense_loop(*backend_, activation, true, true);
+}
 
 TEST_F(MoeOpsTest, ClampedGptOssExpertsWithBiasesMatchDenseLoop) {
   GluActivation activation;

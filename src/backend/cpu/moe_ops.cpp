@@ -168,7 +168,7 @@ Tensor moe_experts(const Tensor& x, const ExpertRouting& routing, const ExpertWe
     std::vector<int64_t> tokens, slots;
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int64_t j = 0; j < k; ++j) {
-        if (ids[t * k + j] == e) {
+        if (ids[t * k + j] == experts.first_expert + e) {
           tokens.push_back(t);
           slots.push_back(t * k + j);
         }

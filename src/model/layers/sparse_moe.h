@@ -1,6 +1,7 @@
 #pragma once
 // A sparse mixture-of-experts feed-forward block: router, routed experts and optional shared experts whose output
-// is added (DeepSeek). Covers the checkpoint layouts of Mixtral (w1/w3/w2), Qwen-MoE and DeepSeek
+// is added (DeepSeek). Under tensor parallelism the experts are replicated on every rank, or split over the ranks
+// with expert parallelism (each rank computes its experts for every token; an all-reduce sums the ranks' parts). Covers the checkpoint layouts of Mixtral (w1/w3/w2), Qwen-MoE and DeepSeek
 // (gate_proj/up_proj/down_proj per expert) and gpt-oss (fused, interleaved gate/up with biases).
 #include <optional>
 #include <string>
@@ -43,6 +44,8 @@ class SparseMoe final : public FeedForwardBlock {
   std::optional<Tensor> gate_up_bias_;  // [E, 2I]
   std::optional<Tensor> down_bias_;     // [E, H]
   GluActivation activation_;
+  bool expert_parallel_ = false;  // this rank holds experts [first_expert_, + E) of them (Backend::expert_parallel)
+  int64_t first_expert_ = 0;
   std::optional<GatedMlp> shared_experts_;
 };
 
