@@ -1,6 +1,5 @@
 #include "gateway/gateway_server.h"
 
-#include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <csignal>
 #include <cstdio>
@@ -15,8 +14,6 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// How long closed connections get to finish closing (their pending handlers to run) once a drain is over.
-constexpr auto kCloseTimeout = std::chrono::seconds(2);
 constexpr auto kUpstreamSweepInterval = std::chrono::seconds(1);
 
 }  // namespace
@@ -67,11 +64,11 @@ void GatewayServer::run() {
   accept();
   std::vector<std::thread> threads;
   for (int i = 0; i < config_.num_io_threads; ++i) threads.emplace_back([this] { io_.run(); });
-  {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return shutdown_requested_; });
-  }
-  drain();
+  connections_.wait_for_shutdown_request();
+  connections_.drain(config_.drain_timeout, [](int64_t num_cut) {
+    std::fprintf(stderr, "tern gateway: %lld requests still in flight; closing their connections\n",
+                 static_cast<long long>(num_cut));
+  });
   io_.stop();
   for (std::thread& thread : threads) thread.join();
   upstream_connections_.close_all();
@@ -82,54 +79,17 @@ void GatewayServer::wait_for_signal() {
   signals_.async_wait([this](boost::system::error_code ec, int signal) {
     if (ec) return;
     const char* name = signal == SIGINT ? "SIGINT" : "SIGTERM";
-    if (draining()) {
+    if (connections_.draining()) {
       std::fprintf(stderr, "tern gateway: received %s again, stopping now\n", name);
     } else {
       std::fprintf(stderr, "tern gateway: received %s, draining (at most %.1f s)\n", name,
                    std::chrono::duration<double>(config_.drain_timeout).count());
     }
-    begin_shutdown();
+    connections_.begin_shutdown(io_, acceptor_, [this](tcp::socket socket) {
+      std::make_shared<GatewaySession>(std::move(socket), *this)->start();
+    });
     wait_for_signal();
   });
-}
-
-void GatewayServer::begin_shutdown() {
-  {
-    std::lock_guard lock(mutex_);
-    if (shutdown_requested_) shutdown_forced_ = true;
-    shutdown_requested_ = true;
-  }
-  changed_.notify_all();
-  asio::post(acceptor_.get_executor(), [this] {
-    if (!acceptor_.is_open()) return;
-    for (const auto& session : live_sessions()) session->close_if_idle();
-    // Connections the kernel completed but we have not accepted yet would be reset by the close: take them, so
-    // that their requests get an answer (503) and their clients a clean close.
-    boost::system::error_code ec;
-    acceptor_.non_blocking(true, ec);
-    while (!ec) {
-      tcp::socket socket(asio::make_strand(io_));
-      acceptor_.accept(socket, ec);
-      if (!ec) std::make_shared<GatewaySession>(std::move(socket), *this)->start();
-    }
-    acceptor_.close(ec);
-  });
-}
-
-void GatewayServer::drain() {
-  {
-    std::unique_lock lock(mutex_);
-    changed_.wait_for(lock, config_.drain_timeout, [&] { return num_exchanges_ == 0 || shutdown_forced_; });
-    if (num_exchanges_ > 0) {
-      std::fprintf(stderr, "tern gateway: %lld requests still in flight; closing their connections\n",
-                   static_cast<long long>(num_exchanges_));
-    }
-  }
-  for (const auto& session : live_sessions()) session->abort();
-  // Closing a connection completes its pending operations, whose handlers hold the session: let them run, so that
-  // the replicas see their connections closed (and cancel the generations) before the process goes.
-  std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, kCloseTimeout, [&] { return sessions_.empty(); });
 }
 
 void GatewayServer::close_expired_upstream_connections() {
@@ -138,46 +98,6 @@ void GatewayServer::close_expired_upstream_connections() {
   upstream_sweep_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) close_expired_upstream_connections();
   });
-}
-
-bool GatewayServer::draining() const {
-  std::lock_guard lock(mutex_);
-  return shutdown_requested_;
-}
-
-void GatewayServer::add_session(const std::shared_ptr<GatewaySession>& session) {
-  std::lock_guard lock(mutex_);
-  sessions_[session.get()] = session;
-}
-
-void GatewayServer::remove_session(const GatewaySession* session) {
-  {
-    std::lock_guard lock(mutex_);
-    sessions_.erase(session);
-  }
-  changed_.notify_all();
-}
-
-std::vector<std::shared_ptr<GatewaySession>> GatewayServer::live_sessions() {
-  std::lock_guard lock(mutex_);
-  std::vector<std::shared_ptr<GatewaySession>> live;
-  for (const auto& [pointer, weak] : sessions_) {
-    if (auto session = weak.lock()) live.push_back(std::move(session));
-  }
-  return live;
-}
-
-void GatewayServer::exchange_started() {
-  std::lock_guard lock(mutex_);
-  ++num_exchanges_;
-}
-
-void GatewayServer::exchange_ended() {
-  {
-    std::lock_guard lock(mutex_);
-    --num_exchanges_;
-  }
-  changed_.notify_all();
 }
 
 }  // namespace tern::gateway

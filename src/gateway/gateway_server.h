@@ -12,14 +12,11 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "gateway/gateway_api.h"
@@ -30,6 +27,7 @@
 #include "gateway/routing_policy.h"
 #include "gateway/upstream_connection_pool.h"
 #include "gateway/upstream_exchange.h"
+#include "server/connection_drain.h"
 
 namespace tern::gateway {
 
@@ -74,22 +72,12 @@ class GatewayServer {
   GatewayApi& api() { return api_; }
   PrefillRouter* prefill_router() { return prefill_router_ ? &*prefill_router_ : nullptr; }
   UpstreamConnectionPool& upstream_connections() { return upstream_connections_; }
-  bool draining() const;
-  void add_session(const std::shared_ptr<GatewaySession>& session);
-  void remove_session(const GatewaySession* session);
-  // A request received until its response is sent (or its connection closed): what a drain waits for.
-  void exchange_started();
-  void exchange_ended();
+  server::ConnectionDrain<GatewaySession>& connections() { return connections_; }
 
  private:
   void accept();
   void wait_for_signal();
-  void begin_shutdown();
-  // Blocks until no exchange is in flight, the drain timeout passes or a second signal comes; then closes every
-  // client connection.
-  void drain();
   void close_expired_upstream_connections();
-  std::vector<std::shared_ptr<GatewaySession>> live_sessions();
 
   GatewayConfig config_;
   ReplicaPool pool_;
@@ -97,12 +85,7 @@ class GatewayServer {
   GatewayMetrics metrics_;
 
   // Declared before io_: sessions that die with io_'s pending handlers still unregister here.
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  bool shutdown_requested_ = false;
-  bool shutdown_forced_ = false;
-  int64_t num_exchanges_ = 0;
-  std::unordered_map<const GatewaySession*, std::weak_ptr<GatewaySession>> sessions_;
+  server::ConnectionDrain<GatewaySession> connections_;
 
   boost::asio::io_context io_;
   UpstreamConnectionPool upstream_connections_;  // after io_: its sockets close before io_ goes

@@ -31,11 +31,11 @@ GatewaySession::GatewaySession(asio::ip::tcp::socket socket, GatewayServer& serv
 
 GatewaySession::~GatewaySession() {
   end_exchange();
-  server_.remove_session(this);
+  server_.connections().remove(this);
 }
 
 void GatewaySession::start() {
-  server_.add_session(shared_from_this());
+  server_.connections().add(shared_from_this());
   beast::error_code ignored;
   stream_.socket().set_option(asio::ip::tcp::no_delay(true), ignored);
   asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
@@ -54,13 +54,13 @@ void GatewaySession::abort() {
 void GatewaySession::begin_exchange() {
   if (in_exchange_) return;  // a pipelined request, counted since the previous response
   in_exchange_ = true;
-  server_.exchange_started();
+  server_.connections().exchange_started();
 }
 
 void GatewaySession::end_exchange() {
   if (!in_exchange_) return;
   in_exchange_ = false;
-  server_.exchange_ended();
+  server_.connections().exchange_ended();
 }
 
 void GatewaySession::read_request() {
@@ -86,7 +86,7 @@ void GatewaySession::on_request(beast::error_code ec) {
   stream_.expires_never();
   request_ = parser_->release();
   received_at_ = Clock::now();
-  if (server_.draining()) {
+  if (server_.connections().draining()) {
     return send_reply(
         HttpReply::error(ApiError(503, "the gateway is shutting down", std::nullopt, "server_shutting_down")));
   }
@@ -100,7 +100,7 @@ void GatewaySession::on_request(beast::error_code ec) {
 void GatewaySession::send_reply(const HttpReply& reply) {
   auto response = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status), 11);
   response->set(http::field::content_type, reply.content_type);
-  response->keep_alive(request_.keep_alive() && !server_.draining());
+  response->keep_alive(request_.keep_alive() && !server_.connections().draining());
   response->body() = reply.body;
   response->prepare_payload();
   const int status = reply.status;
@@ -117,7 +117,7 @@ void GatewaySession::continue_or_close(bool keep_alive) {
   // cutting the connection under it.
   const bool pipelined = buffer_.size() > 0;
   if (!pipelined) end_exchange();
-  if (server_.draining() && !pipelined) return close();
+  if (server_.connections().draining() && !pipelined) return close();
   read_request();
 }
 
@@ -258,7 +258,7 @@ void GatewaySession::relay_head() {
   for (http::field field : kRelayedResponseFields) {
     if (auto it = upstream_head.find(field); it != upstream_head.end()) head.set(field, it->value());
   }
-  head.keep_alive(request_.keep_alive() && !server_.draining());
+  head.keep_alive(request_.keep_alive() && !server_.connections().draining());
   // A length the replica announced is passed on (the body is then relayed raw); otherwise chunked.
   const auto content_length = upstream_->head().count(http::field::content_length)
                                   ? std::optional<std::string>(std::string(upstream_head[http::field::content_length]))

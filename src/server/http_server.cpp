@@ -1,6 +1,5 @@
 #include "server/http_server.h"
 
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <csignal>
@@ -13,12 +12,6 @@ namespace tern::server {
 
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
-
-namespace {
-
-constexpr auto kCloseTimeout = std::chrono::seconds(2);
-
-}  // namespace
 
 HttpServer::HttpServer(HttpServerConfig config, OpenAiApi& api, ServerMetrics& metrics)
     : config_(std::move(config)), api_(api), metrics_(metrics), acceptor_(net::make_strand(io_)), signals_(io_, SIGINT, SIGTERM),
@@ -68,53 +61,18 @@ void HttpServer::accept() {
   });
 }
 
-bool HttpServer::draining() const {
-  std::lock_guard lock(mutex_);
-  return shutdown_requested_;
-}
-
 void HttpServer::begin_shutdown() {
-  {
-    std::lock_guard lock(mutex_);
-    if (shutdown_requested_) shutdown_forced_ = true;
-    shutdown_requested_ = true;
-  }
-  changed_.notify_all();
-  net::post(acceptor_.get_executor(), [this] {
-    if (!acceptor_.is_open()) return;
-    for (const auto& session : live_sessions()) session->close_if_idle();
-    // Connections the kernel completed but we have not accepted yet would be reset by the close: take them, so
-    // that their requests get an answer (503) and their clients a clean close.
-    boost::system::error_code ec;
-    acceptor_.non_blocking(true, ec);
-    while (!ec) {
-      tcp::socket socket(net::make_strand(io_));
-      acceptor_.accept(socket, ec);
-      if (!ec) std::make_shared<HttpSession>(std::move(socket), *this)->start();
-    }
-    acceptor_.close(ec);
+  connections_.begin_shutdown(io_, acceptor_, [this](tcp::socket socket) {
+    std::make_shared<HttpSession>(std::move(socket), *this)->start();
   });
 }
 
-void HttpServer::wait_for_shutdown_request() {
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return shutdown_requested_; });
-}
+void HttpServer::wait_for_shutdown_request() { connections_.wait_for_shutdown_request(); }
 
 void HttpServer::drain(std::chrono::milliseconds timeout) {
-  {
-    std::unique_lock lock(mutex_);
-    changed_.wait_for(lock, timeout, [&] { return num_exchanges_ == 0 || shutdown_forced_; });
-    if (num_exchanges_ > 0) {
-      std::fprintf(stderr, "tern: %lld requests still in flight; cancelling them\n",
-                   static_cast<long long>(num_exchanges_));
-    }
-  }
-  for (const auto& session : live_sessions()) session->abort();
-  // Closing a connection completes its pending operations, whose handlers hold the session: wait for them to run,
-  // so that stop() does not drop sockets mid-close.
-  std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, kCloseTimeout, [&] { return sessions_.empty(); });
+  connections_.drain(timeout, [](int64_t num_cut) {
+    std::fprintf(stderr, "tern: %lld requests still in flight; cancelling them\n", static_cast<long long>(num_cut));
+  });
 }
 
 void HttpServer::stop() {
@@ -122,41 +80,6 @@ void HttpServer::stop() {
   for (auto& thread : io_threads_) thread.join();
   io_threads_.clear();
   workers_.join();
-}
-
-void HttpServer::add_session(const std::shared_ptr<HttpSession>& session) {
-  std::lock_guard lock(mutex_);
-  sessions_[session.get()] = session;
-}
-
-void HttpServer::remove_session(const HttpSession* session) {
-  {
-    std::lock_guard lock(mutex_);
-    sessions_.erase(session);
-  }
-  changed_.notify_all();
-}
-
-std::vector<std::shared_ptr<HttpSession>> HttpServer::live_sessions() {
-  std::lock_guard lock(mutex_);
-  std::vector<std::shared_ptr<HttpSession>> live;
-  for (const auto& [pointer, weak] : sessions_) {
-    if (auto session = weak.lock()) live.push_back(std::move(session));
-  }
-  return live;
-}
-
-void HttpServer::exchange_started() {
-  std::lock_guard lock(mutex_);
-  ++num_exchanges_;
-}
-
-void HttpServer::exchange_ended() {
-  {
-    std::lock_guard lock(mutex_);
-    --num_exchanges_;
-  }
-  changed_.notify_all();
 }
 
 }  // namespace tern::server

@@ -8,15 +8,13 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
+#include "server/connection_drain.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 
@@ -63,28 +61,18 @@ class HttpServer {
   OpenAiApi& api() { return api_; }
   ServerMetrics& metrics() { return metrics_; }
   boost::asio::thread_pool& workers() { return workers_; }
-  bool draining() const;
-  void add_session(const std::shared_ptr<HttpSession>& session);
-  void remove_session(const HttpSession* session);
-  void exchange_started();
-  void exchange_ended();
+  ConnectionDrain<HttpSession>& connections() { return connections_; }
 
  private:
   void accept();
   void wait_for_signal();
-  std::vector<std::shared_ptr<HttpSession>> live_sessions();
 
   HttpServerConfig config_;
   OpenAiApi& api_;
   ServerMetrics& metrics_;
 
   // Declared before io_: sessions that die with io_'s pending handlers still unregister here.
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  bool shutdown_requested_ = false;
-  bool shutdown_forced_ = false;
-  int64_t num_exchanges_ = 0;
-  std::unordered_map<const HttpSession*, std::weak_ptr<HttpSession>> sessions_;
+  ConnectionDrain<HttpSession> connections_;
 
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;

@@ -60,12 +60,12 @@ HttpSession::~HttpSession() {
   // Engine requests still running hold a reference to this session, so none can be left here; the exchange
   // count is all that may need settling.
   end_exchange();
-  server_.remove_session(this);
+  server_.connections().remove(this);
   server_.metrics().connection_closed();
 }
 
 void HttpSession::start() {
-  server_.add_session(shared_from_this());
+  server_.connections().add(shared_from_this());
   net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
 }
 
@@ -133,7 +133,7 @@ void HttpSession::on_header(beast::error_code ec) {
     send_reply(HttpReply::error(ApiError(400, fmt::format("malformed HTTP request: {}", ec.message()))), true);
     return;
   }
-  if (server_.draining()) {
+  if (server_.connections().draining()) {
     send_reply(HttpReply::error(ApiError(503, "the server is shutting down", std::nullopt, "server_shutting_down")),
                true);
     return;
@@ -203,7 +203,7 @@ void HttpSession::deliver(ApiResult result) {
 
 void HttpSession::send_reply(HttpReply reply, bool close_after) {
   status_ = reply.status;
-  close_after = close_after || !keep_alive_ || server_.draining();
+  close_after = close_after || !keep_alive_ || server_.connections().draining();
   reply_.emplace(static_cast<http::status>(reply.status), 11);
   reply_->set(http::field::server, "tern");
   reply_->set(http::field::content_type, reply.content_type);
@@ -265,7 +265,7 @@ void HttpSession::start_generation(PreparedGeneration generation) {
     }
   }
   if (streaming_) {
-    pending_bytes_ = stream_header(request_id_, keep_alive_ && !server_.draining() ? keep_alive_hint() : "");
+    pending_bytes_ = stream_header(request_id_, keep_alive_ && !server_.connections().draining() ? keep_alive_hint() : "");
     status_ = 200;
     queue_stream_bytes(response_->start());
     write_stream();
@@ -402,13 +402,13 @@ void HttpSession::begin_exchange() {
   logged_ = false;
   if (in_exchange_) return;  // a pipelined request, counted as in flight since the previous response
   in_exchange_ = true;
-  server_.exchange_started();
+  server_.connections().exchange_started();
 }
 
 void HttpSession::end_exchange() {
   if (!in_exchange_) return;
   in_exchange_ = false;
-  server_.exchange_ended();
+  server_.connections().exchange_ended();
 }
 
 void HttpSession::log_exchange() {
@@ -455,7 +455,7 @@ void HttpSession::finish_exchange(bool close_after) {
   const bool pipelined = buffer_.size() > 0;
   if (!pipelined) end_exchange();
   if (closed_) return;
-  if (server_.draining() && !pipelined) return linger_and_close();
+  if (server_.connections().draining() && !pipelined) return linger_and_close();
   read_header();
 }
 
