@@ -12,11 +12,7 @@ bin="$root/.device/bin"
 # `tern bench`, or the same command from tern-engine-bench when only that was staged.
 tern="$bin/tern"
 [ -x "$tern" ] || tern="$bin/tern_engine_bench"
-cublas_dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
-  /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib 2>/dev/null | tr '\n' ':')
-export LD_LIBRARY_PATH="$root/.device/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
-export PYTHONUNBUFFERED=1
+source "$root/scripts/gpu/device_env.sh"
 
 # The checkpoint (16 GB) goes to memory-backed storage when there is room.
 model_dir=/tmp/llama8b

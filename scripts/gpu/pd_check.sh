@@ -17,11 +17,7 @@ mkdir -p "$out"
 exec > >(tee -a "$out/pd_check.txt") 2>&1
 bin="$root/.device/bin"
 fixtures="$root/.device/fixtures"
-site=$(ls -d /opt/torch/.venv/lib/python3*/site-packages 2>/dev/null | head -1)
-cublas_dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib "$site/nvidia/cu13/lib" \
-  "$site/nvidia/cublas/lib" 2>/dev/null | tr '\n' ':')
-export LD_LIBRARY_PATH="$root/.device/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
-export PYTHONUNBUFFERED=1
+source "$root/scripts/gpu/device_env.sh"
 num_gpus=$(nvidia-smi -L | wc -l)
 decode_gpu=$((num_gpus > 1 ? 1 : 0))
 echo "GPUs: $num_gpus; the decode instances run on GPU $decode_gpu"

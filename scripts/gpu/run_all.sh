@@ -11,11 +11,7 @@ quick="${1:-}"
 bin="$root/.device/bin"
 export TERN_FIXTURES="$root/.device/fixtures"
 
-# cuBLASLt: the toolkit's copy, or the one PyTorch's wheels bring.
-cublas_dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
-  /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib 2>/dev/null | tr '\n' ':')
-export LD_LIBRARY_PATH="$root/.device/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+source "$root/scripts/gpu/device_env.sh"
 export PATH="/usr/local/cuda/bin:$PATH"
 
 status=0

@@ -14,13 +14,9 @@ exec > >(tee -a "$out/tp_check.txt") 2>&1
 bin="$root/.device/bin"
 export TERN_FIXTURES="$root/.device/fixtures"
 export NCCL_NVLS_ENABLE=0
-site=$(ls -d /opt/torch/.venv/lib/python3*/site-packages 2>/dev/null | head -1)
-cublas_dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib "$site/nvidia/cu13/lib" \
-  "$site/nvidia/cublas/lib" 2>/dev/null | tr '\n' ':')
-export LD_LIBRARY_PATH="$root/.device/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+source "$root/scripts/gpu/device_env.sh"
 # NCCL comes with PyTorch's wheels on the GPU machine.
 export TERN_NCCL_LIBRARY="${TERN_NCCL_LIBRARY:-$(ls "$site"/nvidia/nccl/lib/libnccl.so.2 "$site"/nvidia/cu13/lib/libnccl.so.2 2>/dev/null | head -1)}"
-export PYTHONUNBUFFERED=1
 num_gpus=$(nvidia-smi -L | wc -l)
 echo "GPUs: $num_gpus; NCCL: $TERN_NCCL_LIBRARY"
 nvidia-smi topo -m 2>&1 | head -12
