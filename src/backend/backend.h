@@ -130,6 +130,9 @@ class Backend {
   virtual Tensor add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps) = 0;
   // x [T, K] times weight [N, K] transposed, plus bias [N] -> [T, N]
   virtual Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) = 0;
+  // The same with float32 outputs where the backend's activations are narrower (router logits: choosing experts
+  // by rounded logits flips near-ties).
+  virtual Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias); }
   virtual void add_in_place(Tensor& x, const Tensor& y) = 0;
   // Columns [begin, begin + count) of x [T, N] as a new [T, count] tensor.
   virtual Tensor slice_columns(const Tensor& x, int64_t begin, int64_t count) = 0;

@@ -18,10 +18,13 @@
 #include "backend/cuda/nccl_library.h"
 #include "backend/cuda/step_graphs.h"
 #include "elementwise/argmax.h"
+#include "elementwise/gated_activation.h"
 #include "elementwise/pointwise.h"
 #include "elementwise/rms_norm.h"
 #include "elementwise/rope_kv.h"
 #include "elementwise/sample.h"
+#include "moe/moe_experts.h"
+#include "moe/moe_routing.h"
 
 namespace tern {
 
@@ -301,6 +304,10 @@ class CudaBackend final : public Backend {
     return linear_to(x, weight, bias, DType::BF16);
   }
 
+  Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
+    return linear_to(x, weight, bias, DType::F32);
+  }
+
   // Partial products are summed in float32 and rounded to bf16 once, as one GPU's GEMM would round them: summing
   // bf16 partials would round three times and drift from the unsharded model.
   Tensor linear_all_reduce(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
@@ -344,6 +351,135 @@ class CudaBackend final : public Backend {
     const int64_t num_rows = width ? gate_up.numel() / (2 * width) : 0;
     Tensor out = allocator_->allocate(DType::BF16, {num_rows, width});
     launch("silu_mul", [&] { kernels::launch_silu_mul(in.ptr<bf16>(), out.ptr<bf16>(), num_rows, width, stream_); });
+    return out;
+  }
+
+  Tensor gated_activation(const Tensor& gate_up, const GluActivation& activation) override {
+    const Tensor in = this->activation(gate_up, "gated_activation");
+    if (gate_up.size(-1) % 2 != 0) fail("gated_activation: width {} is odd", gate_up.size(-1));
+    const int64_t width = gate_up.size(-1) / 2;
+    const int64_t num_rows = width ? gate_up.numel() / (2 * width) : 0;
+    Tensor out = allocator_->allocate(DType::BF16, {num_rows, width});
+    launch("gated_activation", [&] {
+      kernels::launch_gated_activation(in.ptr<bf16>(), out.ptr<bf16>(), num_rows, width, gated_spec(activation),
+                                       stream_);
+    });
+    return out;
+  }
+
+  ExpertRouting route_experts(const Tensor& logits, const RouterParams& params, const StepContext& step) override {
+    if (logits.shape.empty()) fail("route_experts: logits have no dimensions");
+    const int64_t num_experts = logits.size(-1);
+    const int64_t num_tokens = num_experts ? logits.numel() / num_experts : 0;
+    const Tensor scores = f32(logits, "route_experts");
+    kernels::RouterKernelParams p;
+    p.logits = scores.ptr<float>();
+    p.num_tokens = checked_int(num_tokens, "tokens");
+    p.num_experts = checked_int(num_experts, "experts");
+    p.top_k = checked_int(params.top_k, "top_k");
+    p.scoring = params.scoring == RouterScoring::softmax   ? kernels::RouterScoringKind::softmax
+                : params.scoring == RouterScoring::sigmoid ? kernels::RouterScoringKind::sigmoid
+                                                           : kernels::RouterScoringKind::sqrt_softplus;
+    p.normalize = params.normalize;
+    p.routed_scaling = params.routed_scaling;
+    p.num_groups = checked_int(params.num_groups, "expert groups");
+    p.top_k_groups = checked_int(params.top_k_groups, "chosen expert groups");
+    std::optional<Tensor> bias;
+    if (params.selection_bias) {
+      if (params.selection_bias->numel() != num_experts) fail("route_experts: selection bias size differs from experts");
+      bias = f32(*params.selection_bias, "route_experts (selection bias)");
+      p.selection_bias = bias->ptr<float>();
+    }
+    if (params.token_expert_table) {
+      const Tensor& table = *params.token_expert_table;
+      if (table.dtype != DType::I32 || table.size(-1) != params.top_k) {
+        fail("route_experts: the token->expert table must be int32 [vocab, {}]", params.top_k);
+      }
+      check_tokens(logits, step, "route_experts (hash routing)");
+      const int64_t vocab = table.size(0);
+      for (const int32_t id : step.batch().token_ids) {
+        if (id < 0 || id >= vocab) fail("route_experts: token {} outside the hash table", id);
+      }
+      p.token_expert_table = table.ptr<int32_t>();
+      p.token_ids = cuda_step(step).token_ids();
+    }
+    ExpertRouting routing{allocator_->allocate(DType::I32, {num_tokens, params.top_k}),
+                          allocator_->allocate(DType::F32, {num_tokens, params.top_k})};
+    p.expert_ids = routing.expert_ids.ptr<int32_t>();
+    p.weights = routing.weights.ptr<float>();
+    launch("route_experts", [&] { kernels::launch_route_experts(p, stream_); });
+    return routing;
+  }
+
+  Tensor moe_experts(const Tensor& x, const ExpertRouting& routing, const ExpertWeights& experts,
+                     const GluActivation& activation) override {
+    const int64_t num_experts = experts.gate_up.size(0);
+    const int64_t hidden = x.size(-1);
+    const int64_t intermediate = experts.gate_up.size(1) / 2;
+    const int64_t num_tokens = x.numel() / hidden;
+    const int64_t top_k = routing.expert_ids.size(-1);
+    if (experts.gate_up.size(2) != hidden || experts.down.size(0) != num_experts || experts.down.size(1) != hidden ||
+        experts.down.size(2) != intermediate) {
+      fail("moe_experts: expert weights do not fit hidden size {} and intermediate size {}", hidden, intermediate);
+    }
+    if (routing.expert_ids.numel() != num_tokens * top_k || routing.expert_ids.dtype != DType::I32 ||
+        routing.weights.dtype != DType::F32) {
+      fail("moe_experts: routing covers a different number of tokens");
+    }
+    const Tensor in = this->activation(x, "moe_experts");
+    const Tensor gate_up_weight = this->activation(experts.gate_up, "moe_experts (gate_up)");
+    const Tensor down_weight = this->activation(experts.down, "moe_experts (down)");
+    std::optional<Tensor> gate_up_bias, down_bias;
+    if (experts.gate_up_bias) gate_up_bias = this->activation(*experts.gate_up_bias, "moe_experts (gate_up bias)");
+    if (experts.down_bias) down_bias = this->activation(*experts.down_bias, "moe_experts (down bias)");
+
+    const int64_t num_pairs = num_tokens * top_k;
+    const int64_t max_tiles = kernels::moe_max_tiles(num_pairs, num_experts);
+    const int64_t max_rows = max_tiles * kernels::kMoeTileRows;
+    Tensor pair_row = allocator_->allocate(DType::I32, {num_pairs});
+    Tensor row_pair = allocator_->allocate(DType::I32, {max_rows});
+    Tensor tile_expert = allocator_->allocate(DType::I32, {max_tiles});
+    Tensor gate_up = allocator_->allocate(DType::BF16, {max_rows, 2 * intermediate});
+    Tensor activated = allocator_->allocate(DType::BF16, {max_rows, intermediate});
+    Tensor down = allocator_->allocate(DType::BF16, {max_rows, hidden});
+    Tensor out = allocator_->allocate(DType::BF16, {num_tokens, hidden});
+    if (num_tokens == 0) return out;
+    const kernels::MoeGrouping grouping{pair_row.ptr<int32_t>(), row_pair.ptr<int32_t>(), tile_expert.ptr<int32_t>()};
+    launch("moe_experts (grouping)", [&] {
+      kernels::launch_moe_group_pairs(routing.expert_ids.ptr<int32_t>(), num_pairs,
+                                      checked_int(experts.first_expert, "first expert"),
+                                      checked_int(num_experts, "experts"), max_tiles, grouping, stream_);
+    });
+    kernels::MoeGemmParams up;
+    up.input = in.ptr<bf16>();
+    up.row_pair = grouping.row_pair;
+    up.gather_by_pair = true;
+    up.top_k = checked_int(top_k, "top_k");
+    up.tile_expert = grouping.tile_expert;
+    up.max_tiles = max_tiles;
+    up.weight = gate_up_weight.ptr<bf16>();
+    up.bias = gate_up_bias ? gate_up_bias->ptr<bf16>() : nullptr;
+    up.out = gate_up.ptr<bf16>();
+    up.n = checked_int(2 * intermediate, "intermediate size");
+    up.k = checked_int(hidden, "hidden size");
+    launch("moe_experts (gate_up)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
+    launch("moe_experts (activation)", [&] {
+      kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), max_rows, intermediate,
+                                       gated_spec(activation), stream_);
+    });
+    kernels::MoeGemmParams dn = up;
+    dn.input = activated.ptr<bf16>();
+    dn.gather_by_pair = false;
+    dn.weight = down_weight.ptr<bf16>();
+    dn.bias = down_bias ? down_bias->ptr<bf16>() : nullptr;
+    dn.out = down.ptr<bf16>();
+    dn.n = checked_int(hidden, "hidden size");
+    dn.k = checked_int(intermediate, "intermediate size");
+    launch("moe_experts (down)", [&] { kernels::launch_moe_grouped_gemm(dn, stream_); });
+    launch("moe_experts (combine)", [&] {
+      kernels::launch_moe_combine(down.ptr<bf16>(), grouping.pair_row, routing.weights.ptr<float>(), out.ptr<bf16>(),
+                                  num_tokens, up.top_k, dn.n, stream_);
+    });
     return out;
   }
 
@@ -524,6 +660,10 @@ class CudaBackend final : public Backend {
     Tensor t = allocator_->allocate(dtype, std::move(shape));
     check(cudaMemsetAsync(t.data, 0, t.bytes(), stream_), "cudaMemsetAsync");
     return t;
+  }
+
+  static kernels::GatedActivationSpec gated_spec(const GluActivation& activation) {
+    return {activation.kind == GluActivation::Kind::gpt_oss, activation.limit, activation.alpha};
   }
 
   static void require_bf16(const Tensor& t, const char* op) {

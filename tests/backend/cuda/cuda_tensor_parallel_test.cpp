@@ -62,17 +62,23 @@ TEST(CudaTensorParallelTest, CollectivesMatchTheirDefinitions) {
   for (auto& thread : threads) thread.join();
 }
 
-class CudaShardedModelTest : public ::testing::TestWithParam<std::string> {};
+struct ShardedCase {
+  std::string model;
+  int expert_parallel_size = 1;
+};
+
+class CudaShardedModelTest : public ::testing::TestWithParam<ShardedCase> {};
 
 // bf16 sums in another order may flip a near-tie, as between the CPU and CUDA backends: every prompt but one must
 // match over 64 steps.
 TEST_P(CudaShardedModelTest, TwoGpusGiveTheGreedyTokensOfOne) {
   if (num_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << num_gpus() << " found";
-  const auto dir = fixtures_dir() / "models" / GetParam();
+  const std::string& name = GetParam().model;
+  const auto dir = fixtures_dir() / "models" / name;
   if (!std::filesystem::exists(dir / "golden.json")) GTEST_SKIP() << "fixture missing: " << dir;
   const auto golden = read_json(dir / "golden.json");
   auto one = ShardedModel::load(dir, "cuda", 1);
-  auto two = ShardedModel::load(dir, "cuda", 2);
+  auto two = ShardedModel::load(dir, "cuda", 2, 0, GetParam().expert_parallel_size);
   size_t equal = 0;
   const size_t num_prompts = golden["prompts"].size();
   for (size_t p = 0; p < num_prompts; ++p) {
@@ -80,13 +86,17 @@ TEST_P(CudaShardedModelTest, TwoGpusGiveTheGreedyTokensOfOne) {
     const auto expected = sharded_greedy_tokens(*one, prompt, 64);
     const auto got = sharded_greedy_tokens(*two, prompt, 64);
     equal += got == expected;
-    if (got != expected) std::printf("%s prompt %zu: tokens differ between 1 and 2 GPUs\n", GetParam().c_str(), p);
+    if (got != expected) std::printf("%s prompt %zu: tokens differ between 1 and 2 GPUs\n", name.c_str(), p);
   }
   EXPECT_GE(equal + 1, num_prompts);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dense, CudaShardedModelTest,
-                         ::testing::Values("llama", "llama3_rope", "qwen2", "qwen3", "qwen3-chat-tiny"));
+                         ::testing::Values(ShardedCase{"llama"}, ShardedCase{"llama3_rope"}, ShardedCase{"qwen2"},
+                                           ShardedCase{"qwen3"}, ShardedCase{"qwen3-chat-tiny"}));
+// Experts split over the two GPUs (each computes its half of the experts for every token, then an all-reduce).
+INSTANTIATE_TEST_SUITE_P(ExpertParallel, CudaShardedModelTest,
+                         ::testing::Values(ShardedCase{"qwen3_moe", 2}, ShardedCase{"mixtral", 2}));
 
 }  // namespace
 }  // namespace tern

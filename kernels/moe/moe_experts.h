@@ -1,0 +1,52 @@
+#pragma once
+// The routed experts of a mixture-of-experts layer, without a host sync (so that decode steps can be recorded as
+// CUDA graphs): the (token, slot) pairs are grouped by expert on the device, each expert's rows padded to whole
+// tiles (the layout of vLLM's moe_align_block_size), and two grouped GEMMs run over a grid sized for the worst
+// case, whose unused tiles return at once.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tern::kernels {
+
+// Rows of a grouped-GEMM tile: each expert's rows are padded to a multiple of this.
+constexpr int kMoeTileRows = 64;
+
+// Tiles and rows the grouping of `num_pairs` (token, slot) pairs over `num_experts` experts can need at most.
+int64_t moe_max_tiles(int64_t num_pairs, int64_t num_experts);
+
+struct MoeGrouping {
+  int32_t* pair_row = nullptr;     // [num_pairs]: the padded row of each pair, -1 when its expert is not local
+  int32_t* row_pair = nullptr;     // [max_tiles * kMoeTileRows]: the pair of each row, -1 for padding
+  int32_t* tile_expert = nullptr;  // [max_tiles]: the local expert of each tile, -1 past the last
+};
+
+// Groups pairs (expert_ids [num_pairs]) whose expert lies in [first_expert, first_expert + num_experts).
+void launch_moe_group_pairs(const int32_t* expert_ids, int64_t num_pairs, int first_expert, int num_experts,
+                            int64_t max_tiles, const MoeGrouping& grouping, cudaStream_t stream);
+
+struct MoeGemmParams {
+  // Row r of the input: rows[r] of `input` when gather_by_pair (input row = row_pair[r] / top_k, the token of the
+  // pair; padding rows read zeros), else row r itself.
+  const __nv_bfloat16* input = nullptr;
+  const int32_t* row_pair = nullptr;
+  bool gather_by_pair = false;
+  int top_k = 1;
+  const int32_t* tile_expert = nullptr;
+  int64_t max_tiles = 0;
+  const __nv_bfloat16* weight = nullptr;  // [experts, n, k]
+  const __nv_bfloat16* bias = nullptr;    // [experts, n] or null
+  __nv_bfloat16* out = nullptr;           // [max_tiles * kMoeTileRows, n]
+  int n = 0;
+  int k = 0;  // a multiple of 8
+};
+
+// out[r] = input row of r times weight[tile_expert[r / kMoeTileRows]]^T (+ bias).
+void launch_moe_grouped_gemm(const MoeGemmParams& params, cudaStream_t stream);
+
+// out[t] = sum over slots j of weights[t, j] * rows[pair_row[t * top_k + j]] (pairs without a row add nothing).
+void launch_moe_combine(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,
+                        __nv_bfloat16* out, int64_t num_tokens, int top_k, int hidden, cudaStream_t stream);
+
+}  // namespace tern::kernels

@@ -1,0 +1,174 @@
+// The CUDA mixture-of-experts ops against the CPU reference: router top-k in every scoring mode (ids exactly,
+// weights to float rounding), the grouped expert FFN (bf16 intermediates, so a bf16 tolerance) with biases,
+// gpt-oss's clamped GLU and a rank's share of the experts, and the gated activations alone.
+#include <numeric>
+
+#include "cuda_test_util.h"
+
+namespace tern {
+namespace {
+
+using testing::random_bf16_values;
+using testing::relative_error;
+
+class CudaMoeTest : public testing::CudaVsCpuTest {
+ protected:
+  // A step over `num_tokens` tokens with ids below `vocab` (hash routing reads them).
+  static ForwardBatch batch_of(int64_t num_tokens, int32_t vocab) {
+    ForwardBatch batch;
+    for (int64_t t = 0; t < num_tokens; ++t) batch.token_ids.push_back(static_cast<int32_t>((t * 7 + 3) % vocab));
+    SequenceChunk seq{0, static_cast<int32_t>(num_tokens), {{}}};
+    for (int64_t b = 0; b < (num_tokens + 15) / 16; ++b) seq.block_tables[0].push_back(static_cast<int32_t>(b));
+    batch.sequences.push_back(seq);
+    return batch;
+  }
+
+  static Tensor int_tensor(Backend& backend, const std::vector<int32_t>& values, std::vector<int64_t> shape) {
+    TensorInfo info;
+    info.name = "ids";
+    info.dtype = DType::I32;
+    info.shape = std::move(shape);
+    info.data = reinterpret_cast<const std::byte*>(values.data());
+    info.size_bytes = values.size() * sizeof(int32_t);
+    const TensorInfo* parts[] = {&info};
+    return backend.load_weight(parts);
+  }
+};
+
+struct RouterCase {
+  int64_t tokens, experts, top_k;
+  RouterScoring scoring;
+  bool normalize;
+  float scaling;
+  int64_t groups, top_groups;
+  bool bias, hash;
+};
+
+TEST_F(CudaMoeTest, RouteExpertsMatchesCpu) {
+  const RouterCase cases[] = {
+      {1, 8, 2, RouterScoring::softmax, true, 1.0f, 1, 1, false, false},     // Qwen3-MoE, one decode token
+      {37, 8, 2, RouterScoring::softmax, false, 1.0f, 1, 1, false, false},   // Mixtral
+      {100, 128, 8, RouterScoring::softmax, true, 1.0f, 1, 1, false, false},  // Qwen3-30B-A3B
+      {19, 32, 4, RouterScoring::softmax, true, 1.0f, 1, 1, false, false},   // gpt-oss
+      {64, 256, 8, RouterScoring::sigmoid, true, 2.5f, 8, 4, true, false},    // DeepSeek-V3
+      {5, 8, 2, RouterScoring::sigmoid, true, 1.0f, 2, 1, true, false},       // the deepseek_v3 fixture
+      {23, 48, 6, RouterScoring::sqrt_softplus, true, 1.5f, 1, 1, true, false},  // DeepSeek-V4
+      {11, 16, 3, RouterScoring::sqrt_softplus, true, 1.0f, 1, 1, false, true},  // DeepSeek-V4 hash layers
+      {3, 1000, 32, RouterScoring::softmax, true, 1.0f, 1, 1, false, false},
+  };
+  for (const RouterCase& c : cases) {
+    const std::string what = fmt::format("{} tokens, {} experts, top {}, scoring {}, groups {}/{}", c.tokens,
+                                         c.experts, c.top_k, static_cast<int>(c.scoring), c.top_groups, c.groups);
+    const auto logits_values = random_bf16_values(c.tokens * c.experts, 21, 2.0f);
+    const Tensor cpu_logits = cpu->from_host_f32(logits_values, {c.tokens, c.experts});
+    const Tensor gpu_logits = gpu->from_host_f32(logits_values, {c.tokens, c.experts});
+    RouterParams cpu_params{c.scoring, c.top_k, c.normalize, c.scaling, c.groups, c.top_groups};
+    RouterParams gpu_params = cpu_params;
+    const auto bias = weight(random_bf16_values(c.experts, 22, 0.1f), {c.experts});
+    if (c.bias) {
+      cpu_params.selection_bias = &bias.cpu;
+      gpu_params.selection_bias = &bias.gpu;
+    }
+    const int32_t vocab = 50;
+    std::vector<int32_t> table_values(vocab * c.top_k);
+    for (size_t i = 0; i < table_values.size(); ++i) table_values[i] = static_cast<int32_t>((i * 5 + i / c.top_k) % c.experts);
+    const Tensor cpu_table = int_tensor(*cpu, table_values, {vocab, c.top_k});
+    const Tensor gpu_table = int_tensor(*gpu, table_values, {vocab, c.top_k});
+    if (c.hash) {
+      cpu_params.token_expert_table = &cpu_table;
+      gpu_params.token_expert_table = &gpu_table;
+    }
+    const ForwardBatch batch = batch_of(c.tokens, vocab);
+    const auto cpu_step = cpu->begin_step(batch);
+    const auto gpu_step = gpu->begin_step(batch);
+    const ExpertRouting expected = cpu->route_experts(cpu_logits, cpu_params, *cpu_step);
+    const ExpertRouting got = gpu->route_experts(gpu_logits, gpu_params, *gpu_step);
+    EXPECT_EQ(gpu->to_host_i32(got.expert_ids), cpu->to_host_i32(expected.expert_ids)) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(got.weights), cpu->to_host_f32(expected.weights)), 1e-5) << what;
+  }
+}
+
+TEST_F(CudaMoeTest, RouteExpertsRejectsWhatItCannotRoute) {
+  const auto logits = std::vector<float>(4 * 8, 0.5f);
+  const Tensor gpu_logits = gpu->from_host_f32(logits, {4, 8});
+  const auto step = gpu->begin_step(batch_of(4, 10));
+  EXPECT_THROW(gpu->route_experts(gpu_logits, {RouterScoring::softmax, 9}, *step), Error);  // top_k > experts
+  EXPECT_THROW(gpu->route_experts(gpu_logits, {RouterScoring::sigmoid, 2, true, 1.0f, 3, 1}, *step), Error);
+}
+
+struct ExpertsCase {
+  int64_t tokens, experts, top_k, hidden, intermediate;
+  bool gpt_oss;  // gpt-oss's clamped GLU with biases, else SwiGLU without
+  int64_t first_expert, local_experts;  // this rank's share (all experts when local_experts == experts)
+};
+
+TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
+  const ExpertsCase cases[] = {
+      {1, 8, 2, 64, 32, false, 0, 8},      // the qwen3_moe fixture, one decode token
+      {13, 4, 2, 64, 64, true, 0, 4},      // the gpt_oss fixture
+      {130, 8, 2, 136, 96, false, 0, 8},   // more rows than a tile per expert, odd widths
+      {300, 64, 8, 128, 48, false, 0, 64},
+      {57, 8, 2, 64, 32, false, 4, 4},     // the second of two expert-parallel ranks
+      {9, 33, 4, 64, 40, true, 11, 11},    // a middle share, with biases
+      {0, 8, 2, 64, 32, false, 0, 8},      // an empty step
+  };
+  for (const ExpertsCase& c : cases) {
+    const std::string what = fmt::format("{} tokens, {} of {} experts from {}, top {}, {}x{}{}", c.tokens,
+                                         c.local_experts, c.experts, c.first_expert, c.top_k, c.hidden,
+                                         c.intermediate, c.gpt_oss ? ", gpt-oss GLU" : "");
+    const auto x = input(random_bf16_values(c.tokens * c.hidden, 31), {c.tokens, c.hidden});
+    const auto gate_up = weight(random_bf16_values(c.local_experts * 2 * c.intermediate * c.hidden, 32, 0.2f),
+                                {c.local_experts, 2 * c.intermediate, c.hidden});
+    const auto down = weight(random_bf16_values(c.local_experts * c.hidden * c.intermediate, 33, 0.2f),
+                             {c.local_experts, c.hidden, c.intermediate});
+    const auto gate_up_bias = weight(random_bf16_values(c.local_experts * 2 * c.intermediate, 34, 0.5f),
+                                     {c.local_experts, 2 * c.intermediate});
+    const auto down_bias = weight(random_bf16_values(c.local_experts * c.hidden, 35, 0.5f), {c.local_experts, c.hidden});
+    // Distinct experts per token, spread over all experts (other ranks' too), random weights.
+    std::mt19937 rng(36);
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      std::vector<int32_t> all(c.experts);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int64_t j = 0; j < c.top_k; ++j) {
+        ids.push_back(all[j]);
+        weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
+      }
+    }
+    const ExpertRouting cpu_routing{int_tensor(*cpu, ids, {c.tokens, c.top_k}),
+                                    cpu->from_host_f32(weights, {c.tokens, c.top_k})};
+    const ExpertRouting gpu_routing{int_tensor(*gpu, ids, {c.tokens, c.top_k}),
+                                    gpu->from_host_f32(weights, {c.tokens, c.top_k})};
+    const GluActivation activation =
+        c.gpt_oss ? GluActivation{GluActivation::Kind::gpt_oss, 7.0f, 1.702f} : GluActivation{};
+    const ExpertWeights cpu_experts{gate_up.cpu, down.cpu, c.gpt_oss ? &gate_up_bias.cpu : nullptr,
+                                    c.gpt_oss ? &down_bias.cpu : nullptr, c.first_expert};
+    const ExpertWeights gpu_experts{gate_up.gpu, down.gpu, c.gpt_oss ? &gate_up_bias.gpu : nullptr,
+                                    c.gpt_oss ? &down_bias.gpu : nullptr, c.first_expert};
+    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, activation);
+    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, activation);
+    ASSERT_EQ(got.shape, expected.shape) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), 2e-2) << what;
+  }
+}
+
+TEST_F(CudaMoeTest, GatedActivationsMatchCpu) {
+  const GluActivation activations[] = {{GluActivation::Kind::silu, 0.0f, 1.702f},
+                                       {GluActivation::Kind::silu, 1.5f, 1.702f},
+                                       {GluActivation::Kind::gpt_oss, 7.0f, 1.702f},
+                                       {GluActivation::Kind::gpt_oss, 0.0f, 1.0f}};
+  for (const GluActivation& activation : activations) {
+    for (auto [rows, width] : {std::pair{1, 8}, {9, 30}, {64, 1024}}) {
+      const auto gate_up = input(random_bf16_values(rows * 2 * width, 41, 3.0f), {rows, 2 * width});
+      const auto a = gpu->to_host_f32(gpu->gated_activation(gate_up.gpu, activation));
+      const auto b = cpu->to_host_f32(cpu->gated_activation(gate_up.cpu, activation));
+      EXPECT_LE(relative_error(a, b), 1e-2) << rows << "x" << width << " kind " << static_cast<int>(activation.kind)
+                                            << " limit " << activation.limit;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tern
