@@ -73,7 +73,9 @@ __global__ void __launch_bounds__(kNumWarps * 32, 1) tile_kernel(const PrefillAt
   auto load_kv_tile = [&](int kv_tile, int stage) {
     const int r = threadIdx.x / kThreadsPerRow;
     const int pos = kv_tile * kTileKeys + r;
-    const bool valid = pos < kv_end;
+    // Keys before kv_begin (the tile's start rounded down) are outside every row's window, and a sliding-window
+    // group's table holds -1 for their blocks once freed: they are zeros here and masked below.
+    const bool valid = pos >= kv_begin && pos < kv_end;
     const int64_t row = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim : 0;
     const int dst = stage * L::kKvElems + r * L::kRowStride;
 #pragma unroll

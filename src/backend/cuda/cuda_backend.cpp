@@ -155,16 +155,21 @@ class CudaBackend final : public Backend {
 
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
     if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
-    KvCache cache = kv_cache_shape(layers, num_blocks, block_size).cache;
-    if (cache.groups.size() != 1) {
-      fail("allocate_kv_cache: the CUDA backend reads one block table per sequence, and these layers form {} KV "
-           "cache groups ({})", cache.groups.size(), kv_layers_summary(layers));
-    }
+    auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
     const int64_t slots = num_blocks * block_size;
     for (const auto& layer : layers) kv_heads_for_splits_ = std::max<int>(kv_heads_for_splits_, layer.num_kv_heads);
-    for (const auto& layer : layers) {
-      cache.keys.push_back(zeros(DType::BF16, {slots, layer.num_kv_heads, layer.key_dim}));
-      cache.values.push_back(zeros(DType::BF16, {slots, layer.num_kv_heads, layer.value_dim}));
+    cache.keys.resize(layers.size());
+    cache.values.resize(layers.size());
+    // A layer of a second (sliding-window) group stores its blocks in the tensors of the first group's layer it
+    // pairs with: a block id belongs to one group at a time.
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (storage_layer[i] != static_cast<int>(i)) continue;
+      cache.keys[i] = zeros(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].key_dim});
+      cache.values[i] = zeros(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].value_dim});
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      cache.keys[i] = cache.keys[static_cast<size_t>(storage_layer[i])];
+      cache.values[i] = cache.values[static_cast<size_t>(storage_layer[i])];
     }
     return cache;
   }
@@ -542,7 +547,7 @@ class CudaBackend final : public Backend {
     kv.values = cache.values[layer].ptr<bf16>();
     kv.block_size = checked_int(cache.block_size, "block_size");
     kv.block_tables = ctx.block_tables();
-    kv.block_table_offsets = ctx.block_table_offsets();
+    kv.block_table_offsets = ctx.block_table_offsets(cache.layer_group.at(layer));
     kernels::AttentionBatch batch{ctx.cu_seqlens(), ctx.num_cached(), ctx.token_seq(), ctx.positions()};
     std::optional<Tensor> sinks;
     if (params.sinks) {
@@ -751,8 +756,8 @@ class CudaBackend final : public Backend {
     p.num_kv_heads = checked_int(spec.num_kv_heads, "kv heads");
     p.key_dim = checked_int(spec.key_dim, "key_dim");
     p.value_dim = checked_int(spec.value_dim, "value_dim");
-    p.slots = {ctx.positions(), ctx.token_seq(), ctx.block_tables(), ctx.block_table_offsets(),
-               checked_int(cache.block_size, "block_size")};
+    p.slots = {ctx.positions(), ctx.token_seq(), ctx.block_tables(),
+               ctx.block_table_offsets(cache.layer_group.at(layer)), checked_int(cache.block_size, "block_size")};
     return write;
   }
 
@@ -766,7 +771,7 @@ class CudaBackend final : public Backend {
     std::optional<Tensor> b;
     if (bias) {
       if (bias->numel() != n) fail("linear: bias has {} values for {} outputs", bias->numel(), n);
-      b = activation(*bias, "linear (bias)");
+      b = out_dtype == DType::F32 ? f32(*bias, "linear (bias)") : activation(*bias, "linear (bias)");
     }
     const int64_t m = x.numel() / k;
     Tensor out = allocator_->allocate(out_dtype, {m, n});

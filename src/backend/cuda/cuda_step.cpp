@@ -28,7 +28,11 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
   for (int32_t row : batch.logit_rows) {
     if (row < 0 || row >= batch.num_tokens()) fail("forward batch: logit row {} out of range", row);
   }
-  std::vector<int32_t> token_seq, cu_seqlens{0}, num_cached, block_tables, block_table_offsets;
+  // Every sequence has a block table per KV cache group; all tables go into one array, group after group, and each
+  // group has its own offsets into it.
+  const size_t num_groups = batch.sequences.empty() ? 1 : batch.sequences.front().block_tables.size();
+  std::vector<int32_t> token_seq, cu_seqlens{0}, num_cached, block_tables;
+  std::vector<std::vector<int32_t>> block_table_offsets(num_groups);
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceChunk& seq = batch.sequences[s];
     if (seq.num_cached_tokens < 0 || seq.num_new_tokens < 0) {
@@ -41,12 +45,16 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
     token_seq.insert(token_seq.end(), seq.num_new_tokens, static_cast<int32_t>(s));
     cu_seqlens.push_back(cu_seqlens.back() + seq.num_new_tokens);
     num_cached.push_back(seq.num_cached_tokens);
-    if (seq.block_tables.size() != 1) {
-      fail("forward batch: sequence {} has {} block tables; the CUDA backend serves models of one KV cache group", s,
-           seq.block_tables.size());
+    if (seq.block_tables.size() != num_groups || num_groups == 0) {
+      fail("forward batch: sequence {} has {} block tables, the first sequence {}", s, seq.block_tables.size(),
+           num_groups);
     }
-    block_table_offsets.push_back(static_cast<int32_t>(block_tables.size()));
-    block_tables.insert(block_tables.end(), seq.block_tables[0].begin(), seq.block_tables[0].end());
+  }
+  for (size_t g = 0; g < num_groups; ++g) {
+    for (const SequenceChunk& seq : batch.sequences) {
+      block_table_offsets[g].push_back(static_cast<int32_t>(block_tables.size()));
+      block_tables.insert(block_tables.end(), seq.block_tables[g].begin(), seq.block_tables[g].end());
+    }
   }
   // Block tables go last: the arrays before them have sizes fixed by the token and sequence counts, which keeps
   // their offsets the same from step to step (see FixedMetadata).
@@ -56,7 +64,7 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
   token_seq_at_ = append(packed, token_seq);
   cu_seqlens_at_ = append(packed, cu_seqlens);
   num_cached_at_ = append(packed, num_cached);
-  block_table_offsets_at_ = append(packed, block_table_offsets);
+  for (const auto& offsets : block_table_offsets) block_table_offsets_at_.push_back(append(packed, offsets));
   logit_rows_at_ = append(packed, batch.logit_rows);
   AttentionPlan plan;
   size_t plan_offsets[6] = {};
@@ -89,15 +97,24 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
   }
 }
 
+const int32_t* CudaStepContext::block_table_offsets(int group) const {
+  if (group < 0 || static_cast<size_t>(group) >= block_table_offsets_at_.size()) {
+    fail("forward batch: KV cache group {} has no block tables ({} given per sequence)", group,
+         block_table_offsets_at_.size());
+  }
+  return device(block_table_offsets_at_[static_cast<size_t>(group)]);
+}
+
 void CudaStepContext::check_block_tables(int64_t block_size) const {
   if (std::find(checked_block_sizes_.begin(), checked_block_sizes_.end(), block_size) != checked_block_sizes_.end()) {
     return;
   }
   for (const auto& seq : batch().sequences) {
     const int64_t total = static_cast<int64_t>(seq.num_cached_tokens) + seq.num_new_tokens;
-    if (static_cast<int64_t>(seq.block_tables[0].size()) * block_size < total) {
-      fail("forward batch: a sequence of {} tokens has only {} blocks of {}", total, seq.block_tables[0].size(),
-           block_size);
+    for (const auto& table : seq.block_tables) {
+      if (static_cast<int64_t>(table.size()) * block_size < total) {
+        fail("forward batch: a sequence of {} tokens has only {} blocks of {}", total, table.size(), block_size);
+      }
     }
   }
   checked_block_sizes_.push_back(block_size);

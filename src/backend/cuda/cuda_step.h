@@ -53,7 +53,8 @@ class CudaStepContext final : public StepContext {
   const int32_t* cu_seqlens() const { return device(cu_seqlens_at_); }
   const int32_t* num_cached() const { return device(num_cached_at_); }
   const int32_t* block_tables() const { return device(block_tables_at_); }
-  const int32_t* block_table_offsets() const { return device(block_table_offsets_at_); }
+  // Where each sequence's table of KV cache group `group` starts in block_tables().
+  const int32_t* block_table_offsets(int group) const;
   const int32_t* logit_rows() const { return device(logit_rows_at_); }
 
   // Fails unless every sequence's block table covers its tokens for this block size (checked once per size).
@@ -76,7 +77,8 @@ class CudaStepContext final : public StepContext {
   std::vector<int32_t> positions_host_;
   Tensor metadata_;
   size_t token_ids_at_ = 0, positions_at_ = 0, token_seq_at_ = 0, cu_seqlens_at_ = 0, num_cached_at_ = 0,
-         block_tables_at_ = 0, block_table_offsets_at_ = 0, logit_rows_at_ = 0;
+         block_tables_at_ = 0, logit_rows_at_ = 0;
+  std::vector<size_t> block_table_offsets_at_;  // per KV cache group
   mutable std::vector<int64_t> checked_block_sizes_;
   mutable std::optional<AttentionPlan> plans_[2];
 };

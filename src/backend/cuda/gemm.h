@@ -1,6 +1,7 @@
 #pragma once
 // bf16 GEMMs through cuBLASLt with float32 accumulation: out [M, N] = x [M, K] * weight [N, K]^T (+ bias [N]),
-// written as bf16, or as float32 where the caller sums partial products first (row-parallel linears).
+// written as bf16, or as float32 (with a float32 bias) where the caller sums partial products first (row-parallel
+// linears) or needs the precision (router logits).
 // The algorithm for each shape (and pointer alignment) is chosen once, by cuBLASLt's heuristic, and reused.
 #include <cublasLt.h>
 #include <cuda_runtime.h>

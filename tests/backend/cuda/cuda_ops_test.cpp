@@ -87,6 +87,9 @@ TEST_F(CudaOpsTest, LinearWithAndWithoutBias) {
     const std::string what = fmt::format("{}x{}x{}", rows, k, n);
     expect_close(gpu->linear(x.gpu, w.gpu, nullptr), cpu->linear(x.cpu, w.cpu, nullptr), 1e-2, "linear " + what);
     expect_close(gpu->linear(x.gpu, w.gpu, &b.gpu), cpu->linear(x.cpu, w.cpu, &b.cpu), 1e-2, "linear+bias " + what);
+    const Tensor wide = gpu->linear_f32(x.gpu, w.gpu, &b.gpu);
+    EXPECT_EQ(wide.dtype, DType::F32);
+    expect_close(wide, cpu->linear(x.cpu, w.cpu, &b.cpu), 1e-3, "linear_f32+bias " + what);
   }
 }
 

@@ -18,7 +18,7 @@ constexpr int kNewTokens = 40;
 
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated
-  std::vector<int32_t> block_table;
+  std::vector<std::vector<int32_t>> block_tables;  // per KV cache group, blocks of their own
   size_t prompt_len = 0;
 };
 
@@ -39,6 +39,19 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
   ASSERT_GE(golden["prompts"].size(), 3u);
 
   KvCache cache = gpu->allocate_kv_cache(model->kv_layers(), 64, kBlockSize);
+  // The tables of a step whose first new token is at `position`: a sliding-window group's blocks that lie wholly
+  // before the window are -1, as the scheduler leaves them once freed.
+  const auto tables_at = [&](const Sequence& seq, int32_t position) {
+    auto tables = seq.block_tables;
+    for (size_t g = 0; g < cache.groups.size(); ++g) {
+      const int64_t window = cache.groups[g].sliding_window_tokens;
+      if (window == 0) continue;
+      for (size_t b = 0; b < tables[g].size(); ++b) {
+        if (static_cast<int64_t>(b + 1) * kBlockSize <= position - window + 1) tables[g][b] = -1;
+      }
+    }
+    return tables;
+  };
   std::vector<Sequence> seqs(3);
   int32_t next_block = 0;
   ForwardBatch prefill;
@@ -46,10 +59,13 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
     seqs[s].tokens = golden["prompts"][s].get<std::vector<int32_t>>();
     seqs[s].prompt_len = seqs[s].tokens.size();
     const int64_t max_len = static_cast<int64_t>(seqs[s].tokens.size()) + kNewTokens + 1;
-    for (int64_t b = 0; b < (max_len + kBlockSize - 1) / kBlockSize; ++b) seqs[s].block_table.push_back(next_block++);
+    seqs[s].block_tables.resize(cache.groups.size());
+    for (auto& table : seqs[s].block_tables) {
+      for (int64_t b = 0; b < (max_len + kBlockSize - 1) / kBlockSize; ++b) table.push_back(next_block++);
+    }
     ASSERT_LE(next_block, 64);
     prefill.token_ids.insert(prefill.token_ids.end(), seqs[s].tokens.begin(), seqs[s].tokens.end());
-    prefill.sequences.push_back({0, static_cast<int32_t>(seqs[s].tokens.size()), {seqs[s].block_table}});
+    prefill.sequences.push_back({0, static_cast<int32_t>(seqs[s].tokens.size()), seqs[s].block_tables});
     prefill.logit_rows.push_back(static_cast<int32_t>(prefill.token_ids.size() - 1));
   }
   const auto first = eager_ids(*gpu, *model, cache, prefill);
@@ -64,7 +80,7 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
     for (size_t s = begin; s < end; ++s) {
       const int32_t cached = static_cast<int32_t>(seqs[s].tokens.size()) - 1;
       batch.token_ids.push_back(seqs[s].tokens.back());
-      batch.sequences.push_back({cached, 1, {seqs[s].block_table}});
+      batch.sequences.push_back({cached, 1, tables_at(seqs[s], cached)});
       batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size() - 1));
     }
     // Both runs write the same keys and values to the same slots.
@@ -89,8 +105,9 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
   EXPECT_GE(equal, 2) << "greedy tokens equal the CPU backend's on " << equal << " of 3 prompts";
 }
 
-// qwen3_moe: the expert grouping, grouped GEMMs and combine run inside the recorded graph, with no host sync.
-INSTANTIATE_TEST_SUITE_P(Models, CudaRecordedStepTest, ::testing::Values("llama", "qwen3_moe"));
+// qwen3_moe: the expert grouping, grouped GEMMs and combine run inside the recorded graph, with no host sync;
+// gpt_oss: two KV cache groups (block tables of both in the recorded metadata), a window of 8 tokens.
+INSTANTIATE_TEST_SUITE_P(Models, CudaRecordedStepTest, ::testing::Values("llama", "qwen3_moe", "gpt_oss"));
 
 TEST(CudaRecordedStepDeviceTest, ReportsDeviceMemory) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
