@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs ON THE GPU MACHINE in the repository root, after scripts/gpu/stage.sh ran on the build machine (device
-# tool: carry [".device"]). End to end on a Llama-3.1-8B-shaped model with random bf16 weights: makes the
-# checkpoint and measures transformers (scripts/gpu/hf_bench.py), then `tern bench --backend cuda` on the same
-# checkpoint and workloads. Logs and JSON results go to $OUT (or ./gpu-logs).
-#   bash scripts/gpu/e2e_bench.sh [--skip-hf]
+# tool: carry [".device"]). End to end on a model with random bf16 weights, Llama-3.1-8B-shaped unless E2E_CONFIG
+# names another config in .device/configs (e.g. qwen3-30b-a3b.json): makes the checkpoint and measures transformers
+# (scripts/gpu/hf_bench.py), then `tern bench --backend cuda` on the same checkpoint and workloads. Logs and JSON
+# results go to $OUT (or ./gpu-logs).
+#   [E2E_CONFIG=name.json] bash scripts/gpu/e2e_bench.sh [--skip-hf]
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${OUT:-$root/gpu-logs}"
@@ -14,13 +15,14 @@ tern="$bin/tern"
 [ -x "$tern" ] || tern="$bin/tern_engine_bench"
 source "$root/scripts/gpu/device_env.sh"
 
-# The checkpoint (16 GB) goes to memory-backed storage when there is room.
-model_dir=/tmp/llama8b
-if [ "$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1)" -gt 40 ] 2>/dev/null; then model_dir=/dev/shm/llama8b; fi
+config="${E2E_CONFIG:-llama-3.1-8b.json}"
+# The checkpoint (16 GB for the 8B model; keep others under ~35 GB) goes to memory-backed storage when there is room.
+model_dir="/tmp/${config%.json}"
+if [ "$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1)" -gt 40 ] 2>/dev/null; then model_dir="/dev/shm/${config%.json}"; fi
 echo "== checkpoint in $model_dir"
 hf_flags=""
 [ "${1:-}" = "--skip-hf" ] && hf_flags="--skip-bench"
-timeout "${HF_TIMEOUT_S:-300}" python3 "$root/scripts/gpu/hf_bench.py" --config "$root/.device/configs/llama-3.1-8b.json" --out "$model_dir" \
+timeout "${HF_TIMEOUT_S:-300}" python3 "$root/scripts/gpu/hf_bench.py" --config "$root/.device/configs/$config" --out "$model_dir" \
   --json "$out/hf.json" $hf_flags 2>&1 | grep -v -i "warn" | tee "$out/hf.txt"
 
 status=0
