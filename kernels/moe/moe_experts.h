@@ -40,7 +40,13 @@ struct MoeGemmParams {
   __nv_bfloat16* out = nullptr;           // [max_tiles * kMoeTileRows, n]
   int n = 0;
   int k = 0;  // a multiple of 8
+  // Experts get a few rows each (decode): one warp per output column reads its weight row once for all of a
+  // tile's rows instead of a tensor-core tile (then padding rows are left unwritten; nothing reads them).
+  bool few_rows = false;
 };
+
+// Whether `num_pairs` pairs over `num_experts` experts are few rows per expert (MoeGemmParams::few_rows).
+bool moe_few_rows(int64_t num_pairs, int64_t num_experts);
 
 // out[r] = input row of r times weight[tile_expert[r / kMoeTileRows]]^T (+ bias).
 void launch_moe_grouped_gemm(const MoeGemmParams& params, cudaStream_t stream);

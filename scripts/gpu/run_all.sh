@@ -28,10 +28,10 @@ echo "== tests"
 if [ -n "${TERN_SKIP_SANITIZER:-}" ]; then
   echo "compute-sanitizer runs skipped (TERN_SKIP_SANITIZER)" | tee "$out/sanitizer_skipped.txt"
 elif command -v compute-sanitizer >/dev/null; then
-  # The op and attention tests exercise every kernel; the model tests add nothing the sanitizer would see.
+  # The op, MoE and attention tests exercise every kernel; the model tests add nothing the sanitizer would see.
   # cuBLAS's own split-K GEMM kernels report racecheck hazards (seen 2026-11, nvjet_sm90_*_splitK): the linear
   # test stays out of the sanitizer runs, which check our kernels.
-  filter='CudaOpsTest.*:Shapes/CudaAttentionTest.MatchesCpu/0:Shapes/CudaAttentionTest.MatchesCpu/3:Shapes/CudaAttentionTest.MatchesCpu/7:-CudaOpsTest.LinearWithAndWithoutBias'
+  filter='CudaOpsTest.*:CudaMoeTest.*:Shapes/CudaAttentionTest.MatchesCpu/0:Shapes/CudaAttentionTest.MatchesCpu/3:Shapes/CudaAttentionTest.MatchesCpu/7:-CudaOpsTest.LinearWithAndWithoutBias'
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
     compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/cuda_backend_test" --gtest_brief=1 \

@@ -467,6 +467,7 @@ class CudaBackend final : public Backend {
     up.out = gate_up.ptr<bf16>();
     up.n = checked_int(2 * intermediate, "intermediate size");
     up.k = checked_int(hidden, "hidden size");
+    up.few_rows = kernels::moe_few_rows(num_pairs, num_experts);
     launch("moe_experts (gate_up)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
     launch("moe_experts (activation)", [&] {
       kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), max_rows, intermediate,

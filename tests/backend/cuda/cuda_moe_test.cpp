@@ -100,16 +100,22 @@ struct ExpertsCase {
   int64_t tokens, experts, top_k, hidden, intermediate;
   bool gpt_oss;  // gpt-oss's clamped GLU with biases, else SwiGLU without
   int64_t first_expert, local_experts;  // this rank's share (all experts when local_experts == experts)
+  bool crowded = false;                 // every token routes to experts 0 .. top_k - 1
 };
 
 TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
   const ExpertsCase cases[] = {
+      // Few rows per expert (moe_few_rows: a warp per output column) ...
       {1, 8, 2, 64, 32, false, 0, 8},      // the qwen3_moe fixture, one decode token
-      {13, 4, 2, 64, 64, true, 0, 4},      // the gpt_oss fixture
+      {4, 4, 2, 64, 64, true, 0, 4},       // the gpt_oss fixture
+      {16, 64, 2, 64, 32, false, 0, 64, true},  // all 16 tokens on the same two of 64 experts: more rows than a pass
+      {5, 33, 4, 64, 40, true, 11, 11},    // a middle share, with biases
+      // ... and many (64-row tensor-core tiles).
+      {40, 8, 2, 64, 32, false, 0, 8},
       {130, 8, 2, 136, 96, false, 0, 8},   // more rows than a tile per expert, odd widths
       {300, 64, 8, 128, 48, false, 0, 64},
       {57, 8, 2, 64, 32, false, 4, 4},     // the second of two expert-parallel ranks
-      {9, 33, 4, 64, 40, true, 11, 11},    // a middle share, with biases
+      {200, 8, 2, 64, 64, true, 0, 8},     // the gpt_oss fixture's experts
       {0, 8, 2, 64, 32, false, 0, 8},      // an empty step
   };
   for (const ExpertsCase& c : cases) {
@@ -133,7 +139,7 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
       std::iota(all.begin(), all.end(), 0);
       std::shuffle(all.begin(), all.end(), rng);
       for (int64_t j = 0; j < c.top_k; ++j) {
-        ids.push_back(all[j]);
+        ids.push_back(c.crowded ? static_cast<int32_t>(j) : all[j]);
         weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
       }
     }
