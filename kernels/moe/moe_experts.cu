@@ -45,8 +45,10 @@ __global__ void group_pairs_kernel(const int32_t* expert_ids, int64_t num_pairs,
     int row = 0;
     for (int e = 0; e < num_experts; ++e) {
       cursor[e] = row;
+      g.expert_rows[e] = row;
       row += (counts[e] + kMoeTileRows - 1) / kMoeTileRows * kMoeTileRows;
     }
+    g.expert_rows[num_experts] = row;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
@@ -203,6 +205,17 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
   }
 }
 
+__global__ void gather_inputs_kernel(const __nv_bfloat16* x, const int32_t* row_pair, int top_k,
+                                     __nv_bfloat16* out, int hidden) {
+  const int64_t r = blockIdx.x;
+  const int32_t pair = row_pair[r];
+  for (int c = threadIdx.x * 8; c < hidden; c += blockDim.x * 8) {
+    uint4 v = make_uint4(0, 0, 0, 0);  // 8 bf16 zeros
+    if (pair >= 0) v = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(pair / top_k) * hidden + c);
+    *reinterpret_cast<uint4*>(out + r * hidden + c) = v;
+  }
+}
+
 __global__ void combine_kernel(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,
                                __nv_bfloat16* out, int top_k, int hidden) {
   const int64_t t = blockIdx.x;
@@ -243,6 +256,13 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   }
   const dim3 grid((p.n + kTileN - 1) / kTileN, static_cast<unsigned>(p.max_tiles));
   grouped_gemm_kernel<<<grid, kGemmThreads, 0, stream>>>(p);
+}
+
+void launch_moe_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, int top_k, __nv_bfloat16* out,
+                              int64_t num_rows, int hidden, cudaStream_t stream) {
+  if (hidden % 8 != 0) throw std::invalid_argument("moe_experts: hidden size " + std::to_string(hidden) + " is not a multiple of 8");
+  if (num_rows == 0) return;
+  gather_inputs_kernel<<<static_cast<unsigned>(num_rows), 128, 0, stream>>>(x, row_pair, top_k, out, hidden);
 }
 
 void launch_moe_combine(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,

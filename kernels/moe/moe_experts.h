@@ -20,6 +20,7 @@ struct MoeGrouping {
   int32_t* pair_row = nullptr;     // [num_pairs]: the padded row of each pair, -1 when its expert is not local
   int32_t* row_pair = nullptr;     // [max_tiles * kMoeTileRows]: the pair of each row, -1 for padding
   int32_t* tile_expert = nullptr;  // [max_tiles]: the local expert of each tile, -1 past the last
+  int32_t* expert_rows = nullptr;  // [num_experts + 1]: where each expert's (padded) rows start, then the end
 };
 
 // Groups pairs (expert_ids [num_pairs]) whose expert lies in [first_expert, first_expert + num_experts).
@@ -50,6 +51,11 @@ bool moe_few_rows(int64_t num_pairs, int64_t num_experts);
 
 // out[r] = input row of r times weight[tile_expert[r / kMoeTileRows]]^T (+ bias).
 void launch_moe_grouped_gemm(const MoeGemmParams& params, cudaStream_t stream);
+
+// out[r] = x[row_pair[r] / top_k] for the first `num_rows` rows, zeros for padding rows: the experts' inputs
+// side by side, for per-expert GEMMs that read contiguous rows.
+void launch_moe_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, int top_k, __nv_bfloat16* out,
+                              int64_t num_rows, int hidden, cudaStream_t stream);
 
 // out[t] = sum over slots j of weights[t, j] * rows[pair_row[t * top_k + j]] (pairs without a row add nothing).
 void launch_moe_combine(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,

@@ -444,47 +444,32 @@ class CudaBackend final : public Backend {
     Tensor pair_row = allocator_->allocate(DType::I32, {num_pairs});
     Tensor row_pair = allocator_->allocate(DType::I32, {max_rows});
     Tensor tile_expert = allocator_->allocate(DType::I32, {max_tiles});
+    Tensor expert_rows = allocator_->allocate(DType::I32, {num_experts + 1});
     Tensor gate_up = allocator_->allocate(DType::BF16, {max_rows, 2 * intermediate});
     Tensor activated = allocator_->allocate(DType::BF16, {max_rows, intermediate});
     Tensor down = allocator_->allocate(DType::BF16, {max_rows, hidden});
     Tensor out = allocator_->allocate(DType::BF16, {num_tokens, hidden});
     if (num_tokens == 0) return out;
-    const kernels::MoeGrouping grouping{pair_row.ptr<int32_t>(), row_pair.ptr<int32_t>(), tile_expert.ptr<int32_t>()};
+    const kernels::MoeGrouping grouping{pair_row.ptr<int32_t>(), row_pair.ptr<int32_t>(), tile_expert.ptr<int32_t>(),
+                                        expert_rows.ptr<int32_t>()};
     launch("moe_experts (grouping)", [&] {
       kernels::launch_moe_group_pairs(routing.expert_ids.ptr<int32_t>(), num_pairs,
                                       checked_int(experts.first_expert, "first expert"),
                                       checked_int(num_experts, "experts"), max_tiles, grouping, stream_);
     });
-    kernels::MoeGemmParams up;
-    up.input = in.ptr<bf16>();
-    up.row_pair = grouping.row_pair;
-    up.gather_by_pair = true;
-    up.top_k = checked_int(top_k, "top_k");
-    up.tile_expert = grouping.tile_expert;
-    up.max_tiles = max_tiles;
-    up.weight = gate_up_weight.ptr<bf16>();
-    up.bias = gate_up_bias ? gate_up_bias->ptr<bf16>() : nullptr;
-    up.out = gate_up.ptr<bf16>();
-    up.n = checked_int(2 * intermediate, "intermediate size");
-    up.k = checked_int(hidden, "hidden size");
-    up.few_rows = kernels::moe_few_rows(num_pairs, num_experts);
-    launch("moe_experts (gate_up)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
-    launch("moe_experts (activation)", [&] {
-      kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), max_rows, intermediate,
-                                       gated_spec(activation), stream_);
-    });
-    kernels::MoeGemmParams dn = up;
-    dn.input = activated.ptr<bf16>();
-    dn.gather_by_pair = false;
-    dn.weight = down_weight.ptr<bf16>();
-    dn.bias = down_bias ? down_bias->ptr<bf16>() : nullptr;
-    dn.out = down.ptr<bf16>();
-    dn.n = checked_int(hidden, "hidden size");
-    dn.k = checked_int(intermediate, "intermediate size");
-    launch("moe_experts (down)", [&] { kernels::launch_moe_grouped_gemm(dn, stream_); });
+    if (num_pairs >= kPerExpertGemmRows * num_experts && !capturing()) {
+      expert_gemms(in, grouping, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
+                   gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
+                   gate_up, activated, down);
+    } else {
+      grouped_gemms(in, grouping, max_tiles, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
+                    gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
+                    kernels::moe_few_rows(num_pairs, num_experts), gate_up, activated, down);
+    }
     launch("moe_experts (combine)", [&] {
       kernels::launch_moe_combine(down.ptr<bf16>(), grouping.pair_row, routing.weights.ptr<float>(), out.ptr<bf16>(),
-                                  num_tokens, up.top_k, dn.n, stream_);
+                                  num_tokens, checked_int(top_k, "top_k"), checked_int(hidden, "hidden size"),
+                                  stream_);
     });
     return out;
   }
@@ -657,6 +642,95 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Steps with this many rows per expert on average (long prefill chunks of models with few experts) run each
+  // expert's rows through cuBLASLt, after reading the grouping's row offsets back (a host sync, so never while a
+  // graph records); fewer rows run the grouped kernels, which keep every expert's tiles in one launch. Measured
+  // on Qwen3-30B-A3B shapes: at 512 rows per expert, 256 one-after-another cuBLASLt GEMMs per layer (each too
+  // small to fill the GPU) made prefill 13% slower than the grouped kernel (docs/BENCHMARKS.md).
+  static constexpr int64_t kPerExpertGemmRows = 1024;
+
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  // gate_up [rows, 2I] -> activated [rows, I] -> down [rows, H] for the grouping's rows, with one kernel each.
+  void grouped_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int64_t max_tiles, int top_k,
+                     const Tensor& gate_up_weight, const Tensor& down_weight, const Tensor* gate_up_bias,
+                     const Tensor* down_bias, const GluActivation& activation, bool few_rows, Tensor& gate_up,
+                     Tensor& activated, Tensor& down) {
+    const int64_t intermediate = activated.size(1);
+    kernels::MoeGemmParams up;
+    up.input = in.ptr<bf16>();
+    up.row_pair = grouping.row_pair;
+    up.gather_by_pair = true;
+    up.top_k = checked_int(top_k, "top_k");
+    up.tile_expert = grouping.tile_expert;
+    up.max_tiles = max_tiles;
+    up.weight = gate_up_weight.ptr<bf16>();
+    up.bias = gate_up_bias ? gate_up_bias->ptr<bf16>() : nullptr;
+    up.out = gate_up.ptr<bf16>();
+    up.n = checked_int(2 * intermediate, "intermediate size");
+    up.k = checked_int(in.size(-1), "hidden size");
+    up.few_rows = few_rows;
+    launch("moe_experts (gate_up)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
+    launch("moe_experts (activation)", [&] {
+      kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), activated.size(0), intermediate,
+                                       gated_spec(activation), stream_);
+    });
+    kernels::MoeGemmParams dn = up;
+    dn.input = activated.ptr<bf16>();
+    dn.gather_by_pair = false;
+    dn.weight = down_weight.ptr<bf16>();
+    dn.bias = down_bias ? down_bias->ptr<bf16>() : nullptr;
+    dn.out = down.ptr<bf16>();
+    dn.n = up.k;
+    dn.k = checked_int(intermediate, "intermediate size");
+    launch("moe_experts (down)", [&] { kernels::launch_moe_grouped_gemm(dn, stream_); });
+  }
+
+  // The same with the experts' inputs gathered side by side and one cuBLASLt GEMM per expert and projection, over
+  // the expert's padded rows (multiples of 64, which bounds the GEMM shapes planned).
+  void expert_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int top_k, const Tensor& gate_up_weight,
+                    const Tensor& down_weight, const Tensor* gate_up_bias, const Tensor* down_bias,
+                    const GluActivation& activation, Tensor& gate_up, Tensor& activated, Tensor& down) {
+    const int64_t num_experts = gate_up_weight.size(0);
+    const int64_t hidden = in.size(-1);
+    const int64_t intermediate = activated.size(1);
+    std::vector<int32_t> rows(static_cast<size_t>(num_experts + 1));
+    check(cudaMemcpyAsync(rows.data(), grouping.expert_rows, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                          stream_),
+          "moe_experts (expert rows)");
+    check(cudaStreamSynchronize(stream_), "moe_experts (expert rows)");
+    const int64_t used_rows = rows.back();
+    Tensor inputs = allocator_->allocate(DType::BF16, {used_rows, hidden});
+    launch("moe_experts (gather)", [&] {
+      kernels::launch_moe_gather_inputs(in.ptr<bf16>(), grouping.row_pair, top_k, inputs.ptr<bf16>(), used_rows,
+                                        checked_int(hidden, "hidden size"), stream_);
+    });
+    const auto row_ptr = [](const Tensor& t, int64_t row) { return t.ptr<bf16>() + row * t.size(-1); };
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const int64_t m = rows[e + 1] - rows[e];
+      if (m == 0) continue;
+      gemm_->run(row_ptr(inputs, rows[e]), row_ptr(gate_up_weight, e * 2 * intermediate),
+                 gate_up_bias ? gate_up_bias->ptr<bf16>() + e * 2 * intermediate : nullptr,
+                 row_ptr(gate_up, rows[e]), m, 2 * intermediate, hidden);
+    }
+    launch("moe_experts (activation)", [&] {
+      kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), used_rows, intermediate,
+                                       gated_spec(activation), stream_);
+    });
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const int64_t m = rows[e + 1] - rows[e];
+      if (m == 0) continue;
+      gemm_->run(row_ptr(activated, rows[e]), row_ptr(down_weight, e * hidden),
+                 down_bias ? down_bias->ptr<bf16>() + e * hidden : nullptr, row_ptr(down, rows[e]), m, hidden,
+                 intermediate);
+    }
+  }
+
+
   void copy_to_host(const Tensor& t, void* dst) {
     check(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
     check(cudaStreamSynchronize(stream_), "copy to host");

@@ -1,6 +1,6 @@
 // The CUDA mixture-of-experts ops against the CPU reference: router top-k in every scoring mode (ids exactly,
-// weights to float rounding), the grouped expert FFN (bf16 intermediates, so a bf16 tolerance) with biases,
-// gpt-oss's clamped GLU and a rank's share of the experts, and the gated activations alone.
+// weights to float rounding), the expert FFN on each of its three paths (bf16 intermediates, so a bf16
+// tolerance) with biases, gpt-oss's clamped GLU and a rank's share of the experts, and the gated activations.
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -116,6 +116,9 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
       {300, 64, 8, 128, 48, false, 0, 64},
       {57, 8, 2, 64, 32, false, 4, 4},     // the second of two expert-parallel ranks
       {200, 8, 2, 64, 64, true, 0, 8},     // the gpt_oss fixture's experts
+      // ... and 1,024 or more (long prefill chunks: one cuBLASLt GEMM per expert).
+      {4200, 4, 2, 64, 32, false, 0, 4},
+      {2100, 4, 2, 64, 64, true, 2, 2},    // gpt-oss's GLU with biases, the second of two ranks
       {0, 8, 2, 64, 32, false, 0, 8},      // an empty step
   };
   for (const ExpertsCase& c : cases) {
