@@ -1,5 +1,3 @@
-#include <mma.h>
-
 #include <stdexcept>
 #include <string>
 
@@ -69,95 +67,116 @@ __global__ void group_pairs_kernel(const int32_t* expert_ids, int64_t num_pairs,
   }
 }
 
-// A 64 x 64 output tile per block of 4 warps (each 32 x 32 as 2 x 2 WMMA fragments), k in steps of 32 brought
-// by cp.async into two stages. Rows of the A tile are gathered through row_pair.
-constexpr int kTileN = 64;
+// A 64 x 128 output tile per block of 4 warps (2 x 2, each 32 rows x 64 columns as 2 x 8 mma.sync m16n8k16
+// fragments fed by ldmatrix), k in steps of 32 brought by cp.async through three stages. Rows of the A tile are
+// gathered through row_pair.
+constexpr int kTileN = 128;
 constexpr int kTileK = 32;
-constexpr int kPad = 8;  // bf16 elements of padding per shared row: breaks bank conflicts, keeps 16-byte rows
+constexpr int kStages = 3;
+constexpr int kPad = 8;  // bf16 elements of padding per shared row: spreads ldmatrix rows over the banks
+constexpr int kRowStride = kTileK + kPad;
 constexpr int kGemmThreads = 128;
 
 __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParams p) {
-  using namespace nvcuda;
   const int expert = p.tile_expert[blockIdx.y];
   if (expert < 0) return;
-  __shared__ alignas(128) __nv_bfloat16 a_tile[2][kMoeTileRows][kTileK + kPad];
-  __shared__ alignas(128) __nv_bfloat16 b_tile[2][kTileN][kTileK + kPad];
-  __shared__ alignas(128) float c_tile[kMoeTileRows][kTileN + 4];
+  __shared__ alignas(128) __nv_bfloat16 a_tile[kStages][kMoeTileRows * kRowStride];
+  __shared__ alignas(128) __nv_bfloat16 b_tile[kStages][kTileN * kRowStride];
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
   const int n0 = blockIdx.x * kTileN;
   const __nv_bfloat16* weight = p.weight + static_cast<int64_t>(expert) * p.n * p.k;
 
-  // Each thread copies 16 bytes of 2 rows of A and 2 rows of B per stage: 64 rows x 4 chunks = 256 chunks each.
+  // Per stage each thread copies 16 bytes of 2 A rows (64 rows x 4 chunks) and of 4 B rows (128 x 4).
+  const int chunk = threadIdx.x % 4;
   const __nv_bfloat16* a_src[2];
-  const __nv_bfloat16* b_src[2];
-  int chunk[2], a_row[2];
+  const __nv_bfloat16* b_src[4];
   for (int i = 0; i < 2; ++i) {
-    const int c = threadIdx.x + i * kGemmThreads;
-    a_row[i] = c / 4;
-    chunk[i] = c % 4;
-    int64_t source_row = row0 + a_row[i];
+    const int r = threadIdx.x / 4 + 32 * i;
+    int64_t source_row = row0 + r;
     if (p.gather_by_pair) {
       const int32_t pair = p.row_pair[source_row];
       source_row = pair >= 0 ? pair / p.top_k : -1;
     }
     a_src[i] = source_row >= 0 ? p.input + source_row * p.k : nullptr;
-    const int n = n0 + a_row[i];
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int n = n0 + threadIdx.x / 4 + 32 * i;
     b_src[i] = n < p.n ? weight + static_cast<int64_t>(n) * p.k : nullptr;
   }
-  const auto load_stage = [&](int stage, int k0) {
-    for (int i = 0; i < 2; ++i) {
-      const int k = k0 + chunk[i] * 8;
+  const int num_k_tiles = (p.k + kTileK - 1) / kTileK;
+  const auto load_stage = [&](int kt) {
+    if (kt < num_k_tiles) {
+      const int stage = kt % kStages;
+      const int k = kt * kTileK + chunk * 8;
       const bool in_k = k < p.k;
-      cp_async_16(&a_tile[stage][a_row[i]][chunk[i] * 8], a_src[i] && in_k ? a_src[i] + k : p.input,
-                  a_src[i] && in_k ? 16 : 0);
-      cp_async_16(&b_tile[stage][a_row[i]][chunk[i] * 8], b_src[i] && in_k ? b_src[i] + k : weight,
-                  b_src[i] && in_k ? 16 : 0);
+      for (int i = 0; i < 2; ++i) {
+        const bool valid = a_src[i] && in_k;
+        cp_async_16(&a_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8], valid ? a_src[i] + k : p.input,
+                    valid ? 16 : 0);
+      }
+      for (int i = 0; i < 4; ++i) {
+        const bool valid = b_src[i] && in_k;
+        cp_async_16(&b_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8], valid ? b_src[i] + k : weight,
+                    valid ? 16 : 0);
+      }
     }
-    cp_async_commit();
+    cp_async_commit();  // empty groups too, so that every iteration waits for the same count
   };
 
   const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   const int warp_m = (warp / 2) * 32;
-  const int warp_n = (warp % 2) * 32;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-  for (auto& row : acc)
-    for (auto& f : row) wmma::fill_fragment(f, 0.0f);
+  const int warp_n = (warp % 2) * 64;
+  float acc[2][8][4] = {};
 
-  const int num_k_tiles = (p.k + kTileK - 1) / kTileK;
-  load_stage(0, 0);
+  for (int s = 0; s < kStages - 1; ++s) load_stage(s);
+  const int mat = lane / 8;
+  const int mat_row = lane % 8;
   for (int kt = 0; kt < num_k_tiles; ++kt) {
-    const int stage = kt % 2;
-    if (kt + 1 < num_k_tiles) {
-      load_stage(stage ^ 1, (kt + 1) * kTileK);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage kt landed for every thread; stage kt - 1 is no longer read
+    load_stage(kt + kStages - 1);
+    const __nv_bfloat16* a = a_tile[kt % kStages];
+    const __nv_bfloat16* b = b_tile[kt % kStages];
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
-      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], &a_tile[stage][warp_m + 16 * i][kk], kTileK + kPad);
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(b[j], &b_tile[stage][warp_n + 16 * j][kk], kTileK + kPad);
-      for (int i = 0; i < 2; ++i)
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+      uint32_t a_frag[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        ldmatrix_x4(a_frag[i], a + (warp_m + 16 * i + lane % 16) * kRowStride + kk + (lane / 16) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t b_frag[4];  // k16 x n16: columns [16 j, 16 j + 8) in b_frag[0..1], the next 8 in [2..3]
+        ldmatrix_x4(b_frag, b + (warp_n + 16 * j + (mat / 2) * 8 + mat_row) * kRowStride + kk + (mat % 2) * 8);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma_bf16_16816(acc[i][2 * j], a_frag[i], b_frag[0], b_frag[1]);
+          mma_bf16_16816(acc[i][2 * j + 1], a_frag[i], b_frag[2], b_frag[3]);
+        }
+      }
     }
-    __syncthreads();  // the next iteration's copies overwrite this stage
   }
+  cp_async_wait<0>();
 
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&c_tile[warp_m + 16 * i][warp_n + 16 * j], acc[i][j], kTileN + 4, wmma::mem_row_major);
-  __syncthreads();
+  // Fragment (i, j): rows warp_m + 16 i + lane / 4 (+ 8), columns warp_n + 8 j + 2 (lane % 4) (+ 1).
   const __nv_bfloat16* bias = p.bias ? p.bias + static_cast<int64_t>(expert) * p.n : nullptr;
-  for (int i = threadIdx.x; i < kMoeTileRows * kTileN; i += kGemmThreads) {
-    const int r = i / kTileN;
-    const int c = i % kTileN;
-    if (n0 + c >= p.n) continue;
-    const float v = c_tile[r][c] + (bias ? __bfloat162float(bias[n0 + c]) : 0.0f);
-    p.out[(row0 + r) * p.n + n0 + c] = __float2bfloat16(v);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int n = n0 + warp_n + 8 * j + 2 * (lane % 4);
+      if (n >= p.n) continue;  // p.n is even (a multiple of 8), so n + 1 < p.n too
+      const float b0 = bias ? __bfloat162float(bias[n]) : 0.0f;
+      const float b1 = bias ? __bfloat162float(bias[n + 1]) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + warp_m + 16 * i + lane / 4 + 8 * h;
+        *reinterpret_cast<__nv_bfloat162*>(p.out + row * p.n + n) =
+            __floats2bfloat162_rn(acc[i][j][2 * h] + b0, acc[i][j][2 * h + 1] + b1);
+      }
+    }
   }
 }
 
@@ -243,9 +262,9 @@ void launch_moe_group_pairs(const int32_t* expert_ids, int64_t num_pairs, int fi
 }
 
 void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
-  if (p.k % 8 != 0 || p.k <= 0 || p.n <= 0) {
+  if (p.k % 8 != 0 || p.k <= 0 || p.n % 8 != 0 || p.n <= 0) {
     throw std::invalid_argument("moe_experts: GEMM of " + std::to_string(p.n) + " x " + std::to_string(p.k) +
-                                " (k must be a positive multiple of 8)");
+                                " (both must be positive multiples of 8)");
   }
   if (p.max_tiles == 0) return;
   if (p.max_tiles > 65535) throw std::invalid_argument("moe_experts: too many rows for one launch");
