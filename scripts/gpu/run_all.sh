@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs ON THE GPU MACHINE in the repository root, after scripts/gpu/stage.sh ran on the build machine
 # (device tool: carry [".device"]). Runs the CUDA tests, compute-sanitizer (memcheck, racecheck) on the kernel
-# tests, and the attention benchmark, writing logs to $OUT (or ./gpu-logs). Exits non-zero if a test failed.
+# tests, the attention benchmark and the decode-GEMM benchmark, writing logs to $OUT (or ./gpu-logs). Exits
+# non-zero if a test failed.
 #   bash scripts/gpu/run_all.sh [--quick]
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -46,5 +47,8 @@ fi
 
 echo "== attention benchmark"
 "$bin/attention_bench" $quick 2>&1 | tee "$out/bench.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+echo "== decode GEMMs against the copy bandwidth"
+"$bin/linear_bench" 2>&1 | tee "$out/linear_bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 exit $status

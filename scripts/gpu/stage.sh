@@ -12,14 +12,14 @@ fixtures="${TERN_FIXTURES:-$root/../shared/fixtures}"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_STATIC=ON >/dev/null
 # tern-engine-bench is `tern bench` without the server layers (quick to build); TERN_STAGE_TERN=1 adds `tern`.
-targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench tern_engine_bench)
+targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench tern_engine_bench)
 [ -n "${TERN_STAGE_TERN:-}" ] && targets+=(tern)
 cmake --build "$build" -j2 --target "${targets[@]}"
 
 rm -rf "$root/.device"
 mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models" "$root/.device/configs"
 cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda_tensor_parallel_test" \
-  "$build/bench/attention_bench" "$build/bench/tern_engine_bench" \
+  "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/tern_engine_bench" \
   "$root/.device/bin/"
 [ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/src/cli/tern" "$root/.device/bin/"
 cp "$fixtures/configs/llama-3.1-8b.json" "$root/.device/configs/"

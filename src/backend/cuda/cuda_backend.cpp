@@ -23,6 +23,7 @@
 #include "elementwise/rms_norm.h"
 #include "elementwise/rope_kv.h"
 #include "elementwise/sample.h"
+#include "linear/gemv.h"
 #include "moe/moe_experts.h"
 #include "moe/moe_routing.h"
 
@@ -850,6 +851,14 @@ class CudaBackend final : public Backend {
     }
     const int64_t m = x.numel() / k;
     Tensor out = allocator_->allocate(out_dtype, {m, n});
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (out_dtype == DType::BF16 && kernels::gemv_supports(m, n, k) && aligned(in.data) && aligned(w.data)) {
+      launch("linear (gemv)", [&] {
+        kernels::launch_gemv(in.ptr<bf16>(), w.ptr<bf16>(), b ? b->ptr<bf16>() : nullptr, out.ptr<bf16>(),
+                             static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), stream_);
+      });
+      return out;
+    }
     gemm_->run(in.data, w.data, b ? b->data : nullptr, out.data, m, n, k, out_dtype == DType::F32);
     return out;
   }

@@ -1,0 +1,127 @@
+// The GEMMs of a Llama-3.1-8B-shaped decode step through cuBLASLt (src/backend/cuda/gemm.*) and, where it
+// applies, tern's gemv kernel (kernels/linear), at decode batch sizes: how much of the copy bandwidth each weight
+// read reaches. Random bf16 data, medians of CUDA-event-timed runs after warm-up, a device-to-device copy of the
+// largest weight measured in the same run; every call reads a weight copy that is not in L2.
+// Usage: linear_bench
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "linear/gemv.h"
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+__global__ void fill_random(__nv_bfloat16* out, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    out[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+
+// Median milliseconds of `runs` timed calls of `fn` on `stream`.
+template <typename Fn>
+float median_ms(cudaStream_t stream, int runs, Fn fn) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  for (int i = 0; i < 5; ++i) fn();
+  std::vector<float> times;
+  for (int i = 0; i < runs; ++i) {
+    check(cudaEventRecord(start, stream), "record");
+    fn();
+    check(cudaEventRecord(stop, stream), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate_up", 28672, 4096},
+                          {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  const size_t max_weight = size_t{128256} * 4096;
+  const size_t max_act = size_t{64} * 28672;
+  __nv_bfloat16 *weight, *copy, *x, *out;
+  void* workspace;
+  check(cudaMalloc(&weight, max_weight * 2), "malloc");
+  check(cudaMalloc(&copy, max_weight * 2), "malloc");
+  check(cudaMalloc(&x, max_act * 2), "malloc");
+  check(cudaMalloc(&out, max_act * 2 * 8), "malloc");
+  check(cudaMalloc(&workspace, size_t{32} << 20), "malloc");
+  fill_random<<<4096, 256, 0, stream>>>(weight, max_weight, 1);
+  fill_random<<<1024, 256, 0, stream>>>(x, max_act, 2);
+  tern::cuda::Gemm gemm(stream, workspace, size_t{32} << 20);
+
+  const float copy_ms = median_ms(stream, 20, [&] {
+    check(cudaMemcpyAsync(copy, weight, max_weight * 2, cudaMemcpyDeviceToDevice, stream), "copy");
+  });
+  // A copy reads and writes every byte.
+  const double copy_tbs = 2.0 * max_weight * 2 / (copy_ms * 1e-3) / 1e12;
+  std::printf("copy anchor: %.3f ms for %.2f GB read + written, %.2f TB/s\n", copy_ms, max_weight * 2 / 1e9, copy_tbs);
+  std::printf("%-8s %4s %12s %-9s %10s %7s %8s\n", "gemm", "m", "n x k", "kernel", "time (us)", "TB/s", "of copy");
+  const int batches[] = {1, 4, 64};
+  double step_us[3][2] = {};  // per batch: cuBLASLt, and the kernel tern picks (gemv where it applies)
+  for (const Shape& s : shapes) {
+    for (int b = 0; b < 3; ++b) {
+      const int64_t m = batches[b];
+      const double bytes = 2.0 * s.n * s.k + 2.0 * m * (s.k + s.n);
+      const auto report = [&](const char* kernel, float ms) {
+        const double tbs = bytes / (ms * 1e-3) / 1e12;
+        std::printf("%-8s %4lld %6lldx%-5lld %-9s %10.1f %7.2f %7.0f%%\n", s.name, static_cast<long long>(m),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), kernel, ms * 1e3, tbs,
+                    100 * tbs / copy_tbs);
+      };
+      const int layers = s.n == 128256 ? 1 : 32;  // 32 layers, one lm_head
+      // Each call reads another copy of the weight, cycling through the 1 GB buffer, so that no run finds its
+      // weight in the 50 MB L2 (a decode step streams 16 GB of them).
+      const size_t copies = max_weight / static_cast<size_t>(s.n * s.k);
+      size_t call = 0;
+      const auto next_weight = [&] { return weight + (call++ % copies) * s.n * s.k; };
+      const float cublas_ms = median_ms(stream, 50, [&] { gemm.run(x, next_weight(), nullptr, out, m, s.n, s.k); });
+      report("cuBLASLt", cublas_ms);
+      float picked_ms = cublas_ms;
+      if (tern::kernels::gemv_supports(m, s.n, s.k)) {
+        picked_ms = median_ms(stream, 50, [&] {
+          tern::kernels::launch_gemv(x, next_weight(), nullptr, out, static_cast<int>(m), static_cast<int>(s.n),
+                                     static_cast<int>(s.k), stream);
+        });
+        report("gemv", picked_ms);
+      }
+      step_us[b][0] += cublas_ms * 1e3 * layers;
+      step_us[b][1] += picked_ms * 1e3 * layers;
+    }
+  }
+  for (int b = 0; b < 3; ++b) {
+    std::printf("batch %d: the GEMMs of one decode step take %.2f ms with cuBLASLt, %.2f ms with gemv where it applies\n",
+                batches[b], step_us[b][0] / 1e3, step_us[b][1] / 1e3);
+  }
+  return 0;
+}
