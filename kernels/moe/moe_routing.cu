@@ -119,9 +119,12 @@ __global__ void route_experts_kernel(RouterKernelParams p) {
   float sum = 0.0f;
   for (int j = 0; j < p.top_k; ++j) sum += scores[chosen[j]];
   for (int j = lane; j < p.top_k; j += 32) {
-    float w = scores[chosen[j]];
+    const int expert = chosen[j];
+    float w = scores[expert];
     if (p.normalize) w /= sum + 1e-20f;
-    p.expert_ids[static_cast<int64_t>(t) * p.top_k + j] = chosen[j];
+    if (p.load_counts) atomicAdd(p.load_counts + expert, 1u);
+    p.expert_ids[static_cast<int64_t>(t) * p.top_k + j] =
+        p.replica_slots ? p.replica_slots[expert * p.max_replicas + t % p.replica_counts[expert]] : expert;
     p.weights[static_cast<int64_t>(t) * p.top_k + j] = w * p.routed_scaling;
   }
 }
@@ -145,6 +148,9 @@ void launch_route_experts(const RouterKernelParams& p, cudaStream_t stream) {
                                 " chosen");
   }
   if (p.token_expert_table && !p.token_ids) throw std::invalid_argument("route_experts: hash routing needs token ids");
+  if ((p.replica_slots == nullptr) != (p.replica_counts == nullptr) || (p.replica_slots && p.max_replicas < 1)) {
+    throw std::invalid_argument("route_experts: replica slots and replica counts come together");
+  }
   if (p.num_tokens == 0) return;
   const size_t shared_bytes = size_t{kWarpsPerBlock} * 3 * p.num_experts * sizeof(float);
   const unsigned blocks = static_cast<unsigned>((p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);

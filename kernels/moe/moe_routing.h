@@ -26,6 +26,11 @@ struct RouterKernelParams {
   const float* selection_bias = nullptr;        // [num_experts], added for choosing only; may be null
   const int32_t* token_expert_table = nullptr;  // [vocab, top_k]: hash routing by token id; may be null
   const int32_t* token_ids = nullptr;           // [num_tokens], with token_expert_table
+  // Expert-parallel load balancing (backend/expert_routing.h ExpertLoadBalancing), each part may be null:
+  uint32_t* load_counts = nullptr;        // [num_experts]: += 1 per (token, chosen expert), wrapping
+  const int32_t* replica_slots = nullptr;  // [num_experts, max_replicas]: the ids written are these slots
+  const int32_t* replica_counts = nullptr;  // [num_experts]: a token in row t takes replica t % count
+  int max_replicas = 0;
   int32_t* expert_ids = nullptr;                // [num_tokens, top_k]
   float* weights = nullptr;                     // [num_tokens, top_k]
 };

@@ -117,6 +117,9 @@ class Backend {
     (void)forward;
     return std::nullopt;
   }
+  // Drops the recorded steps, so that the next step of each shape records anew: for when tensors the recordings
+  // read were replaced (EPLB's placements load new expert weights and replica tables).
+  virtual void discard_recorded_steps() {}
 
   // Ops. Shapes: T tokens of the step, H hidden size, heads x dims for attention tensors.
   // The ops of MoE, MLA and DeepSeek-V4 models (concat_columns .. moe_experts, rope_at, hyper_mix ..
@@ -191,9 +194,15 @@ class Backend {
   virtual int tensor_parallel_rank() const { return 0; }
   virtual int tensor_parallel_size() const { return 1; }
   // Expert parallelism: the MoE layers of this group's model keep only their rank's share of the experts and sum
-  // the ranks' outputs, instead of every expert on every rank. Set by whoever forms the group, before the model loads.
+  // the ranks' outputs, instead of every expert on every rank; each layer has its E experts plus
+  // `num_redundant_experts` physical slots for replicas of busy ones (EPLB). Set by whoever forms the group, before
+  // the model loads.
   bool expert_parallel() const { return expert_parallel_ && tensor_parallel_size() > 1; }
-  void set_expert_parallel(bool on) { expert_parallel_ = on; }
+  int64_t num_redundant_experts() const { return expert_parallel() ? num_redundant_experts_ : 0; }
+  void set_expert_parallel(bool on, int64_t num_redundant_experts = 0) {
+    expert_parallel_ = on;
+    num_redundant_experts_ = num_redundant_experts;
+  }
   // x <- sum of x over the group's ranks; every rank gets the same values.
   virtual void all_reduce_sum(Tensor& x);
   // A row-parallel linear: linear(x, weight, bias) summed over the ranks (each holds its columns of the weight;
@@ -215,6 +224,7 @@ class Backend {
 
  private:
   bool expert_parallel_ = false;
+  int64_t num_redundant_experts_ = 0;
 };
 
 // The backends of one tensor-parallel group. make(rank) is called once per rank, on the thread that will run all of

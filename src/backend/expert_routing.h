@@ -13,6 +13,21 @@ enum class RouterScoring {
   sqrt_softplus  // DeepSeek-V4: sqrt(softplus(logit))
 };
 
+// Expert-parallel load balancing (EPLB), both parts optional. Replica choice is by the token's row t in the
+// logits, so that exactly one physical slot (one rank) computes each (token, expert) pair and every rank, running
+// the same router, picks the same one.
+struct ExpertLoadBalancing {
+  // [E] int32 counters in backend memory: route_experts adds 1 to element e for every (token of the step, chosen
+  // logical expert e) of the call, as a wrapping 32-bit add. Never reset by the op: readers take differences. A
+  // backend that records decode steps padded to a batch-size bucket counts the padding rows too (CUDA): the
+  // recording cannot tell them apart, and they shift the loads by at most a bucket's rounding.
+  Tensor* load_counts = nullptr;
+  // Both or neither. With them route_experts returns physical slot ids: a token t choosing logical expert e gets
+  // replica_slots[e, t % replica_counts[e]].
+  const Tensor* replica_slots = nullptr;   // [E, max_replicas] int32; entries past replica_counts[e] are -1
+  const Tensor* replica_counts = nullptr;  // [E] int32, each in [1, max_replicas]
+};
+
 struct RouterParams {
   RouterScoring scoring = RouterScoring::softmax;
   int64_t top_k = 1;
@@ -27,10 +42,11 @@ struct RouterParams {
   const Tensor* selection_bias = nullptr;  // [E] float: added to scores for choosing only (e_score_correction_bias)
   // [vocab, top_k] int32: hash routing (DeepSeek-V4), the experts come from the token id, not from the scores.
   const Tensor* token_expert_table = nullptr;
+  ExpertLoadBalancing balancing;
 };
 
 struct ExpertRouting {
-  Tensor expert_ids;  // [T, top_k] int32
+  Tensor expert_ids;  // [T, top_k] int32: logical experts, or physical slots under RouterParams::balancing
   Tensor weights;     // [T, top_k] float32
 };
 
@@ -46,8 +62,8 @@ struct GluActivation {
 };
 
 // E experts of intermediate size I over hidden size H, stacked along dimension 0: experts [first_expert,
-// first_expert + E) of the model (all of them but under expert parallelism). Routed ids outside that range belong
-// to other ranks and add nothing here.
+// first_expert + E) of the model (all of them but under expert parallelism; physical slots, as routed, under
+// ExpertLoadBalancing). Routed ids outside that range belong to other ranks and add nothing here.
 struct ExpertWeights {
   Tensor gate_up;                      // [E, 2I, H]: per expert, rows [0, I) gate and [I, 2I) up
   Tensor down;                         // [E, H, I]

@@ -63,7 +63,7 @@ struct BenchOptions {
 nlohmann::json run_engine_bench(const BenchOptions& options) {
   const auto load_start = Clock::now();
   auto model = ShardedModel::load(options.model, options.backend, options.engine.tensor_parallel_size, options.threads,
-                                  options.engine.expert_parallel_size);
+                                  options.engine.expert_parallel_size, options.engine.num_redundant_experts);
   const double load_s = seconds_since(load_start);
   EngineCore core(*model, options.engine.to_config("1GiB"));
   const double ready_s = seconds_since(load_start);  // weights, KV pool sizing and allocation, recorded steps

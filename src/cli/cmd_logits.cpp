@@ -16,6 +16,7 @@ void add_logits_command(CLI::App& app) {
     std::string backend = "cpu";
     int tensor_parallel_size = 1;
     int expert_parallel_size = 1;
+    int64_t num_redundant_experts = 0;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position to a safetensors file");
@@ -28,10 +29,13 @@ void add_logits_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--expert-parallel-size,--ep", options->expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--num-redundant-experts", options->num_redundant_experts,
+                  "Extra expert slots per MoE layer for replicas (with --ep)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([options] {
     const auto prompt = parse_token_ids(options->prompt_ids);
     auto model = ShardedModel::load(options->model, options->backend, options->tensor_parallel_size, options->threads,
-                                    options->expert_parallel_size);
+                                    options->expert_parallel_size, options->num_redundant_experts);
     if (static_cast<int64_t>(prompt.size()) > model->config().max_position_embeddings) {
       fail("prompt of {} tokens exceeds the model's context of {}", prompt.size(),
            model->config().max_position_embeddings);

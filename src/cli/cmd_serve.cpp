@@ -1,6 +1,8 @@
 #include <cstdlib>
+#include <optional>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "disagg/disagg_role.h"
 #include "server/serve.h"
@@ -45,6 +47,7 @@ void add_serve_command(CLI::App& app) {
     int64_t max_body_mib = 32;
     bool disable_log_requests = false;
     disagg::DisaggConfig disagg;
+    std::optional<int64_t> eplb_interval_steps;
   };
   auto options = std::make_shared<Options>();
   auto& config = options->config;
@@ -65,6 +68,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--expert-parallel-size,--ep", config.model.expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  add_expert_balancing_options(*cmd, config.model.num_redundant_experts, options->eplb_interval_steps);
   cmd->add_option("--max-num-seqs", config.model.engine.max_num_seqs, "Sequences running at once")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", config.model.engine.max_num_batched_tokens, "Tokens per engine step")
@@ -114,6 +118,8 @@ void add_serve_command(CLI::App& app) {
     } else if (const char* env = std::getenv("TERN_API_KEY"); env && *env) {
       config.api_key = std::string(env);
     }
+    config.model.engine.eplb_interval_steps =
+        eplb_interval_or_default(options->eplb_interval_steps, config.model.num_redundant_experts);
     if (!options->kv_cache_memory.empty()) {
       config.model.engine.kv_cache_memory_bytes = parse_memory_size(options->kv_cache_memory);
     }

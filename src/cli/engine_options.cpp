@@ -11,6 +11,7 @@ void EngineFlags::add_to(CLI::App& cmd) {
       ->check(CLI::PositiveNumber);
   cmd.add_option("--expert-parallel-size,--ep", expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
       ->check(CLI::PositiveNumber);
+  add_expert_balancing_options(cmd, num_redundant_experts, eplb_interval_steps);
   cmd.add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 2GiB or 512MiB");
   cmd.add_option("--kv-cache-fraction", kv_cache_fraction,
                  "KV cache size as a fraction of available device memory (host memory on the CPU)")
@@ -42,7 +43,25 @@ EngineConfig EngineFlags::to_config(const std::string& default_memory) const {
   config.enable_prefix_cache = !no_prefix_cache;
   config.enable_chunked_prefill = !no_chunked_prefill;
   config.policy = policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+  config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, num_redundant_experts);
   return config;
+}
+
+void add_expert_balancing_options(CLI::App& cmd, int64_t& num_redundant_experts,
+                                  std::optional<int64_t>& eplb_interval_steps) {
+  cmd.add_option("--num-redundant-experts", num_redundant_experts,
+                 "Extra expert slots per MoE layer, holding replicas of the busiest experts (with --ep; the experts "
+                 "plus these must split evenly over the ranks)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--eplb-interval", eplb_interval_steps,
+                 "Engine steps between expert placements by measured load (0: never; default 1000 with redundant "
+                 "experts, else 0)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+int64_t eplb_interval_or_default(const std::optional<int64_t>& eplb_interval_steps, int64_t num_redundant_experts) {
+  constexpr int64_t kDefaultEplbIntervalSteps = 1000;
+  return eplb_interval_steps.value_or(num_redundant_experts > 0 ? kDefaultEplbIntervalSteps : 0);
 }
 
 void SamplingFlags::add_to(CLI::App& cmd) {

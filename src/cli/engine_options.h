@@ -12,6 +12,8 @@ namespace tern::cli {
 struct EngineFlags {
   int tensor_parallel_size = 1;  // not EngineConfig fields: they decide how the model is loaded
   int expert_parallel_size = 1;
+  int64_t num_redundant_experts = 0;
+  std::optional<int64_t> eplb_interval_steps;  // unset: eplb_interval_or_default
   std::string kv_cache_memory;  // e.g. "2GiB"; empty: kv_cache_fraction, else the default below
   double kv_cache_fraction = 0.0;
   int32_t block_size = 16;
@@ -26,6 +28,13 @@ struct EngineFlags {
   // The engine config; without a memory flag the KV cache gets `default_memory` (e.g. "1GiB").
   EngineConfig to_config(const std::string& default_memory) const;
 };
+
+// Flags of expert-parallel load balancing shared by the commands: --num-redundant-experts and --eplb-interval.
+void add_expert_balancing_options(CLI::App& cmd, int64_t& num_redundant_experts,
+                                  std::optional<int64_t>& eplb_interval_steps);
+// The --eplb-interval given, else rebalancing every 1000 steps when there are redundant experts to place (the slots
+// pay only when placed by load) and never otherwise.
+int64_t eplb_interval_or_default(const std::optional<int64_t>& eplb_interval_steps, int64_t num_redundant_experts);
 
 struct SamplingFlags {
   float temperature = 0.0f;  // greedy unless asked otherwise

@@ -20,6 +20,9 @@ struct EngineConfig {
   bool enable_chunked_prefill = true;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   bool log_kv_cache = true;  // print the KV pool's size on stderr at start
+  // Expert-parallel load balancing (EPLB): every this many steps the MoE experts are placed again by the load
+  // measured since the last placement (ShardedModel::rebalance_experts); 0: never. Needs expert parallelism.
+  int64_t eplb_interval_steps = 0;
 };
 
 struct EngineStats {

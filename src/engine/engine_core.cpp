@@ -90,6 +90,11 @@ EngineCore::EngineCore(ShardedModel& model, EngineConfig config, TextStreamFacto
 
 void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   if (config.block_size < 1) fail("engine: block size {} must be >= 1", config.block_size);
+  if (config.eplb_interval_steps < 0 || (config.eplb_interval_steps > 0 && !model_.balances_experts())) {
+    fail("--eplb-interval {}: needs expert parallelism (--expert-parallel-size equal to a tensor-parallel size "
+         "above 1) and a step count >= 0", config.eplb_interval_steps);
+  }
+  eplb_interval_steps_ = config.eplb_interval_steps;
   const int64_t model_len = model_.config().max_position_embeddings;
   max_model_len_ = config.max_model_len > 0 ? config.max_model_len : model_len;
   if (model_len > 0 && max_model_len_ > model_len) {
@@ -189,6 +194,11 @@ std::vector<RequestOutput> EngineCore::step() {
   const StepResult& result = results.front();
   const auto executed = Clock::now();
   auto outputs = scheduler_->update(plan, result);
+  // Between steps, on all ranks at once (the next step waits for the new placement).
+  if (eplb_interval_steps_ > 0 && ++steps_since_placement_ == eplb_interval_steps_) {
+    model_.rebalance_experts();
+    steps_since_placement_ = 0;
+  }
   const auto updated = Clock::now();
   last_step_timing_ = {std::chrono::duration<double>(scheduled - start).count(),
                        std::chrono::duration<double>(executed - scheduled).count(),

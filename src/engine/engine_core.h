@@ -94,6 +94,8 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<ModelRunner>> runners_;  // one per rank
   StepTiming last_step_timing_;
+  int64_t eplb_interval_steps_ = 0;
+  int64_t steps_since_placement_ = 0;
 };
 
 // Bytes of KV one token takes in `backend` for the model's layers, measured on a one-block allocation.

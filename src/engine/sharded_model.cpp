@@ -1,5 +1,6 @@
 #include "engine/sharded_model.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -7,6 +8,10 @@
 #include <thread>
 
 #include "core/error.h"
+#include "model/checkpoint.h"
+#include "model/expert_placement.h"
+#include "model/layers/sparse_moe.h"
+#include "model/weight_loader.h"
 
 namespace tern {
 
@@ -68,12 +73,18 @@ class ShardedModel::RankThread {
 };
 
 std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& dir, const std::string& backend_name,
-                                                 int size, int num_threads, int expert_parallel_size) {
+                                                 int size, int num_threads, int expert_parallel_size,
+                                                 int64_t num_redundant_experts) {
   if (expert_parallel_size != 1 && expert_parallel_size != size) {
     fail("--expert-parallel-size {}: must be 1 or the tensor-parallel size {} (experts are split over the "
          "tensor-parallel ranks)", expert_parallel_size, size);
   }
+  if (num_redundant_experts < 0 || (num_redundant_experts > 0 && expert_parallel_size == 1)) {
+    fail("--num-redundant-experts {}: needs expert parallelism (--expert-parallel-size equal to a tensor-parallel "
+         "size above 1) and a count >= 0", num_redundant_experts);
+  }
   std::unique_ptr<ShardedModel> sharded(new ShardedModel());
+  sharded->dir_ = dir;
   sharded->backend_group_ = make_backend_group(backend_name, size, num_threads);
   sharded->ranks_.resize(static_cast<size_t>(size));
   for (int r = 0; size > 1 && r < size; ++r) sharded->threads_.push_back(std::make_unique<RankThread>());
@@ -81,7 +92,7 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
     Rank& slot = sharded->ranks_[static_cast<size_t>(rank)];
     slot.owned_backend = sharded->backend_group_->make(rank);
     slot.backend = slot.owned_backend.get();
-    slot.backend->set_expert_parallel(expert_parallel_size > 1);
+    slot.backend->set_expert_parallel(expert_parallel_size > 1, num_redundant_experts);
     slot.owned_model = load_model(dir, *slot.backend);
     slot.model = slot.owned_model.get();
   });
@@ -116,5 +127,44 @@ void ShardedModel::run_on_ranks(const std::function<void(int rank)>& work) {
   }
   if (first_error) std::rethrow_exception(first_error);
 }
+
+std::vector<std::vector<int64_t>> ShardedModel::take_expert_loads() {
+  if (!balances_experts()) fail("expert load balancing: the model was not loaded with expert parallelism");
+  std::vector<std::vector<int64_t>> loads;
+  // Every rank takes its counts, so that each rank's next window starts at the same step.
+  run_on_ranks([&](int rank) {
+    std::vector<std::vector<int64_t>> rank_loads;
+    for (SparseMoe* layer : model(rank).expert_layers()) rank_loads.push_back(layer->take_expert_load(backend(rank)));
+    if (rank == 0) loads = std::move(rank_loads);
+  });
+  return loads;
+}
+
+void ShardedModel::place_experts(const std::vector<std::vector<int64_t>>& loads) {
+  if (!balances_experts()) fail("expert load balancing: the model was not loaded with expert parallelism");
+  const std::vector<SparseMoe*> layers = model(0).expert_layers();
+  if (loads.size() != layers.size()) {
+    fail("expert load balancing: loads for {} MoE layers, the model has {}", loads.size(), layers.size());
+  }
+  std::vector<std::optional<ExpertPlacement>> placements(layers.size());  // nullopt: the layer stays
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const ExpertPlacement& current = *layers[i]->placement();
+    if (std::all_of(loads[i].begin(), loads[i].end(), [](int64_t n) { return n == 0; })) continue;
+    ExpertPlacement balanced = balanced_expert_placement(loads[i], current.num_slots(), current.num_ranks);
+    if (balanced != current) placements[i] = std::move(balanced);
+  }
+  if (std::none_of(placements.begin(), placements.end(), [](const auto& p) { return p.has_value(); })) return;
+  const Checkpoint checkpoint = Checkpoint::open(dir_);
+  run_on_ranks([&](int rank) {
+    WeightLoader weights(checkpoint, backend(rank));
+    const std::vector<SparseMoe*> rank_layers = model(rank).expert_layers();
+    for (size_t i = 0; i < rank_layers.size(); ++i) {
+      if (placements[i]) rank_layers[i]->place_experts(weights, *placements[i]);
+    }
+    backend(rank).discard_recorded_steps();  // they read the replaced tensors
+  });
+}
+
+void ShardedModel::rebalance_experts() { place_experts(take_expert_loads()); }
 
 }  // namespace tern

@@ -4,6 +4,7 @@
 // One process with a thread per GPU rather than a process per GPU: the scheduler, tokenizer and server exist once,
 // every rank reads the same StepPlan from memory instead of receiving it over RPC, and NCCL's single-process
 // set-up needs no id exchange. A group of one runs on the caller's thread, exactly as without this class.
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -19,9 +20,11 @@ class ShardedModel {
  public:
   // Loads the model directory on `size` ranks of backend `backend_name` ("cpu": threads of this process sharing
   // `num_threads`; "cuda": devices 0 .. size - 1), all ranks at once. `expert_parallel_size`: 1 (every rank holds
-  // every expert of the MoE layers) or `size` (each rank its share: Backend::expert_parallel).
+  // every expert of the MoE layers) or `size` (each rank its share: Backend::expert_parallel), with
+  // `num_redundant_experts` extra expert slots per MoE layer for replicas (expert parallelism only).
   static std::unique_ptr<ShardedModel> load(const std::filesystem::path& dir, const std::string& backend_name,
-                                            int size, int num_threads = 0, int expert_parallel_size = 1);
+                                            int size, int num_threads = 0, int expert_parallel_size = 1,
+                                            int64_t num_redundant_experts = 0);
   // One whole model on one backend, both owned by the caller.
   ShardedModel(Model& model, Backend& backend);
   ~ShardedModel();
@@ -37,6 +40,18 @@ class ShardedModel {
   // rethrows the first error. Ranks meet in collectives, so every rank must be given the same work.
   void run_on_ranks(const std::function<void(int rank)>& work);
 
+  // Expert-parallel load balancing (EPLB), for models loaded with expert parallelism. Call these between steps.
+  bool balances_experts() const { return !dir_.empty() && backend(0).expert_parallel(); }
+  // Per MoE layer, the tokens routed to each logical expert since the last call or since loading. Every rank's
+  // router saw the same tokens; rank 0's counters are read.
+  std::vector<std::vector<int64_t>> take_expert_loads();
+  // Per MoE layer, the balanced placement for `loads` (balanced_expert_placement); every rank reloads the weights
+  // of its slots from the checkpoint, all ranks at once. Layers whose placement stays the same, or that saw no
+  // tokens, are left as they are.
+  void place_experts(const std::vector<std::vector<int64_t>>& loads);
+  // place_experts(take_expert_loads()).
+  void rebalance_experts();
+
  private:
   class RankThread;
   struct Rank {
@@ -48,6 +63,7 @@ class ShardedModel {
 
   ShardedModel() = default;
 
+  std::filesystem::path dir_;  // the checkpoint, which rebalancing reloads experts from; empty when not loaded here
   std::unique_ptr<BackendGroup> backend_group_;
   std::vector<Rank> ranks_;
   std::vector<std::unique_ptr<RankThread>> threads_;  // empty for a group of one

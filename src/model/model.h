@@ -9,6 +9,8 @@
 
 namespace tern {
 
+class SparseMoe;
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -18,6 +20,8 @@ class Model {
   // Computes the step's new tokens, writing their KV into `cache`; returns logits [R, vocab] for the batch's
   // logit_rows.
   virtual Tensor forward(const StepContext& step, KvCache& cache) = 0;
+  // The MoE blocks, in layer order (what an expert load balancer places).
+  virtual std::vector<SparseMoe*> expert_layers() { return {}; }
 };
 
 // Reads config.json and the weights of a Hugging Face model directory and builds the model for its architecture.

@@ -19,6 +19,7 @@ struct ServingModelConfig {
   int num_threads = 0;  // CPU backend threads; 0: all cores
   int tensor_parallel_size = 1;
   int expert_parallel_size = 1;  // 1 or tensor_parallel_size (ShardedModel::load)
+  int64_t num_redundant_experts = 0;  // with expert parallelism (ShardedModel::load)
   EngineConfig engine;
 };
 

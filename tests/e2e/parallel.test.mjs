@@ -1,5 +1,6 @@
 // `tern serve --tensor-parallel-size 2` on CPU ranks (threads of one process, as CI has no GPUs): the same greedy
-// chat completions, streamed and not, as one rank; and the combinations it refuses.
+// chat completions, streamed and not, as one rank; and the combinations it refuses. `tern generate` with expert
+// parallelism, redundant experts and expert placement every 2 steps gives one rank's greedy tokens.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -50,4 +51,31 @@ test('tensor parallelism refuses prefill/decode roles and heads that do not spli
     '--max-tokens', '2', '--tensor-parallel-size', '3'], { encoding: 'utf8', timeout: 60_000 });
   assert.notEqual(heads.status, 0);
   assert.match(heads.stderr, /attention heads \(4\) does not split evenly over 3 ranks/);
+});
+
+function generate(model, extra) {
+  return spawnSync(ternBinary, ['generate', '--model', modelDir(model), '--prompt-ids', '1,2,3,4', '--max-tokens', '8',
+    '--threads', '2', ...extra], { encoding: 'utf8', timeout: 120_000 });
+}
+
+test('redundant experts placed by measured load generate what one rank generates', () => {
+  const one = generate('qwen3_moe', []);
+  assert.equal(one.status, 0, one.stderr);
+  const balanced = generate('qwen3_moe', ['--tp', '2', '--ep', '2', '--num-redundant-experts', '2',
+    '--eplb-interval', '2']);
+  assert.equal(balanced.status, 0, balanced.stderr);
+  assert.equal(balanced.stdout, one.stdout);
+});
+
+test('expert load balancing refuses flag combinations by name', () => {
+  const uneven = generate('qwen3_moe', ['--tp', '2', '--ep', '2', '--num-redundant-experts', '1']);
+  assert.equal(uneven.status, 1);
+  assert.match(uneven.stderr,
+    /8 experts \+ 1 redundant \(--num-redundant-experts\) = 9 expert slots do not split evenly/);
+  const without_ep = generate('qwen3_moe', ['--tp', '2', '--num-redundant-experts', '2']);
+  assert.equal(without_ep.status, 1);
+  assert.match(without_ep.stderr, /--num-redundant-experts 2: needs expert parallelism/);
+  const interval = generate('qwen3_moe', ['--tp', '2', '--eplb-interval', '5']);
+  assert.equal(interval.status, 1);
+  assert.match(interval.stderr, /--eplb-interval 5: needs expert parallelism/);
 });

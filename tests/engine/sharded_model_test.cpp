@@ -3,7 +3,9 @@
 // (recombined partial results equal the whole computation, and greedy decoding picks the same tokens).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <thread>
 
 #include "backend/cpu/host_collective.h"
@@ -12,6 +14,8 @@
 #include "fixtures.h"
 #include "sharded_greedy.h"
 #include "model/checkpoint.h"
+#include "model/expert_placement.h"
+#include "model/layers/sparse_moe.h"
 #include "model/sequence_runner.h"
 #include "model/weight_loader.h"
 
@@ -123,6 +127,23 @@ std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>
   return logits;
 }
 
+// The sharded model gives `prompt` the unsharded model's last-token logits (float32 sums in another order: rounding
+// only) and greedy tokens (through the engine, placing experts every `eplb_interval_steps` steps when above 0).
+void expect_same_outputs(ShardedModel& whole, ShardedModel& sharded, const std::vector<int32_t>& prompt,
+                         const std::string& label, int64_t eplb_interval_steps = 0) {
+  const auto expected = prompt_logits(whole, prompt);
+  const auto got = prompt_logits(sharded, prompt);
+  ASSERT_EQ(got.size(), expected.size());
+  float max_diff = 0.0f, max_ref = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(got[i] - expected[i]));
+    max_ref = std::max(max_ref, std::abs(expected[i]));
+  }
+  EXPECT_LE(max_diff, 1e-4f * max_ref) << label;
+  EXPECT_EQ(sharded_greedy_tokens(sharded, prompt, 24, eplb_interval_steps), sharded_greedy_tokens(whole, prompt, 24))
+      << label;
+}
+
 struct ShardedCase {
   std::string model;
   int size;
@@ -130,20 +151,22 @@ struct ShardedCase {
   // or cached whole on every rank (MLA's latent: its attention is not sharded).
   int64_t kv_heads_per_rank = 1;
   int expert_parallel_size = 1;  // size: each rank holds its share of the MoE experts
+  int64_t num_redundant_experts = 0;
 };
 
 void PrintTo(const ShardedCase& c, std::ostream* os) {
-  *os << c.model << " on " << c.size << " ranks, expert parallel size " << c.expert_parallel_size;
+  *os << c.model << " on " << c.size << " ranks, expert parallel size " << c.expert_parallel_size << ", "
+      << c.num_redundant_experts << " redundant experts";
 }
 
 class ShardedModelTest : public ::testing::TestWithParam<ShardedCase> {};
 
 TEST_P(ShardedModelTest, MatchesTheUnshardedModel) {
-  const auto& [name, size, kv_heads_per_rank, expert_parallel_size] = GetParam();
+  const auto& [name, size, kv_heads_per_rank, expert_parallel_size, num_redundant_experts] = GetParam();
   const auto dir = fixtures_dir() / "models" / name;
   const auto golden = read_json(dir / "golden.json");
   auto whole = ShardedModel::load(dir, "cpu", 1, 2);
-  auto sharded = ShardedModel::load(dir, "cpu", size, 2, expert_parallel_size);
+  auto sharded = ShardedModel::load(dir, "cpu", size, 2, expert_parallel_size, num_redundant_experts);
   ASSERT_EQ(sharded->size(), size);
   EXPECT_EQ(sharded->backend(size - 1).tensor_parallel_rank(), size - 1);
   EXPECT_EQ(sharded->backend(0).expert_parallel(), expert_parallel_size > 1);
@@ -151,19 +174,8 @@ TEST_P(ShardedModelTest, MatchesTheUnshardedModel) {
     EXPECT_EQ(sharded->model(rank).kv_layers()[0].num_kv_heads, kv_heads_per_rank) << "rank " << rank;
   }
   for (size_t p = 0; p < golden["prompts"].size(); ++p) {
-    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
-    const auto expected = prompt_logits(*whole, prompt);
-    const auto got = prompt_logits(*sharded, prompt);
-    ASSERT_EQ(got.size(), expected.size());
-    float max_diff = 0.0f, max_ref = 0.0f;
-    for (size_t i = 0; i < got.size(); ++i) {
-      max_diff = std::max(max_diff, std::abs(got[i] - expected[i]));
-      max_ref = std::max(max_ref, std::abs(expected[i]));
-    }
-    // Float32 sums in another order: rounding only.
-    EXPECT_LE(max_diff, 1e-4f * max_ref) << name << " prompt " << p << " on " << size << " ranks";
-    EXPECT_EQ(sharded_greedy_tokens(*sharded, prompt, 24), sharded_greedy_tokens(*whole, prompt, 24))
-        << name << " prompt " << p << " on " << size << " ranks";
+    expect_same_outputs(*whole, *sharded, golden["prompts"][p].get<std::vector<int32_t>>(),
+                        name + " prompt " + std::to_string(p) + " on " + std::to_string(size) + " ranks");
   }
 }
 
@@ -173,13 +185,117 @@ INSTANTIATE_TEST_SUITE_P(
                       ShardedCase{"qwen3", 2}, ShardedCase{"qwen3_moe", 2}, ShardedCase{"gpt_oss", 2},
                       ShardedCase{"deepseek_v3", 2}, ShardedCase{"qwen3-chat-tiny", 2}, ShardedCase{"llama3-chat-tiny", 2},
                       ShardedCase{"llama", 4}, ShardedCase{"tern-py-13m", 4}, ShardedCase{"qwen3_moe", 2, 1, 2},
-                      ShardedCase{"gpt_oss", 2, 1, 2}, ShardedCase{"deepseek_v3", 2, 1, 2}),
+                      ShardedCase{"gpt_oss", 2, 1, 2}, ShardedCase{"deepseek_v3", 2, 1, 2},
+                      ShardedCase{"qwen3_moe", 2, 1, 2, 2}, ShardedCase{"gpt_oss", 2, 1, 2, 2},
+                      ShardedCase{"deepseek_v3", 2, 1, 2, 2}),
     [](const auto& info) {
       std::string name = info.param.model + "_tp" + std::to_string(info.param.size);
       if (info.param.expert_parallel_size > 1) name += "_ep" + std::to_string(info.param.expert_parallel_size);
+      if (info.param.num_redundant_experts > 0) name += "_redundant" + std::to_string(info.param.num_redundant_experts);
       for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return name;
     });
+
+// Each MoE layer's placement on every rank; the ranks must agree.
+std::vector<ExpertPlacement> placements(ShardedModel& model) {
+  std::vector<ExpertPlacement> result;
+  for (SparseMoe* layer : model.model(0).expert_layers()) result.push_back(*layer->placement());
+  for (int rank = 1; rank < model.size(); ++rank) {
+    const auto layers = model.model(rank).expert_layers();
+    EXPECT_EQ(layers.size(), result.size());
+    for (size_t i = 0; i < layers.size() && i < result.size(); ++i) {
+      EXPECT_EQ(*layers[i]->placement(), result[i]) << "rank " << rank << " layer " << i;
+    }
+  }
+  return result;
+}
+
+class ExpertLoadBalancingTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExpertLoadBalancingTest, CountsTokensAndKeepsOutputsThroughNewPlacements) {
+  const std::string name = GetParam();
+  const auto dir = fixtures_dir() / "models" / name;
+  const auto golden = read_json(dir / "golden.json");
+  const auto config = read_json(dir / "config.json");
+  const int64_t top_k = config["num_experts_per_tok"].get<int64_t>();
+  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", 2, 2, 2, 2);
+  ASSERT_TRUE(sharded->balances_experts());
+  EXPECT_FALSE(whole->balances_experts());
+
+  // A known batch: one prompt's tokens, each routed to top_k experts by every MoE layer.
+  const auto prompt = golden["prompts"][0].get<std::vector<int32_t>>();
+  prompt_logits(*sharded, prompt);
+  const auto loads = sharded->take_expert_loads();
+  const auto initial = placements(*sharded);
+  ASSERT_FALSE(loads.empty());
+  ASSERT_EQ(loads.size(), initial.size());
+  for (size_t i = 0; i < loads.size(); ++i) {
+    ASSERT_EQ(static_cast<int64_t>(loads[i].size()), initial[i].num_experts);
+    EXPECT_TRUE(std::all_of(loads[i].begin(), loads[i].end(), [](int64_t n) { return n >= 0; }));
+    EXPECT_EQ(std::accumulate(loads[i].begin(), loads[i].end(), int64_t{0}),
+              static_cast<int64_t>(prompt.size()) * top_k)
+        << "layer " << i;
+    EXPECT_EQ(initial[i].num_slots(), initial[i].num_experts + 2);
+  }
+  const auto idle = sharded->take_expert_loads();
+  for (const auto& layer : idle) {
+    EXPECT_TRUE(std::all_of(layer.begin(), layer.end(), [](int64_t n) { return n == 0; })) << "counted twice";
+  }
+  sharded->place_experts(idle);
+  EXPECT_EQ(placements(*sharded), initial) << "layers that saw no tokens were placed again";
+
+  // Forced skew: expert 1 of every layer takes nearly all tokens, so both redundant slots replicate it.
+  std::vector<std::vector<int64_t>> skewed;
+  for (const auto& placement : initial) {
+    std::vector<int64_t> layer(placement.num_experts, 1);
+    layer[1] = 1000;
+    skewed.push_back(layer);
+  }
+  sharded->place_experts(skewed);
+  const auto rebalanced = placements(*sharded);
+  for (size_t i = 0; i < rebalanced.size(); ++i) {
+    EXPECT_NE(rebalanced[i], initial[i]) << "layer " << i << " kept its placement";
+    EXPECT_EQ(rebalanced[i].expert_slots()[1].size(), 3u) << "layer " << i;
+  }
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    expect_same_outputs(*whole, *sharded, golden["prompts"][p].get<std::vector<int32_t>>(),
+                        name + " prompt " + std::to_string(p) + " after a forced placement");
+  }
+
+  // The engine places experts by measured load every 3 steps while it generates.
+  expect_same_outputs(*whole, *sharded, prompt, name + " placing experts every 3 steps", 3);
+  EXPECT_NE(placements(*sharded), rebalanced) << "the engine never placed the experts again";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertLoadBalancingTest, ::testing::Values("qwen3_moe", "gpt_oss", "deepseek_v3"),
+                         [](const auto& info) { return info.param; });
+
+// `load` must fail with an error containing `message`.
+template <typename Load>
+void expect_failure(Load load, const std::string& message) {
+  try {
+    load();
+    ADD_FAILURE() << "accepted; expected: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
+TEST(ShardedModelErrors, ExpertBalancingFlagsFailByName) {
+  const auto dir = fixtures_dir() / "models" / "qwen3_moe";
+  expect_failure([&] { ShardedModel::load(dir, "cpu", 2, 2, 1, 2); },
+                 "--num-redundant-experts 2: needs expert parallelism");
+  expect_failure([&] { ShardedModel::load(dir, "cpu", 2, 2, 2, 1); },
+                 "8 experts + 1 redundant (--num-redundant-experts) = 9 expert slots do not split evenly over 2 "
+                 "expert-parallel ranks");
+  auto tensor_parallel = ShardedModel::load(dir, "cpu", 2, 2);
+  EngineConfig config;
+  config.num_kv_blocks = 16;
+  config.log_kv_cache = false;
+  config.eplb_interval_steps = 10;
+  expect_failure([&] { EngineCore core(*tensor_parallel, config); }, "--eplb-interval 10: needs expert parallelism");
+}
 
 TEST(ShardedModelErrors, ExpertParallelSizeMustBeOneOrTheTensorParallelSize) {
   try {

@@ -1,6 +1,7 @@
 // The CPU backend's MoE ops against definitions computed by hand or by a plain dense loop: router top-k (softmax,
 // normalized or not; sigmoid with group-limited top-k, selection bias and routed scaling; sqrt-softplus; hash
-// tables), the expert FFNs (SwiGLU and gpt-oss's clamped GLU, with biases) and the per-group linear.
+// tables; load counting and replica choice for EPLB), the expert FFNs (SwiGLU and gpt-oss's clamped GLU, with
+// biases) and the per-group linear.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,6 +98,56 @@ TEST_F(MoeOpsTest, HashRoutingTakesExpertsFromTheTokenTable) {
   auto score = [](double x) { return std::sqrt(std::log1p(std::exp(x))); };
   EXPECT_NEAR(weights(r)[0], score(0.0) / (score(0.0) + score(2.0)), 1e-6);
   EXPECT_NEAR(weights(r)[2], 0.5, 1e-6);
+}
+
+Tensor int32_tensor(Backend& backend, const std::vector<int32_t>& values, std::vector<int64_t> shape) {
+  TensorInfo info;
+  info.dtype = DType::I32;
+  info.shape = std::move(shape);
+  info.data = reinterpret_cast<const std::byte*>(values.data());
+  info.size_bytes = values.size() * sizeof(int32_t);
+  const TensorInfo* part = &info;
+  return backend.load_weight({&part, 1});
+}
+
+TEST_F(MoeOpsTest, BalancingCountsLogicalExpertsAndPicksReplicasByTokenRow) {
+  // 6 tokens over 4 experts, top-2 softmax; the routing without balancing is the reference.
+  constexpr int64_t kTokens = 6, kExperts = 4;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> logits(kTokens * kExperts);
+  for (float& v : logits) v = normal(rng);
+  RouterParams params;
+  params.top_k = 2;
+  const auto plain = route(logits, kExperts, params);
+  const auto plain_ids = ids(plain);
+
+  // Slots: expert 0 in slots {0, 4, 5}, expert 1 in {1}, expert 2 in {2, 6}, expert 3 in {3, 7}.
+  const std::vector<int32_t> replica_slots = {0, 4, 5, 1, -1, -1, 2, 6, -1, 3, 7, -1};
+  const std::vector<int32_t> replica_counts = {3, 1, 2, 2};
+  const Tensor slots_tensor = int32_tensor(*backend_, replica_slots, {kExperts, 3});
+  const Tensor counts_tensor = int32_tensor(*backend_, replica_counts, {kExperts});
+  // Counters that already hold counts near the 32-bit wrap: the op adds to them.
+  const std::vector<int32_t> start = {0, -1, 7, 2147483647};
+  Tensor load = int32_tensor(*backend_, start, {kExperts});
+  params.balancing = {&load, &slots_tensor, &counts_tensor};
+  const auto balanced = route(logits, kExperts, params);
+  route(logits, kExperts, params);  // a second step adds the same counts again
+
+  std::vector<uint32_t> recount(kExperts, 0);
+  const auto balanced_ids = ids(balanced);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t j = 0; j < 2; ++j) {
+      const int32_t e = plain_ids[t * 2 + j];
+      recount[e] += 2;
+      EXPECT_EQ(balanced_ids[t * 2 + j], replica_slots[e * 3 + t % replica_counts[e]]) << "token " << t;
+    }
+  }
+  EXPECT_EQ(weights(balanced), weights(plain));
+  const auto counted = backend_->to_host_i32(load);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    EXPECT_EQ(static_cast<uint32_t>(counted[e]) - static_cast<uint32_t>(start[e]), recount[e]) << "expert " << e;
+  }
 }
 
 // Expert FFNs against a dense loop over every (token, chosen expert) pair.

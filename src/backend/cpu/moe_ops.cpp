@@ -90,6 +90,35 @@ ExpertRouting route_experts(const Tensor& logits, const RouterParams& params, st
     }
     if (static_cast<int64_t>(token_ids.size()) != num_tokens) fail("route_experts: hash routing needs token ids");
   }
+  const ExpertLoadBalancing& balancing = params.balancing;
+  uint32_t* load_counts = nullptr;  // unsigned: the counters wrap, readers take differences
+  if (balancing.load_counts) {
+    if (balancing.load_counts->dtype != DType::I32 || balancing.load_counts->numel() != num_experts) {
+      fail("route_experts: load counts must be int32 [{}]", num_experts);
+    }
+    load_counts = reinterpret_cast<uint32_t*>(balancing.load_counts->ptr<int32_t>());
+  }
+  if ((balancing.replica_slots == nullptr) != (balancing.replica_counts == nullptr)) {
+    fail("route_experts: replica slots and replica counts come together");
+  }
+  const int32_t* replica_slots = nullptr;
+  const int32_t* replica_counts = nullptr;
+  int64_t max_replicas = 0;
+  if (balancing.replica_slots) {
+    if (balancing.replica_slots->dtype != DType::I32 || balancing.replica_slots->shape.size() != 2 ||
+        balancing.replica_slots->size(0) != num_experts || balancing.replica_counts->dtype != DType::I32 ||
+        balancing.replica_counts->numel() != num_experts) {
+      fail("route_experts: replica tables must be int32 [{0}, max_replicas] and [{0}]", num_experts);
+    }
+    replica_slots = balancing.replica_slots->ptr<int32_t>();
+    replica_counts = balancing.replica_counts->ptr<int32_t>();
+    max_replicas = balancing.replica_slots->size(1);
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (replica_counts[e] < 1 || replica_counts[e] > max_replicas) {
+        fail("route_experts: expert {} has {} replicas, not in [1, {}]", e, replica_counts[e], max_replicas);
+      }
+    }
+  }
   ExpertRouting routing{host_tensor(DType::I32, {num_tokens, k}), host_tensor(DType::F32, {num_tokens, k})};
   const int64_t group_size = num_experts / params.num_groups;
   std::vector<float> scores(num_experts), choice(num_experts), group_scores(params.num_groups);
@@ -135,7 +164,10 @@ ExpertRouting route_experts(const Tensor& logits, const RouterParams& params, st
     for (int64_t j = 0; j < k; ++j) {
       float w = scores[chosen[j]];
       if (params.normalize) w /= sum + 1e-20f;
-      routing.expert_ids.ptr<int32_t>()[t * k + j] = chosen[j];
+      const int32_t expert = chosen[j];
+      if (load_counts) ++load_counts[expert];
+      routing.expert_ids.ptr<int32_t>()[t * k + j] =
+          replica_slots ? replica_slots[expert * max_replicas + t % replica_counts[expert]] : expert;
       routing.weights.ptr<float>()[t * k + j] = w * params.routed_scaling;
     }
   }

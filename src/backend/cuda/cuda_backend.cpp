@@ -237,6 +237,8 @@ class CudaBackend final : public Backend {
         forward);
   }
 
+  void discard_recorded_steps() override { graphs_.reset(); }
+
   // ---- Ops ----
 
   Tensor embedding(const Tensor& table, const StepContext& step, const VocabShard& shard) override {
@@ -408,6 +410,27 @@ class CudaBackend final : public Backend {
       }
       p.token_expert_table = table.ptr<int32_t>();
       p.token_ids = cuda_step(step).token_ids();
+    }
+    const ExpertLoadBalancing& balancing = params.balancing;
+    if (balancing.load_counts) {
+      if (balancing.load_counts->dtype != DType::I32 || balancing.load_counts->numel() != num_experts) {
+        fail("route_experts: load counts must be int32 [{}]", num_experts);
+      }
+      p.load_counts = reinterpret_cast<uint32_t*>(balancing.load_counts->ptr<int32_t>());
+    }
+    if ((balancing.replica_slots == nullptr) != (balancing.replica_counts == nullptr)) {
+      fail("route_experts: replica slots and replica counts come together");
+    }
+    if (balancing.replica_slots) {
+      const Tensor& slots = *balancing.replica_slots;
+      const Tensor& counts = *balancing.replica_counts;
+      if (slots.dtype != DType::I32 || slots.shape.size() != 2 || slots.size(0) != num_experts ||
+          counts.dtype != DType::I32 || counts.numel() != num_experts) {
+        fail("route_experts: replica tables must be int32 [{0}, max_replicas] and [{0}]", num_experts);
+      }
+      p.replica_slots = slots.ptr<int32_t>();
+      p.replica_counts = counts.ptr<int32_t>();
+      p.max_replicas = checked_int(slots.size(1), "replicas");
     }
     ExpertRouting routing{allocator_->allocate(DType::I32, {num_tokens, params.top_k}),
                           allocator_->allocate(DType::F32, {num_tokens, params.top_k})};

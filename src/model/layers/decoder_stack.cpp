@@ -1,6 +1,7 @@
 #include "model/layers/decoder_stack.h"
 
 #include "core/error.h"
+#include "model/layers/sparse_moe.h"
 
 namespace tern {
 
@@ -30,6 +31,14 @@ DecoderStack::DecoderStack(const ModelConfig& config, WeightLoader& weights, con
   }
   fail("{}: the checkpoint has no lm_head ({}) and tie_word_embeddings is false", config.architecture,
        names.lm_head.empty() ? std::string("no name given") : names.lm_head.front());
+}
+
+std::vector<SparseMoe*> DecoderStack::expert_layers() {
+  std::vector<SparseMoe*> moe;
+  for (auto& layer : layers_) {
+    if (auto* block = dynamic_cast<SparseMoe*>(layer.feed_forward.get())) moe.push_back(block);
+  }
+  return moe;
 }
 
 std::vector<KvLayerSpec> DecoderStack::kv_layers() const {

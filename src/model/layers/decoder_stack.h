@@ -46,6 +46,8 @@ class DecoderStack {
                const DecoderWeightNames& names = {});
 
   const std::vector<DecoderLayer>& layers() const { return layers_; }
+  // The feed-forward blocks that are sparse MoE blocks, in layer order.
+  std::vector<SparseMoe*> expert_layers();
   std::vector<KvLayerSpec> kv_layers() const;
 
   Tensor embed(Backend& backend, const StepContext& step) const;  // -> [T, hidden]
@@ -77,6 +79,7 @@ class DecoderModel final : public Model {
   const ModelConfig& config() const override { return config_; }
   std::vector<KvLayerSpec> kv_layers() const override { return stack_->kv_layers(); }
   Tensor forward(const StepContext& step, KvCache& cache) override { return stack_->forward(backend_, step, cache); }
+  std::vector<SparseMoe*> expert_layers() override { return stack_->expert_layers(); }
 
  private:
   ModelConfig config_;

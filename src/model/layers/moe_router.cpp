@@ -45,11 +45,13 @@ MoeRouter::MoeRouter(WeightLoader& weights, const std::string& prefix, const Moe
   }
 }
 
-ExpertRouting MoeRouter::route(Backend& backend, const Tensor& x, const StepContext& step) const {
+ExpertRouting MoeRouter::route(Backend& backend, const Tensor& x, const StepContext& step,
+                               const ExpertLoadBalancing& balancing) const {
   const Tensor logits = backend.linear_f32(x, weight_, logit_bias_ ? &*logit_bias_ : nullptr);
   RouterParams params = config_.params;
   params.selection_bias = selection_bias_ ? &*selection_bias_ : nullptr;
   params.token_expert_table = hash_table_ ? &*hash_table_ : nullptr;
+  params.balancing = balancing;
   return backend.route_experts(logits, params, step);
 }
 

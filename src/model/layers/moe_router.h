@@ -23,8 +23,9 @@ class MoeRouter {
  public:
   // Loads `<prefix>.weight` [num_experts, hidden] and the optional tensors the config names.
   MoeRouter(WeightLoader& weights, const std::string& prefix, const MoeRouterConfig& config);
-  // x [T, hidden] -> the experts and weights of every token.
-  ExpertRouting route(Backend& backend, const Tensor& x, const StepContext& step) const;
+  // x [T, hidden] -> the experts (or, with replica tables, the physical slots) and weights of every token.
+  ExpertRouting route(Backend& backend, const Tensor& x, const StepContext& step,
+                      const ExpertLoadBalancing& balancing = {}) const;
 
  private:
   MoeRouterConfig config_;

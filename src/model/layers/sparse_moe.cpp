@@ -1,5 +1,6 @@
 #include "model/layers/sparse_moe.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -30,63 +31,138 @@ Tensor load_relaid(WeightLoader& weights, const std::string& name, const std::ve
   return weights.backend().load_weight({&part, 1});
 }
 
+// Host int32 values as a backend tensor (the routing tables and load counters).
+Tensor upload_i32(Backend& backend, const std::vector<int32_t>& values, std::vector<int64_t> shape) {
+  TensorInfo info;
+  info.name = "expert placement";
+  info.dtype = DType::I32;
+  info.shape = std::move(shape);
+  info.data = reinterpret_cast<const std::byte*>(values.data());
+  info.size_bytes = values.size() * sizeof(int32_t);
+  const TensorInfo* part = &info;
+  return backend.load_weight({&part, 1});
+}
+
 }  // namespace
 
 SparseMoe::SparseMoe(WeightLoader& weights, const std::string& prefix, const SparseMoeConfig& config)
-    : activation_(config.activation), expert_parallel_(weights.backend().expert_parallel()) {
-  const int64_t hidden = config.hidden_size;
-  const int64_t inter = config.intermediate_size;
-  const int64_t num_experts = config.router.num_experts;
-  // This rank's experts: [first, first + local).
-  const int64_t local = expert_parallel_ ? weights.shard_count(num_experts, "experts") : num_experts;
-  const int64_t first = expert_parallel_ ? weights.shard().rank * local : 0;
-  first_expert_ = first;
+    : prefix_(prefix), config_(config) {
   router_.emplace(weights, prefix + "." + config.router_name, config.router);
-  if (config.layout == ExpertLayout::per_expert) {
-    std::vector<std::pair<std::string, std::vector<int64_t>>> gate_up, down;
-    for (int64_t e = first; e < first + local; ++e) {
-      const std::string expert = prefix + ".experts." + std::to_string(e) + ".";
-      gate_up.push_back({expert + config.expert_names.gate + ".weight", {inter, hidden}});
-      gate_up.push_back({expert + config.expert_names.up + ".weight", {inter, hidden}});
-      down.push_back({expert + config.expert_names.down + ".weight", {hidden, inter}});
-    }
-    gate_up_ = weights.load_concat(gate_up).reshape({local, 2 * inter, hidden});
-    down_ = weights.load_concat(down).reshape({local, hidden, inter});
+  const int64_t num_experts = config.router.num_experts;
+  Backend& backend = weights.backend();
+  if (backend.expert_parallel()) {
+    const int64_t num_slots = num_experts + backend.num_redundant_experts();
+    check_expert_slots(num_experts, num_slots, weights.shard().size, prefix);
+    balancing_.emplace();
+    balancing_->load_counts = upload_i32(backend, std::vector<int32_t>(num_experts, 0), {num_experts});
+    balancing_->counted.assign(num_experts, 0);
+    place_experts(weights, initial_expert_placement(num_experts, num_slots, weights.shard().size));
   } else {
-    // gpt-oss stores x @ W ([E, H, 2I], gate and up alternating along 2I) and x @ D ([E, I, H]).
-    const std::string experts = prefix + ".experts.";
-    gate_up_ = load_relaid(weights, experts + "gate_up_proj", {num_experts, hidden, 2 * inter},
-                           {local, 2 * inter, hidden}, [&](int64_t i) {
-                             const int64_t h = i % hidden, row = (i / hidden) % (2 * inter),
-                                           e = first + i / (hidden * 2 * inter);
-                             const int64_t column = row < inter ? 2 * row : 2 * (row - inter) + 1;
-                             return (e * hidden + h) * 2 * inter + column;
-                           });
-    gate_up_bias_ = load_relaid(weights, experts + "gate_up_proj_bias", {num_experts, 2 * inter},
-                                {local, 2 * inter}, [&](int64_t i) {
-                                  const int64_t row = i % (2 * inter), e = first + i / (2 * inter);
-                                  return e * 2 * inter + (row < inter ? 2 * row : 2 * (row - inter) + 1);
-                                });
-    down_ = load_relaid(weights, experts + "down_proj", {num_experts, inter, hidden}, {local, hidden, inter},
-                        [&](int64_t i) {
-                          const int64_t j = i % inter, h = (i / inter) % hidden, e = first + i / (inter * hidden);
-                          return (e * inter + j) * hidden + h;
-                        });
-    down_bias_ = weights.load_row_ranges({{experts + "down_proj_bias", {num_experts, hidden}, first, local}});
+    std::vector<int32_t> all(num_experts);
+    for (int64_t e = 0; e < num_experts; ++e) all[e] = static_cast<int32_t>(e);
+    load_experts(weights, all);
   }
   if (config.shared_intermediate_size > 0) {
-    shared_experts_.emplace(weights, prefix + "." + config.shared_name, hidden, config.shared_intermediate_size,
-                            config.expert_names, config.activation);
+    shared_experts_.emplace(weights, prefix + "." + config.shared_name, config.hidden_size,
+                            config.shared_intermediate_size, config.expert_names, config.activation);
   }
 }
 
+void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& experts) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t inter = config_.intermediate_size;
+  const int64_t num_experts = config_.router.num_experts;
+  const auto count = static_cast<int64_t>(experts.size());
+  // The old weights go first, so that a new placement does not need room for two copies.
+  gate_up_ = down_ = Tensor{};
+  gate_up_bias_.reset();
+  down_bias_.reset();
+  if (config_.layout == ExpertLayout::per_expert) {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> gate_up, down;
+    for (int32_t e : experts) {
+      const std::string expert = prefix_ + ".experts." + std::to_string(e) + ".";
+      gate_up.push_back({expert + config_.expert_names.gate + ".weight", {inter, hidden}});
+      gate_up.push_back({expert + config_.expert_names.up + ".weight", {inter, hidden}});
+      down.push_back({expert + config_.expert_names.down + ".weight", {hidden, inter}});
+    }
+    gate_up_ = weights.load_concat(gate_up).reshape({count, 2 * inter, hidden});
+    down_ = weights.load_concat(down).reshape({count, hidden, inter});
+    return;
+  }
+  // gpt-oss stores x @ W ([E, H, 2I], gate and up alternating along 2I) and x @ D ([E, I, H]).
+  const std::string names = prefix_ + ".experts.";
+  gate_up_ = load_relaid(weights, names + "gate_up_proj", {num_experts, hidden, 2 * inter}, {count, 2 * inter, hidden},
+                         [&](int64_t i) {
+                           const int64_t h = i % hidden, row = (i / hidden) % (2 * inter),
+                                         e = experts[i / (hidden * 2 * inter)];
+                           const int64_t column = row < inter ? 2 * row : 2 * (row - inter) + 1;
+                           return (e * hidden + h) * 2 * inter + column;
+                         });
+  gate_up_bias_ = load_relaid(weights, names + "gate_up_proj_bias", {num_experts, 2 * inter}, {count, 2 * inter},
+                              [&](int64_t i) {
+                                const int64_t row = i % (2 * inter), e = experts[i / (2 * inter)];
+                                return e * 2 * inter + (row < inter ? 2 * row : 2 * (row - inter) + 1);
+                              });
+  down_ = load_relaid(weights, names + "down_proj", {num_experts, inter, hidden}, {count, hidden, inter},
+                      [&](int64_t i) {
+                        const int64_t j = i % inter, h = (i / inter) % hidden, e = experts[i / (inter * hidden)];
+                        return (e * inter + j) * hidden + h;
+                      });
+  std::vector<RowRange> bias_rows;
+  for (int32_t e : experts) bias_rows.push_back({names + "down_proj_bias", {num_experts, hidden}, e, 1});
+  down_bias_ = weights.load_row_ranges(bias_rows);
+}
+
+void SparseMoe::place_experts(WeightLoader& weights, const ExpertPlacement& placement) {
+  if (!balancing_) fail("{}: experts are placed only under expert parallelism", prefix_);
+  const int64_t num_experts = config_.router.num_experts;
+  if (placement.num_experts != num_experts || placement.num_ranks != weights.shard().size ||
+      placement.num_slots() != num_experts + weights.backend().num_redundant_experts()) {
+    fail("{}: a placement of {} experts in {} slots over {} ranks does not fit this layer", prefix_,
+         placement.num_experts, placement.num_slots(), placement.num_ranks);
+  }
+  const int64_t slots_per_rank = placement.slots_per_rank();
+  first_slot_ = weights.shard().rank * slots_per_rank;
+  load_experts(weights, std::vector<int32_t>(placement.slot_experts.begin() + first_slot_,
+                                             placement.slot_experts.begin() + first_slot_ + slots_per_rank));
+  const auto replicas = placement.expert_slots();
+  size_t max_replicas = 1;
+  for (const auto& slots : replicas) max_replicas = std::max(max_replicas, slots.size());
+  std::vector<int32_t> replica_slots(num_experts * max_replicas, -1), replica_counts(num_experts);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (replicas[e].empty()) fail("{}: the placement leaves expert {} without a slot", prefix_, e);
+    std::copy(replicas[e].begin(), replicas[e].end(), replica_slots.begin() + e * max_replicas);
+    replica_counts[e] = static_cast<int32_t>(replicas[e].size());
+  }
+  Backend& backend = weights.backend();
+  balancing_->replica_slots =
+      upload_i32(backend, replica_slots, {num_experts, static_cast<int64_t>(max_replicas)});
+  balancing_->replica_counts = upload_i32(backend, replica_counts, {num_experts});
+  balancing_->placement = placement;
+}
+
+std::vector<int64_t> SparseMoe::take_expert_load(Backend& backend) {
+  if (!balancing_) fail("{}: expert loads are counted only under expert parallelism", prefix_);
+  const std::vector<int32_t> counts = backend.to_host_i32(balancing_->load_counts);
+  std::vector<int64_t> load(counts.size());
+  for (size_t e = 0; e < counts.size(); ++e) {
+    // The counters wrap at 2^32; the difference is right while fewer tokens than that arrive between calls.
+    const auto now = static_cast<uint32_t>(counts[e]);
+    load[e] = static_cast<int64_t>(now - balancing_->counted[e]);
+    balancing_->counted[e] = now;
+  }
+  return load;
+}
+
 Tensor SparseMoe::forward(Backend& backend, const Tensor& x, const StepContext& step) const {
-  const ExpertRouting routing = router_->route(backend, x, step);
-  ExpertWeights experts{gate_up_, down_, gate_up_bias_ ? &*gate_up_bias_ : nullptr,
-                        down_bias_ ? &*down_bias_ : nullptr, first_expert_};
-  Tensor out = backend.moe_experts(x, routing, experts, activation_);
-  // Each rank added its own experts' outputs; every rank needs every expert's.
-  if (expert_parallel_) backend.all_reduce_sum(out);
+  ExpertLoadBalancing routing_balance;
+  if (balancing_) routing_balance = {&balancing_->load_counts, &balancing_->replica_slots, &balancing_->replica_counts};
+  const ExpertRouting routing = router_->route(backend, x, step, routing_balance);
+  const ExpertWeights experts{gate_up_, down_, gate_up_bias_ ? &*gate_up_bias_ : nullptr,
+                              down_bias_ ? &*down_bias_ : nullptr, first_slot_};
+  Tensor out = backend.moe_experts(x, routing, experts, config_.activation);
+  // Each rank added its own slots' outputs; every rank needs every expert's.
+  if (balancing_) backend.all_reduce_sum(out);
   if (shared_experts_) backend.add_in_place(out, shared_experts_->forward(backend, x));
   return out;
 }

@@ -1,12 +1,17 @@
 #pragma once
 // A sparse mixture-of-experts feed-forward block: router, routed experts and optional shared experts whose output
 // is added (DeepSeek). Under tensor parallelism the experts are replicated on every rank, or split over the ranks
-// with expert parallelism (each rank computes its experts for every token; an all-reduce sums the ranks' parts). Covers the checkpoint layouts of Mixtral (w1/w3/w2), Qwen-MoE and DeepSeek
-// (gate_proj/up_proj/down_proj per expert) and gpt-oss (fused, interleaved gate/up with biases).
+// with expert parallelism: the layer's experts plus its redundant slots are placed over the ranks (expert_placement.h),
+// each rank computes its slots for the tokens routed to them and an all-reduce sums the ranks' parts; the router
+// counts each expert's tokens so that a load balancer (EPLB) can place them again. Covers the checkpoint layouts of
+// Mixtral (w1/w3/w2), Qwen-MoE and DeepSeek (gate_proj/up_proj/down_proj per expert) and gpt-oss (fused,
+// interleaved gate/up with biases).
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "model/expert_placement.h"
 #include "model/layers/decoder_block.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/moe_router.h"
@@ -37,15 +42,37 @@ class SparseMoe final : public FeedForwardBlock {
   // [T, hidden] -> [T, hidden]
   Tensor forward(Backend& backend, const Tensor& x, const StepContext& step) const override;
 
+  // Expert parallelism only (null otherwise): where the layer's experts are, the same on every rank.
+  const ExpertPlacement* placement() const { return balancing_ ? &balancing_->placement : nullptr; }
+  // Tokens routed to each logical expert since the last call or since loading (reads the counters the router adds
+  // to in backend memory: a host sync).
+  std::vector<int64_t> take_expert_load(Backend& backend);
+  // Loads this rank's slots of `placement` from the checkpoint `weights` reads and routes by it from the next step
+  // on; every rank of the group must be given the same placement.
+  void place_experts(WeightLoader& weights, const ExpertPlacement& placement);
+
  private:
+  // The weights of the given logical experts, stacked in that order (repeats allowed), into gate_up_ .. down_bias_.
+  void load_experts(WeightLoader& weights, const std::vector<int32_t>& experts);
+
+  struct Balancing {
+    ExpertPlacement placement;
+    Tensor replica_slots;   // [E, max_replicas] int32 (ExpertLoadBalancing)
+    Tensor replica_counts;  // [E] int32
+    // [E] int32, added to by every forward's router; never reallocated, so recorded steps keep counting into it.
+    mutable Tensor load_counts;
+    std::vector<uint32_t> counted;  // load_counts as of the last take_expert_load
+  };
+
+  std::string prefix_;
+  SparseMoeConfig config_;
   std::optional<MoeRouter> router_;
-  Tensor gate_up_;  // [E, 2I, H]
+  Tensor gate_up_;  // [E, 2I, H] (E: this rank's slots under expert parallelism)
   Tensor down_;     // [E, H, I]
   std::optional<Tensor> gate_up_bias_;  // [E, 2I]
   std::optional<Tensor> down_bias_;     // [E, H]
-  GluActivation activation_;
-  bool expert_parallel_ = false;  // this rank holds experts [first_expert_, + E) of them (Backend::expert_parallel)
-  int64_t first_expert_ = 0;
+  int64_t first_slot_ = 0;  // gate_up_ .. down_bias_ hold slots [first_slot_, + E) of the layer
+  std::optional<Balancing> balancing_;  // under expert parallelism (Backend::expert_parallel)
   std::optional<GatedMlp> shared_experts_;
 };
 

@@ -35,6 +35,18 @@ class CudaMoeTest : public testing::CudaVsCpuTest {
   }
 };
 
+RouterParams router(RouterScoring scoring, int64_t top_k, bool normalize = false, float scaling = 1.0f,
+                    int64_t groups = 1, int64_t top_groups = 1) {
+  RouterParams params;
+  params.scoring = scoring;
+  params.top_k = top_k;
+  params.normalize = normalize;
+  params.routed_scaling = scaling;
+  params.num_groups = groups;
+  params.top_k_groups = top_groups;
+  return params;
+}
+
 struct RouterCase {
   int64_t tokens, experts, top_k;
   RouterScoring scoring;
@@ -62,7 +74,7 @@ TEST_F(CudaMoeTest, RouteExpertsMatchesCpu) {
     const auto logits_values = random_bf16_values(c.tokens * c.experts, 21, 2.0f);
     const Tensor cpu_logits = cpu->from_host_f32(logits_values, {c.tokens, c.experts});
     const Tensor gpu_logits = gpu->from_host_f32(logits_values, {c.tokens, c.experts});
-    RouterParams cpu_params{c.scoring, c.top_k, c.normalize, c.scaling, c.groups, c.top_groups};
+    RouterParams cpu_params = router(c.scoring, c.top_k, c.normalize, c.scaling, c.groups, c.top_groups);
     RouterParams gpu_params = cpu_params;
     const auto bias = weight(random_bf16_values(c.experts, 22, 0.1f), {c.experts});
     if (c.bias) {
@@ -88,12 +100,40 @@ TEST_F(CudaMoeTest, RouteExpertsMatchesCpu) {
   }
 }
 
+TEST_F(CudaMoeTest, RouteExpertsCountsLoadsAndPicksReplicasAsCpu) {
+  const int64_t tokens = 29, experts = 4, top_k = 2;
+  const auto logits_values = random_bf16_values(tokens * experts, 23, 2.0f);
+  const Tensor cpu_logits = cpu->from_host_f32(logits_values, {tokens, experts});
+  const Tensor gpu_logits = gpu->from_host_f32(logits_values, {tokens, experts});
+  const std::vector<int32_t> slots = {0, 4, 5, 1, -1, -1, 2, 6, -1, 3, 7, -1};  // 8 slots, max 3 replicas
+  const std::vector<int32_t> counts = {3, 1, 2, 2};
+  // Counters near the 32-bit wrap, as after a long run.
+  const std::vector<int32_t> start = {2147483646, -1, 5, 0};
+  Tensor cpu_loads = int_tensor(*cpu, start, {experts});
+  Tensor gpu_loads = int_tensor(*gpu, start, {experts});
+  const Tensor cpu_slots = int_tensor(*cpu, slots, {experts, 3}), gpu_slots = int_tensor(*gpu, slots, {experts, 3});
+  const Tensor cpu_counts = int_tensor(*cpu, counts, {experts}), gpu_counts = int_tensor(*gpu, counts, {experts});
+  RouterParams cpu_params = router(RouterScoring::softmax, top_k, true);
+  RouterParams gpu_params = cpu_params;
+  cpu_params.balancing = {&cpu_loads, &cpu_slots, &cpu_counts};
+  gpu_params.balancing = {&gpu_loads, &gpu_slots, &gpu_counts};
+  const ForwardBatch batch = batch_of(tokens, 50);
+  const auto cpu_step = cpu->begin_step(batch);
+  const auto gpu_step = gpu->begin_step(batch);
+  for (int call = 0; call < 2; ++call) {
+    const ExpertRouting expected = cpu->route_experts(cpu_logits, cpu_params, *cpu_step);
+    const ExpertRouting got = gpu->route_experts(gpu_logits, gpu_params, *gpu_step);
+    EXPECT_EQ(gpu->to_host_i32(got.expert_ids), cpu->to_host_i32(expected.expert_ids)) << "call " << call;
+    EXPECT_EQ(gpu->to_host_i32(gpu_loads), cpu->to_host_i32(cpu_loads)) << "call " << call;
+  }
+}
+
 TEST_F(CudaMoeTest, RouteExpertsRejectsWhatItCannotRoute) {
   const auto logits = std::vector<float>(4 * 8, 0.5f);
   const Tensor gpu_logits = gpu->from_host_f32(logits, {4, 8});
   const auto step = gpu->begin_step(batch_of(4, 10));
-  EXPECT_THROW(gpu->route_experts(gpu_logits, {RouterScoring::softmax, 9}, *step), Error);  // top_k > experts
-  EXPECT_THROW(gpu->route_experts(gpu_logits, {RouterScoring::sigmoid, 2, true, 1.0f, 3, 1}, *step), Error);
+  EXPECT_THROW(gpu->route_experts(gpu_logits, router(RouterScoring::softmax, 9), *step), Error);  // top_k > experts
+  EXPECT_THROW(gpu->route_experts(gpu_logits, router(RouterScoring::sigmoid, 2, true, 1.0f, 3, 1), *step), Error);
 }
 
 struct ExpertsCase {

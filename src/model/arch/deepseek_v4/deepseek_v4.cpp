@@ -85,6 +85,7 @@ class DeepseekV4Model final : public Model {
 
   const ModelConfig& config() const override { return config_; }
   std::vector<KvLayerSpec> kv_layers() const override { return stack_->kv_layers(); }
+  std::vector<SparseMoe*> expert_layers() override { return stack_->expert_layers(); }
 
   // The decoder shell with mHC streams in place of the residual sum: every block reads a collapse of the streams
   // and its output is expanded back into them.
