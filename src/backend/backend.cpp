@@ -23,6 +23,23 @@ void Backend::import_kv_blocks(KvCache& cache, std::span<const int32_t> blocks, 
   import_kv_blocks_from(cache, blocks, {bytes.data() + kv_header_bytes(bytes), static_cast<int32_t>(blocks.size())});
 }
 
+namespace {
+
+class ReadyIds final : public PendingIds {
+ public:
+  explicit ReadyIds(std::vector<int32_t> ids) : ids_(std::move(ids)) {}
+  std::vector<int32_t> wait() override { return std::move(ids_); }
+
+ private:
+  std::vector<int32_t> ids_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingIds> Backend::to_host_i32_async(const Tensor& tensor) {
+  return std::make_unique<ReadyIds>(to_host_i32(tensor));
+}
+
 // A group of one needs no communication; backends that form larger groups override both.
 void Backend::all_reduce_sum(Tensor&) {
   if (tensor_parallel_size() != 1) fail("backend {} has no all_reduce_sum op", name());

@@ -74,6 +74,14 @@ struct RowSampling {
 // One step's work as a recorded graph would run it: the sampled ids [R] int32, in the backend's memory.
 using StepForward = std::function<Tensor(const StepContext&)>;
 
+// Sampled ids on their way to the host (Backend::to_host_i32_async). Destroying one waits for the copy.
+class PendingIds {
+ public:
+  virtual ~PendingIds() = default;
+  // Blocks until the ids are on the host; call once.
+  virtual std::vector<int32_t> wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -86,8 +94,12 @@ class Backend {
   virtual Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) = 0;
   virtual std::vector<float> to_host_f32(const Tensor& tensor) = 0;
   virtual std::vector<int32_t> to_host_i32(const Tensor& tensor) = 0;
+  // Starts copying an int32 tensor to the host behind the work launched so far, without waiting for it (the
+  // overlap scheduler reads a step's sampled ids after launching the next step). The default copies at once.
+  virtual std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& tensor);
   virtual KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
                                     int64_t block_size) = 0;
+  // Makes the batch's metadata in the backend's memory, filling in its deferred tokens there (ForwardBatch).
   virtual std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) = 0;
   // Whole KV blocks of every layer as self-describing host bytes (format in kv_block_transfer.h), and back: how a
   // prompt's KV moves between engines (prefill/decode disaggregation). An import whose header does not match
@@ -106,19 +118,19 @@ class Backend {
 
   // Free and total device memory, for sizing the KV cache; nullopt for backends in host memory.
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
-  // Runs a step of decode chunks through a recorded graph (CUDA graphs) and returns its sampled ids: the first
-  // step of each shape (tokens, sequences, logit rows) runs `forward` eagerly and records it; later steps of that
-  // shape replay the recording with their own metadata. `forward` must launch work only (no reads back to the
-  // host) and do the same work for every step of a shape: a backend serves one model. nullopt where the backend
-  // does not record steps, which then run eagerly.
-  virtual std::optional<std::vector<int32_t>> run_recorded_step(const ForwardBatch& batch,
-                                                                const StepForward& forward) {
+  // Runs a step of decode chunks through a recorded graph (CUDA graphs) and returns its sampled ids [R] int32 in
+  // the backend's memory, valid until the next step of the same shape runs (read them, or copy them to the host,
+  // before): the first step of each shape (tokens, sequences, logit rows) runs `forward` eagerly and records it;
+  // later steps of that shape replay the recording with their own metadata (deferred tokens filled in first).
+  // `forward` must launch work only (no reads back to the host) and do the same work for every step of a shape: a
+  // backend serves one model. nullopt where the backend does not record steps, which then run eagerly.
+  virtual std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward) {
     (void)batch;
     (void)forward;
     return std::nullopt;
   }
   // Drops the recorded steps, so that the next step of each shape records anew: for when tensors the recordings
-  // read were replaced (EPLB's placements load new expert weights and replica tables).
+  // read were replaced (a new engine's KV cache; EPLB's placements load new expert weights and replica tables).
   virtual void discard_recorded_steps() {}
 
   // Ops. Shapes: T tokens of the step, H hidden size, heads x dims for attention tensors.

@@ -17,6 +17,40 @@ std::vector<int32_t> batch_positions(const ForwardBatch& batch) {
   return positions;
 }
 
+void check_deferred_tokens(const ForwardBatch& batch) {
+  if (batch.deferred_tokens.empty()) return;
+  if (batch.previous_sampled_ids.dtype != DType::I32 || batch.previous_sampled_ids.shape.size() != 1) {
+    fail("forward batch: {} deferred tokens need the previous step's sampled ids as an int32 vector",
+         batch.deferred_tokens.size());
+  }
+  const int64_t num_rows = batch.previous_sampled_ids.numel();
+  for (const DeferredToken& token : batch.deferred_tokens) {
+    if (token.token_index < 0 || token.token_index >= batch.num_tokens()) {
+      fail("forward batch: deferred token index {} outside the batch's {} tokens", token.token_index,
+           batch.num_tokens());
+    }
+    if (token.previous_row < 0 || token.previous_row >= num_rows) {
+      fail("forward batch: deferred token {} reads row {} of the previous step's {} sampled ids", token.token_index,
+           token.previous_row, num_rows);
+    }
+  }
+}
+
+ForwardBatch with_deferred_tokens(const ForwardBatch& batch, std::span<const int32_t> previous_ids) {
+  ForwardBatch resolved = batch;
+  for (const DeferredToken& token : batch.deferred_tokens) {
+    if (token.token_index < 0 || token.token_index >= batch.num_tokens() || token.previous_row < 0 ||
+        static_cast<size_t>(token.previous_row) >= previous_ids.size()) {
+      fail("forward batch: deferred token {} (row {}) outside the batch's {} tokens or the {} previous ids",
+           token.token_index, token.previous_row, batch.num_tokens(), previous_ids.size());
+    }
+    resolved.token_ids[static_cast<size_t>(token.token_index)] = previous_ids[static_cast<size_t>(token.previous_row)];
+  }
+  resolved.deferred_tokens.clear();
+  resolved.previous_sampled_ids = {};
+  return resolved;
+}
+
 std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, int group) {
   std::vector<int64_t> slots;
   slots.reserve(batch.token_ids.size());

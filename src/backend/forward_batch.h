@@ -3,7 +3,10 @@
 // sequence's KV lives (block tables into the paged KV cache), and which rows need logits.
 // The engine builds it; the backend turns it into its own memory once per step (StepContext).
 #include <cstdint>
+#include <span>
 #include <vector>
+
+#include "backend/tensor.h"
 
 namespace tern {
 
@@ -18,13 +21,30 @@ struct SequenceChunk {
   int32_t num_prompt_tokens = 0;
 };
 
+// A token whose id the host does not have yet (overlap scheduling): row `previous_row` of the previous step's
+// sampled ids, which are still on the device (or on their way to the host) when this step is built.
+struct DeferredToken {
+  int32_t token_index = 0;   // into ForwardBatch::token_ids
+  int32_t previous_row = 0;  // into ForwardBatch::previous_sampled_ids
+};
+
 struct ForwardBatch {
   std::vector<int32_t> token_ids;  // [num_tokens]: sequences' new tokens back to back
   std::vector<SequenceChunk> sequences;
   std::vector<int32_t> logit_rows;  // token rows whose logits are returned, in output order
+  // Filled in by the backend in its own memory when the step begins (begin_step / run_recorded_step), before any
+  // op reads the ids; token_ids holds 0 at their places until then.
+  std::vector<DeferredToken> deferred_tokens;
+  Tensor previous_sampled_ids;  // [R] int32 in the backend's memory: the previous step's ids (set with deferred_tokens)
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
+
+// `batch` with its deferred tokens' ids taken from `previous_ids` (host values of previous_sampled_ids): the
+// definition the backends implement in their memory. Fails naming a token index or row out of range.
+ForwardBatch with_deferred_tokens(const ForwardBatch& batch, std::span<const int32_t> previous_ids);
+// Fails unless every deferred token indexes token_ids and a row of previous_sampled_ids.
+void check_deferred_tokens(const ForwardBatch& batch);
 
 // Token positions ([num_tokens]) of a batch's new tokens, and their KV cache slots (block * block_size + offset) in
 // the block tables of group `group`.

@@ -112,6 +112,7 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
       {"input_len", options.input_len},
       {"output_len", options.output_len},
       {"max_num_batched_tokens", options.engine.max_num_batched_tokens},
+      {"overlap_schedule", options.engine.overlap_schedule},
       {"kv_cache", {{"bytes_per_token", budget.bytes_per_token}, {"num_blocks", budget.num_blocks},
                     {"block_size", budget.block_size}}},
       {"load_s", load_s},

@@ -46,6 +46,7 @@ void add_serve_command(CLI::App& app) {
     double drain_timeout_s = 30.0;
     int64_t max_body_mib = 32;
     bool disable_log_requests = false;
+    std::string overlap_schedule = "on";
     disagg::DisaggConfig disagg;
     std::optional<int64_t> eplb_interval_steps;
   };
@@ -92,6 +93,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-size", options->max_body_mib, "Largest request body in MiB (larger: 413)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--disable-log-requests", options->disable_log_requests, "No per-request log lines on stderr");
+  cmd->add_option("--overlap-schedule", options->overlap_schedule,
+                  "on: schedule and launch each step before reading the previous step's tokens (the host's work "
+                  "hides behind the device's); off: one step at a time")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd->add_option("--role", options->disagg.role,
                   "Prefill/decode disaggregation: prefill, decode or both (prefill and send KV when a request "
                   "carries kv_transfer_params; accept KV when --kv-transfer-port is given)")
@@ -127,6 +132,7 @@ void add_serve_command(CLI::App& app) {
     config.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->drain_timeout_s * 1e3));
     config.http.max_body_bytes = static_cast<uint64_t>(options->max_body_mib) << 20;
     config.http.log_requests = !options->disable_log_requests;
+    config.model.engine.overlap_schedule = options->overlap_schedule == "on";
     disagg::check_disagg_config(options->disagg);
     if (config.model.tensor_parallel_size > 1 && options->disagg.role != "both") {
       fail("--role {} needs --tensor-parallel-size 1: KV transfer moves one rank's cache", options->disagg.role);

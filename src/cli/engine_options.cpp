@@ -24,6 +24,10 @@ void EngineFlags::add_to(CLI::App& cmd) {
   cmd.add_flag("--no-prefix-cache", no_prefix_cache, "Do not reuse cached prompt prefixes");
   cmd.add_flag("--no-chunked-prefill", no_chunked_prefill, "Admit a prompt only when all of it fits one step");
   cmd.add_option("--scheduling-policy", policy, "fcfs or priority")->check(CLI::IsMember({"fcfs", "priority"}));
+  cmd.add_option("--overlap-schedule", overlap_schedule,
+                 "on: schedule and launch each step before reading the previous step's tokens (the host's work hides "
+                 "behind the device's); off (the default): one step at a time")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 EngineConfig EngineFlags::to_config(const std::string& default_memory) const {
@@ -44,6 +48,7 @@ EngineConfig EngineFlags::to_config(const std::string& default_memory) const {
   config.enable_chunked_prefill = !no_chunked_prefill;
   config.policy = policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, num_redundant_experts);
+  config.overlap_schedule = overlap_schedule == "on";
   return config;
 }
 

@@ -19,6 +19,12 @@ struct EngineConfig {
   bool enable_prefix_cache = true;
   bool enable_chunked_prefill = true;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // Overlap scheduling (SGLang's overlap scheduler, vLLM's async scheduling): the host schedules and launches step
+  // N+1 before it reads step N's sampled ids, so scheduling, batch building, stop checks and detokenizing run while
+  // the device computes. Outputs are the same either way on the CPU backend (tests/engine); off by default until
+  // the CUDA engine's equality check (tests/backend/cuda/cuda_engine_overlap_test) passes on a GPU: it failed in
+  // its first run (docs/BENCHMARKS.md, overlap scheduling).
+  bool overlap_schedule = false;
   bool log_kv_cache = true;  // print the KV pool's size on stderr at start
   // Expert-parallel load balancing (EPLB): every this many steps the MoE experts are placed again by the load
   // measured since the last placement (ShardedModel::rebalance_experts); 0: never. Needs expert parallelism.

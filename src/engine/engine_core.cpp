@@ -135,6 +135,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   scheduler_config.policy = config.policy;
   scheduler_config.eos_token_ids = model_.config().eos_token_ids;
   scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), *kv_, std::move(text_streams));
+  overlap_schedule_ = config.overlap_schedule;
   runners_.resize(static_cast<size_t>(num_ranks));
   const auto record_start = std::chrono::steady_clock::now();
   std::vector<int> recorded(static_cast<size_t>(num_ranks));
@@ -184,26 +185,60 @@ std::vector<RequestOutput> EngineCore::abort(uint64_t request_id, const std::str
   return scheduler_->abort(request_id, error);
 }
 
+std::vector<PendingStep> EngineCore::launch(const StepPlan& plan) {
+  std::vector<PendingStep> ranks(runners_.size());
+  model_.run_on_ranks([&](int rank) { ranks[rank] = runners_[rank]->launch(plan); });
+  return ranks;
+}
+
 std::vector<RequestOutput> EngineCore::step() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const StepPlan plan = scheduler_->schedule();
+  StepPlan plan = scheduler_->schedule();
   const auto scheduled = Clock::now();
-  std::vector<StepResult> results(runners_.size());
-  model_.run_on_ranks([&](int rank) { results[rank] = runners_[rank]->execute(plan); });
-  const StepResult& result = results.front();
-  const auto executed = Clock::now();
-  auto outputs = scheduler_->update(plan, result);
-  // Between steps, on all ranks at once (the next step waits for the new placement).
+  // Running ahead needs the step's input only on the device: every row sampled there. The leader decides for all
+  // ranks (their samplers are alike).
+  const bool run_ahead = overlap_schedule_ && !plan.chunks.empty() && leader().samples_on_device(plan);
+  std::vector<RequestOutput> outputs;
+  const auto append = [&](std::vector<RequestOutput> more) {
+    outputs.insert(outputs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  };
+  double update_s = 0.0;
+  const auto finish_timed = [&](const StepPlan& finished_plan, std::vector<PendingStep> ranks) {
+    std::vector<StepResult> results(runners_.size());
+    model_.run_on_ranks([&](int rank) { results[rank] = runners_[rank]->finish(std::move(ranks[rank])); });
+    const auto applying = Clock::now();
+    append(scheduler_->update(finished_plan, results.front()));
+    update_s += std::chrono::duration<double>(Clock::now() - applying).count();
+  };
+  const auto apply_in_flight = [&] {
+    if (!in_flight_) return;
+    InFlightStep previous = std::move(*in_flight_);
+    in_flight_.reset();
+    finish_timed(previous.plan, std::move(previous.ranks));
+  };
+  // A step that samples on the host reads its logits at launch, after the host applied the step in flight (its
+  // samplers need that step's tokens): the pipeline drains first. An empty plan drains it too.
+  if (!run_ahead) apply_in_flight();
+  std::vector<PendingStep> launched = launch(plan);
+  apply_in_flight();
+  if (run_ahead) {
+    in_flight_ = InFlightStep{std::move(plan), std::move(launched)};
+  } else {
+    finish_timed(plan, std::move(launched));
+  }
+  const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const double schedule_s = std::chrono::duration<double>(scheduled - start).count();
+  const StepPlan& timed = run_ahead ? in_flight_->plan : plan;
+  last_step_timing_ = {schedule_s, total_s - schedule_s - update_s, update_s, timed.num_tokens(),
+                       static_cast<int32_t>(timed.chunks.size())};
+  // Between steps with none in flight (a placement replaces expert weights the device may still be reading), on
+  // all ranks at once; the step in flight is applied first and its outputs go out with these.
   if (eplb_interval_steps_ > 0 && ++steps_since_placement_ == eplb_interval_steps_) {
+    apply_in_flight();
     model_.rebalance_experts();
     steps_since_placement_ = 0;
   }
-  const auto updated = Clock::now();
-  last_step_timing_ = {std::chrono::duration<double>(scheduled - start).count(),
-                       std::chrono::duration<double>(executed - scheduled).count(),
-                       std::chrono::duration<double>(updated - executed).count(), plan.num_tokens(),
-                       static_cast<int32_t>(plan.chunks.size())};
   return outputs;
 }
 

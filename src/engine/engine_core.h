@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -20,7 +21,8 @@
 
 namespace tern {
 
-// Where one step's time went: the scheduler's host work (schedule + update) and the model runner's.
+// Where one step's time went: the scheduler's host work (schedule + update) and the model runner's (launching the
+// step and waiting for sampled ids: with overlap scheduling, those of the step launched before).
 struct StepTiming {
   double schedule_s = 0.0;
   double execute_s = 0.0;
@@ -40,7 +42,10 @@ class EngineCore {
   void validate(const GenerateRequest& request) const;
   void add_request(uint64_t request_id, GenerateRequest request);
   std::vector<RequestOutput> abort(uint64_t request_id, const std::string& error = {});
-  // Schedules, runs and applies one step; returns the outputs it produced.
+  // Schedules and launches one step and applies the step before it; returns the outputs that produced. With
+  // overlap scheduling (EngineConfig::overlap_schedule) the step launched last is left running on the device,
+  // its sampled ids unread, while the host applies the previous one and returns; where that is not sound (a row
+  // sampled on the host, an empty plan) the step runs synchronously after the one in flight.
   std::vector<RequestOutput> step();
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   std::vector<uint64_t> unfinished_request_ids() const { return scheduler_->unfinished_request_ids(); }
@@ -74,7 +79,15 @@ class EngineCore {
   int64_t max_model_len() const { return max_model_len_; }
 
  private:
+  // A launched step whose result is not applied yet: its plan and each rank's pending ids.
+  struct InFlightStep {
+    StepPlan plan;
+    std::vector<PendingStep> ranks;
+  };
+
   void start(EngineConfig config, TextStreamFactory text_streams);
+  // Launches the plan on every rank.
+  std::vector<PendingStep> launch(const StepPlan& plan);
   ModelRunner& leader() { return *runners_.front(); }
   void require_one_rank(const char* what) const;
   // Calls `use` with the block ids of blocks [first_block, first_block + max_blocks) of `prompt` that the prefix
@@ -93,6 +106,8 @@ class EngineCore {
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<ModelRunner>> runners_;  // one per rank
+  bool overlap_schedule_ = true;
+  std::optional<InFlightStep> in_flight_;  // after runners_: destroyed (its copies waited for) first
   StepTiming last_step_timing_;
   int64_t eplb_interval_steps_ = 0;
   int64_t steps_since_placement_ = 0;

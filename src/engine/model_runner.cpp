@@ -43,6 +43,9 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t 
       cache_(std::move(cache)),
       scratch_block_(scratch_block),
       samples_tokens_(samples_tokens) {
+  // Steps an earlier runner recorded on this backend read and write that runner's KV cache, not this one's: a
+  // backend keeps its recordings by batch shape, so a second engine on the same model would replay them.
+  backend_.discard_recorded_steps();
   if (scratch_block_ < 0) return;
   if (scratch_block_ >= cache_.num_blocks) {
     fail("model runner: scratch block {} outside the cache's {} blocks", scratch_block_, cache_.num_blocks);
@@ -59,8 +62,7 @@ int32_t ModelRunner::bucket_for(size_t num_seqs) const {
   return 0;
 }
 
-std::optional<std::vector<int32_t>> ModelRunner::run_recorded_decode(const ForwardBatch& unpadded,
-                                                                    int32_t bucket) {
+std::optional<Tensor> ModelRunner::run_recorded_decode(const ForwardBatch& unpadded, int32_t bucket) {
   ForwardBatch batch = unpadded;
   while (batch.sequences.size() < static_cast<size_t>(bucket)) {
     batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()));
@@ -82,13 +84,31 @@ int ModelRunner::record_decode_steps() {
   return recorded;
 }
 
-StepResult ModelRunner::execute(const StepPlan& plan) {
+void ModelRunner::apply_sequence_changes(const StepPlan& plan) {
   for (uint64_t id : plan.finished_sequence_ids) samplers_.erase(id);
   for (const auto& seq : plan.new_sequences) {
     samplers_.try_emplace(seq.sequence_id, seq.sampling, seq.seed, seq.prompt_token_ids);
   }
-  StepResult result;
-  if (plan.chunks.empty()) return result;
+}
+
+bool ModelRunner::samples_on_device(const SequenceSampler& sampler) const {
+  return sampler.is_plain_greedy() || (backend_.samples_on_device() && sampler.samples_on_device());
+}
+
+bool ModelRunner::samples_on_device(const StepPlan& plan) {
+  apply_sequence_changes(plan);
+  for (const auto& chunk : plan.chunks) {
+    if (!chunk.sample) continue;
+    const auto it = samplers_.find(chunk.sequence_id);
+    if (it == samplers_.end() || !samples_on_device(it->second)) return false;
+  }
+  return true;
+}
+
+PendingStep ModelRunner::launch(const StepPlan& plan) {
+  apply_sequence_changes(plan);
+  PendingStep pending;
+  if (plan.chunks.empty()) return pending;
 
   ForwardBatch batch;
   batch.token_ids.reserve(static_cast<size_t>(plan.num_tokens()));
@@ -97,6 +117,15 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   bool all_plain_greedy = true;
   for (const auto& chunk : plan.chunks) {
     batch.token_ids.insert(batch.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
+    if (!chunk.token_ids.empty() && chunk.token_ids.back() == kTokenInFlight) {
+      const auto row = previous_rows_.find(chunk.sequence_id);
+      if (row == previous_rows_.end()) {
+        fail("model runner: sequence {}'s last token is in flight, but the previous step did not sample it on the "
+             "device", chunk.sequence_id);
+      }
+      batch.token_ids.back() = 0;  // a valid id until the backend fills in the sampled one
+      batch.deferred_tokens.push_back({static_cast<int32_t>(batch.token_ids.size() - 1), row->second});
+    }
     batch.sequences.push_back({chunk.num_cached_tokens, static_cast<int32_t>(chunk.token_ids.size()), chunk.block_tables,
                                chunk.num_prompt_tokens});
     if (!chunk.sample) continue;
@@ -106,6 +135,30 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
     row_samplers.push_back(&it->second);
     all_plain_greedy = all_plain_greedy && it->second.is_plain_greedy();
   }
+  if (!batch.deferred_tokens.empty()) batch.previous_sampled_ids = previous_ids_;
+
+  const size_t num_rows = row_samplers.size();
+  std::vector<uint64_t> row_sequence_ids;
+  row_sequence_ids.reserve(num_rows);
+  for (const auto& chunk : plan.chunks) {
+    if (chunk.sample) row_sequence_ids.push_back(chunk.sequence_id);
+  }
+  // Every rank keeps the step's device ids (the ranks' logits are equal, and so are their samplers' draws): the
+  // next step's in-flight tokens are filled in from them on each rank. Only a sampling rank reads them back.
+  const auto finish_launch = [&](Tensor device_ids, std::vector<bool> from_device) {
+    previous_ids_ = device_ids;
+    previous_rows_.clear();
+    for (size_t r = 0; r < num_rows; ++r) {
+      if (from_device[r]) previous_rows_[row_sequence_ids[r]] = static_cast<int32_t>(r);
+    }
+    if (samples_tokens_ && device_ids.data) pending.device_ids = backend_.to_host_i32_async(device_ids);
+    pending.from_device = std::move(from_device);
+    return std::move(pending);
+  };
+  if (samples_tokens_) {
+    pending.result.tokens.reserve(num_rows);
+    for (uint64_t id : row_sequence_ids) pending.result.tokens.push_back({id, 0, std::nullopt});
+  }
 
   // Greedy decode steps: a recorded graph per batch-size bucket; only the ids come back.
   const bool all_decode = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
@@ -113,15 +166,8 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   });
   const int32_t bucket = all_plain_greedy && all_decode ? bucket_for(plan.chunks.size()) : 0;
   if (bucket > 0) {
-    const size_t num_rows = batch.logit_rows.size();
     if (auto ids = run_recorded_decode(batch, bucket)) {
-      if (!samples_tokens_) return result;
-      ids->resize(num_rows);  // the padding's ids go
-      for (size_t r = 0; r < num_rows; ++r) {
-        row_samplers[r]->record((*ids)[r]);
-        result.tokens.push_back({plan.chunks[r].sequence_id, (*ids)[r], std::nullopt});
-      }
-      return result;
+      return finish_launch(ids->rows(0, static_cast<int64_t>(num_rows)), std::vector<bool>(num_rows, true));
     }
   }
 
@@ -134,60 +180,57 @@ StepResult ModelRunner::execute(const StepPlan& plan) {
   const auto step = backend_.begin_step(batch);
   const Tensor logits = model_.forward(*step, cache_);
   if (masks.valid()) masks.get();
-  if (row_samplers.empty() || !samples_tokens_) return result;
+  if (row_samplers.empty()) return finish_launch(Tensor{}, {});
 
-  std::vector<int32_t> sequence_of_row;
-  for (const auto& chunk : plan.chunks) {
-    if (chunk.sample) sequence_of_row.push_back(static_cast<int32_t>(&chunk - plan.chunks.data()));
-  }
-  result.tokens.reserve(row_samplers.size());
-  const size_t num_rows = row_samplers.size();
   // Rows whose logits must come to the host: processors the device lacks, logprobs, or a grammar mask.
-  std::vector<bool> on_host(num_rows);
+  std::vector<bool> from_device(num_rows);
   size_t num_host_rows = 0;
   bool device_rows_plain_greedy = true;
   for (size_t r = 0; r < num_rows; ++r) {
-    const SequenceSampler& sampler = *row_samplers[r];
-    on_host[r] = !sampler.is_plain_greedy() && !(backend_.samples_on_device() && sampler.samples_on_device());
-    num_host_rows += on_host[r];
-    if (!on_host[r]) device_rows_plain_greedy = device_rows_plain_greedy && sampler.is_plain_greedy();
+    from_device[r] = samples_on_device(*row_samplers[r]);
+    num_host_rows += !from_device[r];
+    if (from_device[r]) device_rows_plain_greedy = device_rows_plain_greedy && row_samplers[r]->is_plain_greedy();
   }
-  std::vector<int32_t> ids(num_rows, 0);
-  std::vector<std::optional<TokenLogprob>> logprobs(num_rows);
+  Tensor device_ids;
   if (num_host_rows < num_rows) {
     // Only the ids leave the device: an argmax when every such row is greedy, else the device's sampler (host
     // rows ride along as greedy rows whose ids are dropped).
-    std::vector<int32_t> device_ids;
     if (device_rows_plain_greedy) {
-      device_ids = backend_.to_host_i32(backend_.argmax(logits));
+      device_ids = backend_.argmax(logits);
     } else {
       std::vector<RowSampling> rows(num_rows);
       for (size_t r = 0; r < num_rows; ++r) {
-        if (on_host[r]) rows[r].temperature = 0.0f;
+        if (!from_device[r]) rows[r].temperature = 0.0f;
         else rows[r] = row_samplers[r]->device_row();
       }
-      device_ids = backend_.to_host_i32(*backend_.sample(logits, rows));
-    }
-    for (size_t r = 0; r < num_rows; ++r) {
-      if (on_host[r]) continue;
-      ids[r] = device_ids[r];
-      row_samplers[r]->record(ids[r]);
+      device_ids = *backend_.sample(logits, rows);
     }
   }
-  if (num_host_rows > 0) {
+  if (samples_tokens_ && num_host_rows > 0) {
     std::vector<float> host = backend_.to_host_f32(logits);
     const size_t vocab = host.size() / num_rows;
     for (size_t r = 0; r < num_rows; ++r) {
-      if (!on_host[r]) continue;
+      if (from_device[r]) continue;
       auto outcome = row_samplers[r]->sample(std::span<float>(host.data() + r * vocab, vocab));
-      ids[r] = outcome.token_id;
-      logprobs[r] = std::move(outcome.logprob);
+      pending.result.tokens[r].token_id = outcome.token_id;
+      pending.result.tokens[r].logprob = std::move(outcome.logprob);
     }
   }
-  for (size_t r = 0; r < num_rows; ++r) {
-    result.tokens.push_back({plan.chunks[sequence_of_row[r]].sequence_id, ids[r], std::move(logprobs[r])});
+  return finish_launch(std::move(device_ids), std::move(from_device));
+}
+
+StepResult ModelRunner::finish(PendingStep step) {
+  if (step.device_ids) {
+    const std::vector<int32_t> ids = step.device_ids->wait();
+    for (size_t r = 0; r < step.result.tokens.size(); ++r) {
+      if (!step.from_device[r]) continue;
+      SampledToken& token = step.result.tokens[r];
+      token.token_id = ids.at(r);
+      // A sequence finished meanwhile has no sampler left, and its token is dropped by the scheduler.
+      if (const auto it = samplers_.find(token.sequence_id); it != samplers_.end()) it->second.record(token.token_id);
+    }
   }
-  return result;
+  return std::move(step.result);
 }
 
 }  // namespace tern

@@ -3,6 +3,7 @@
 // samples each finished chunk's next token with that sequence's sampler. Owns the KV cache storage and the
 // per-sequence sampling state; knows nothing of scheduling.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -15,17 +16,35 @@
 
 namespace tern {
 
+// A step launched on the backend whose sampled ids have not been read yet (ModelRunner::launch, then finish).
+struct PendingStep {
+  StepResult result;  // a token per sampled row; rows sampled on the device get their ids in finish
+  std::vector<bool> from_device;           // per row of `result`: its id is row r of device_ids
+  std::unique_ptr<PendingIds> device_ids;  // null when no row samples on the device, or on a rank that does not sample
+};
+
 class ModelRunner {
  public:
   // `scratch_block`: a KV block outside the scheduler's pool (or -1 for none). With one, greedy decode steps are
   // padded with one-token sequences that write only that block up to a batch-size bucket (at most
   // `max_num_seqs`) and run as recorded graphs on backends that record steps (CUDA graphs).
   // `samples_tokens`: false for the tensor-parallel ranks other than the first, which run the same forward steps
-  // (their collectives meet the first rank's) but leave sampling to it; their results hold no tokens.
+  // (their collectives meet the first rank's) but leave host sampling and reading ids back to it; their results
+  // hold no tokens. They still pick the device-sampled ids, which their next step's tokens in flight come from.
   ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block = -1, int32_t max_num_seqs = 0,
               bool samples_tokens = true);
 
-  StepResult execute(const StepPlan& plan);
+  // Launches the plan's step and returns without waiting for its sampled ids when every sampled row samples on
+  // the device (else the host samples its rows before returning). A chunk whose last token is kTokenInFlight gets
+  // the id this runner's previous step sampled for that sequence, filled in on the device (ForwardBatch's deferred
+  // tokens); that step must have sampled the sequence on the device.
+  PendingStep launch(const StepPlan& plan);
+  // Waits for the step's ids and returns its result.
+  StepResult finish(PendingStep step);
+  // True when every row the plan samples samples on the device (no grammar mask, logprobs or host-side
+  // processors), so that the overlap scheduler may launch it before reading the previous step's ids. Takes in the
+  // plan's new and finished sequences (launch does too).
+  bool samples_on_device(const StepPlan& plan);
   const KvCache& kv_cache() const { return cache_; }
   // Whole blocks of the cache as host bytes (Backend::export_kv_blocks), and the payload alone to or from memory
   // the backend addresses (Backend::export_kv_blocks_to / import_kv_blocks_from).
@@ -45,7 +64,9 @@ class ModelRunner {
   int32_t bucket_for(size_t num_seqs) const;
   // Pads a batch of one-token decode sequences to `bucket` with scratch sequences and runs it recorded; nullopt
   // where the backend does not record.
-  std::optional<std::vector<int32_t>> run_recorded_decode(const ForwardBatch& unpadded, int32_t bucket);
+  std::optional<Tensor> run_recorded_decode(const ForwardBatch& unpadded, int32_t bucket);
+  void apply_sequence_changes(const StepPlan& plan);
+  bool samples_on_device(const SequenceSampler& sampler) const;
 
   Model& model_;
   Backend& backend_;
@@ -54,6 +75,10 @@ class ModelRunner {
   bool samples_tokens_ = true;
   std::vector<int32_t> decode_buckets_;  // ascending
   std::unordered_map<uint64_t, SequenceSampler> samplers_;
+  // The last launched step's sampled ids [R] int32 in the backend's memory, and the row of each sequence it sampled
+  // on the device: where the next step's in-flight tokens come from.
+  Tensor previous_ids_;
+  std::unordered_map<uint64_t, int32_t> previous_rows_;
 };
 
 }  // namespace tern

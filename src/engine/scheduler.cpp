@@ -104,6 +104,13 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Sequence& seq = *running_[i];
+    if (ends_with_token_in_flight(seq)) {
+      ++i;  // nothing past that token is ever computed; update() finishes the sequence when it arrives
+      continue;
+    }
+    // allocate() releases the blocks that slid out of a window: offer them to the prefix cache first. update() did
+    // when the previous step was applied before this schedule; with overlap scheduling that step is in flight.
+    cache_known_blocks(seq);
     const int32_t num_new = std::min(seq.num_uncomputed_tokens(), chunk_limit(seq, budget));
     bool preempted_self = false;
     while (!kv_.allocate(seq.blocks, seq.num_computed_tokens, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
@@ -126,6 +133,8 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
 void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = **waiting_.begin();
+    // A sequence preempted with a token in flight waits for it before it recomputes (update() comes first).
+    if (seq.num_tokens_in_flight > 0) break;
     // A fork arrives holding its prompt's shared blocks; anything else looks its prefix up in the cache.
     const bool matched_now = seq.blocks.num_blocks() == 0;
     if (matched_now) seq.num_computed_tokens = kv_.match_prefix(seq.blocks, seq.token_ids);
@@ -153,6 +162,20 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   }
 }
 
+bool Scheduler::ends_with_token_in_flight(const Sequence& seq) const {
+  if (seq.num_tokens_in_flight == 0) return false;
+  // The conditions of append_token's kLength finish, known before the token's id.
+  const int32_t num_tokens = seq.num_tokens();
+  return num_tokens - seq.num_prompt_tokens >= seq.request->max_output_tokens ||
+         kv_.max_blocks_held(static_cast<int64_t>(num_tokens)) > kv_.num_blocks();
+}
+
+void Scheduler::cache_known_blocks(Sequence& seq) {
+  // Only blocks of known tokens: with overlap scheduling the last computed token may still be in flight.
+  kv_.cache_blocks(seq.blocks, seq.token_ids,
+                   std::min(seq.num_computed_tokens, static_cast<int32_t>(seq.token_ids.size())));
+}
+
 int32_t Scheduler::chunk_limit(const Sequence& seq, int32_t budget) const {
   const int64_t fitting = kv_.max_tokens_held(seq.num_computed_tokens) - seq.num_computed_tokens;
   return static_cast<int32_t>(std::min<int64_t>(budget, fitting));
@@ -168,11 +191,18 @@ void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens
   chunk.sequence_id = seq.id;
   chunk.num_cached_tokens = seq.num_computed_tokens;
   chunk.num_prompt_tokens = seq.num_prompt_tokens;
-  chunk.token_ids.assign(seq.token_ids.begin() + seq.num_computed_tokens,
-                         seq.token_ids.begin() + seq.num_computed_tokens + num_new_tokens);
+  const int32_t end = seq.num_computed_tokens + num_new_tokens;
+  const auto num_known = static_cast<int32_t>(seq.token_ids.size());
+  // At most the first token past the known ones is in flight when a step is scheduled (the previous step's).
+  if (end > num_known + 1) {
+    fail("scheduler: sequence {} scheduled to token {} with {} tokens known", seq.id, end, num_known);
+  }
+  chunk.token_ids.assign(seq.token_ids.begin() + seq.num_computed_tokens, seq.token_ids.begin() + std::min(end, num_known));
+  if (end > num_known) chunk.token_ids.push_back(kTokenInFlight);
   chunk.block_tables = seq.blocks.tables;
-  seq.num_computed_tokens += num_new_tokens;
-  chunk.sample = seq.num_computed_tokens == static_cast<int32_t>(seq.token_ids.size());
+  seq.num_computed_tokens = end;
+  chunk.sample = end == seq.num_tokens();
+  if (chunk.sample) ++seq.num_tokens_in_flight;
   counters_.num_computed_tokens += num_new_tokens;
   plan.chunks.push_back(std::move(chunk));
 }
@@ -203,7 +233,9 @@ void Scheduler::fork(Sequence& first) {
   RequestState& request = *first.request;
   request.forked = true;
   // Whole blocks of the prompt, leaving each fork at least one prompt token to compute for its own first sample.
-  const int32_t max_shared_blocks = (first.num_prompt_tokens - 1) / kv_.block_size();
+  // A first sequence preempted before its first token arrived holds no blocks to share.
+  const int32_t max_shared_blocks =
+      std::min((first.num_prompt_tokens - 1) / kv_.block_size(), first.blocks.num_blocks());
   for (int32_t index = 1; index < request.request.sampling.n; ++index) {
     Sequence& fork = new_sequence(request, index);
     fork.blocks = kv_.fork(first.blocks, max_shared_blocks);
@@ -216,15 +248,19 @@ std::vector<RequestOutput> Scheduler::update(const StepPlan& plan, const StepRes
   for (const auto& chunk : plan.chunks) {
     const auto it = sequences_.find(chunk.sequence_id);
     if (it == sequences_.end() || it->second->status != SequenceStatus::kRunning) continue;
-    Sequence& seq = *it->second;
-    kv_.cache_blocks(seq.blocks, seq.token_ids, seq.num_computed_tokens);
+    cache_known_blocks(*it->second);
   }
   std::vector<RequestOutput> outputs;
   outputs.reserve(result.tokens.size());
   for (const auto& sample : result.tokens) {
     const auto it = sequences_.find(sample.sequence_id);
-    if (it == sequences_.end() || it->second->status != SequenceStatus::kRunning) continue;
-    outputs.push_back(append_token(*it->second, sample));
+    // A finished sequence's token was computed past its end (overlap scheduling): dropped. A sequence preempted
+    // after this step was scheduled keeps its token (it is waiting now).
+    if (it == sequences_.end() || it->second->status == SequenceStatus::kFinished) continue;
+    Sequence& seq = *it->second;
+    if (seq.num_tokens_in_flight == 0) fail("scheduler: a token for sequence {}, which has none in flight", seq.id);
+    --seq.num_tokens_in_flight;
+    outputs.push_back(append_token(seq, sample));
   }
   remove_finished_requests();
   return outputs;

@@ -51,9 +51,13 @@ class Scheduler {
   // (none if the request is unknown or already finished).
   std::vector<RequestOutput> abort(uint64_t request_id, const std::string& error = {});
 
+  // The next step. It may be scheduled before the previous step's tokens are applied (overlap scheduling): a
+  // sequence whose sampled token is in flight gets a chunk ending in kTokenInFlight, except when that token is
+  // certain to end it. Plans are updated in the order they were scheduled, at most one plan behind.
   StepPlan schedule();
   // Applies the step's sampled tokens: appends them, checks stop conditions, streams outputs, frees finished
-  // sequences and offers newly full blocks to the prefix cache.
+  // sequences and offers newly full blocks to the prefix cache. Tokens of sequences that finished meanwhile (EOS,
+  // a stop string or an abort known only after the next step was scheduled) are dropped.
   std::vector<RequestOutput> update(const StepPlan& plan, const StepResult& result);
 
   bool has_unfinished_requests() const { return !requests_.empty(); }
@@ -73,6 +77,11 @@ class Scheduler {
   void schedule_waiting(StepPlan& plan, int32_t& budget);
   // The most tokens the sequence may compute this step: the budget, and what the pool holds for it alone.
   int32_t chunk_limit(const Sequence& seq, int32_t budget) const;
+  // Offers the sequence's full blocks of computed (or scheduled) known tokens to the prefix cache.
+  void cache_known_blocks(Sequence& seq);
+  // True when the sequence's token in flight is certain to end it (max_tokens, the context or the pool), so that
+  // nothing more is scheduled for it.
+  bool ends_with_token_in_flight(const Sequence& seq) const;
   void emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
   // The running sequence at or after `first` to preempt: lowest priority, then latest arrival.
   size_t pick_victim(size_t first) const;

@@ -29,11 +29,17 @@ struct Sequence {
   int32_t num_computed_tokens = 0;
   SequenceBlocks blocks;
   bool known_to_runner = false;
+  // Tokens sampled by scheduled steps and not applied yet (Scheduler::update). The overlap scheduler schedules a
+  // step before applying the previous one: then one token is in flight while it schedules (a chunk reaching it
+  // carries kTokenInFlight), and two once it scheduled the next sample.
+  int32_t num_tokens_in_flight = 0;
   std::unique_ptr<TextStream> text_stream;
   std::optional<StopStringMatcher> stop_matcher;
 
   int32_t num_output_tokens() const { return static_cast<int32_t>(token_ids.size()) - num_prompt_tokens; }
-  int32_t num_uncomputed_tokens() const { return static_cast<int32_t>(token_ids.size()) - num_computed_tokens; }
+  // Tokens known or in flight.
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()) + num_tokens_in_flight; }
+  int32_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
 };
 
 struct RequestState {

@@ -306,5 +306,30 @@ TEST_F(CpuOpsTest, EmbeddingShardZeroesOtherRanksTokens) {
   EXPECT_THROW(backend->embedding(backend->from_host_f32(table, {2, 3}), *step, {4, 7}), Error);
 }
 
+// Overlap scheduling: a token whose id is row r of the previous step's sampled ids (a tensor the host never read)
+// gets that id when the step begins; the definition is with_deferred_tokens.
+TEST_F(CpuOpsTest, DeferredTokensTakeThePreviousStepsSampledIds) {
+  constexpr int64_t kVocab = 6;
+  std::vector<float> table(kVocab * 2);
+  for (int64_t v = 0; v < kVocab; ++v) table[v * 2] = table[v * 2 + 1] = static_cast<float>(v);
+  // The previous step's ids {4, 1, 5}: argmax of one-hot logits.
+  std::vector<float> logits(3 * kVocab, 0.0f);
+  logits[0 * kVocab + 4] = logits[1 * kVocab + 1] = logits[2 * kVocab + 5] = 1.0f;
+  ForwardBatch batch;
+  batch.token_ids = {3, 0, 0};
+  batch.sequences = {{0, 2, {{0}}}, {0, 1, {{1}}}};
+  batch.deferred_tokens = {{1, 2}, {2, 0}};
+  batch.previous_sampled_ids = backend->argmax(backend->from_host_f32(logits, {3, kVocab}));
+  EXPECT_EQ(with_deferred_tokens(batch, std::vector<int32_t>{4, 1, 5}).token_ids, (std::vector<int32_t>{3, 5, 4}));
+  auto step = backend->begin_step(batch);
+  EXPECT_EQ(step->batch().token_ids, (std::vector<int32_t>{3, 5, 4}));
+  EXPECT_EQ(backend->to_host_f32(backend->embedding(backend->from_host_f32(table, {kVocab, 2}), *step, {})),
+            (std::vector<float>{3, 3, 5, 5, 4, 4}));
+  batch.deferred_tokens = {{1, 3}};  // past the previous step's rows
+  EXPECT_THROW(backend->begin_step(batch), Error);
+  batch.deferred_tokens = {{3, 0}};  // past the batch's tokens
+  EXPECT_THROW(backend->begin_step(batch), Error);
+}
+
 }  // namespace
 }  // namespace tern

@@ -2,10 +2,12 @@
 // A stand-in for the model runner that behaves like a causal model over a paged KV cache without any math: the
 // "KV" of position p is a hash of tokens 0..p, read from the slot of position p-1 through the block table and
 // written to the slot of p. The next token is that hash modulo the vocabulary. Any block-table, prefix-cache or
-// preemption mistake changes the tokens, and the reference is a plain loop over the token list.
+// preemption mistake changes the tokens, and the reference is a plain loop over the token list. A token in flight
+// (overlap scheduling) is the one the previous execute sampled for its sequence.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <span>
 #include <vector>
@@ -57,17 +59,33 @@ class FakeModelRunner {
       EXPECT_GE(static_cast<int64_t>(chunk.block_tables.at(0).size()) * block_size_, end);
       uint64_t h = chunk.num_cached_tokens == 0 ? kEmptyHash : slots_[slot(chunk, chunk.num_cached_tokens - 1)];
       for (size_t i = 0; i < chunk.token_ids.size(); ++i) {
-        h = mix_token(h, chunk.token_ids[i]);
+        h = mix_token(h, token_at(chunk, i));
         slots_[slot(chunk, chunk.num_cached_tokens + static_cast<int64_t>(i))] = h;
       }
       num_tokens_ += static_cast<int64_t>(chunk.token_ids.size());
       if (chunk.sample) result.tokens.push_back({chunk.sequence_id, fake_next_token(h), std::nullopt});
     }
+    previous_samples_.clear();
+    for (const auto& token : result.tokens) previous_samples_[token.sequence_id] = token.token_id;
     return result;
   }
   int64_t num_tokens_computed() const { return num_tokens_; }
+  int64_t num_tokens_in_flight_read() const { return num_in_flight_; }
 
  private:
+  // A kTokenInFlight is the token the previous execute sampled for the sequence (as a device would resolve it).
+  int32_t token_at(const ScheduledChunk& chunk, size_t i) {
+    if (chunk.token_ids[i] != kTokenInFlight) return chunk.token_ids[i];
+    ++num_in_flight_;
+    EXPECT_EQ(i + 1, chunk.token_ids.size()) << "only a chunk's last token can be in flight";
+    const auto it = previous_samples_.find(chunk.sequence_id);
+    if (it == previous_samples_.end()) {
+      ADD_FAILURE() << "sequence " << chunk.sequence_id << " has a token in flight the last step did not sample";
+      return 0;
+    }
+    return it->second;
+  }
+
   size_t slot(const ScheduledChunk& chunk, int64_t position) const {
     return static_cast<size_t>(chunk.block_tables.at(0).at(position / block_size_)) * block_size_ + position % block_size_;
   }
@@ -75,7 +93,9 @@ class FakeModelRunner {
   int32_t block_size_;
   std::vector<uint64_t> slots_;
   std::set<uint64_t> known_, finished_;
+  std::map<uint64_t, int32_t> previous_samples_;
   int64_t num_tokens_ = 0;
+  int64_t num_in_flight_ = 0;
 };
 
 }  // namespace tern::testing

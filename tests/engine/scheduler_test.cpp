@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "engine/sampler.h"
@@ -367,6 +369,163 @@ TEST(Scheduler, ASequenceOutgrowingThePoolEndsWithLength) {
   EXPECT_EQ(entry(results, 1, 0).finish, FinishReason::kLength);
   EXPECT_EQ(entry(results, 1, 0).tokens, fake_reference(std::vector<int32_t>{1, 2, 3}, 10));
   EXPECT_EQ(kv.num_free_blocks(), 3);
+}
+
+// Overlap scheduling: the engine schedules and runs step N+1 before it applies step N's tokens.
+
+// Runs steps until every request has finished, pipelined as the overlap engine does or one step at a time.
+// `abort_after`: requests aborted once that many tokens of theirs came out. Returns how many plans carried a
+// token in flight.
+int drive(Scheduler& scheduler, FakeModelRunner& runner, Results& results, bool pipelined,
+          const std::map<uint64_t, size_t>& abort_after = {}) {
+  const auto apply = [&](const StepPlan& plan, const StepResult& result) {
+    collect(results, scheduler.update(plan, result));
+    for (const auto& [id, count] : abort_after) {
+      const auto& got = entry(results, id, 0);
+      if (!got.finish && got.tokens.size() >= count) collect(results, scheduler.abort(id));
+    }
+  };
+  int num_plans_with_tokens_in_flight = 0;
+  std::optional<std::pair<StepPlan, StepResult>> in_flight;
+  for (int steps = 0; scheduler.has_unfinished_requests() || in_flight; ++steps) {
+    if (steps > 100000) {
+      ADD_FAILURE() << "no progress after " << steps << " steps";
+      break;
+    }
+    StepPlan plan = scheduler.schedule();
+    num_plans_with_tokens_in_flight += std::any_of(plan.chunks.begin(), plan.chunks.end(), [](const auto& chunk) {
+      return !chunk.token_ids.empty() && chunk.token_ids.back() == kTokenInFlight;
+    });
+    StepResult result = runner.execute(plan);
+    if (!pipelined) {
+      apply(plan, result);
+      continue;
+    }
+    if (in_flight) apply(in_flight->first, in_flight->second);
+    in_flight.reset();
+    if (!plan.chunks.empty()) in_flight.emplace(std::move(plan), std::move(result));
+  }
+  return num_plans_with_tokens_in_flight;
+}
+
+class SchedulerOverlap : public ::testing::TestWithParam<Case> {};
+
+// EOS-like stop tokens and stop strings end sequences at steps the scheduler cannot foresee, aborts come
+// mid-stream, forks, prefix hits and (in the small pools) preemptions happen with tokens in flight: the
+// pipelined loop must stream exactly what the synchronous one does, and return every block.
+TEST_P(SchedulerOverlap, PipelinedStepsStreamWhatSynchronousStepsDo) {
+  const Case c = GetParam();
+  constexpr int32_t kBlock = 4;
+  struct Outcome {
+    Results results;
+    SchedulerCounters counters;
+  };
+  std::map<bool, Outcome> outcomes;
+  std::map<uint64_t, std::vector<int32_t>> plain;  // requests that end by length: the reference tokens
+  for (bool pipelined : {false, true}) {
+    KvCacheManager kv(c.num_blocks, kBlock, c.prefix_cache);
+    Scheduler scheduler(config(c.budget, 16), kv, [] { return std::make_unique<LetterStream>(); });
+    FakeModelRunner runner(c.num_blocks, kBlock);
+    std::mt19937 rng(11);
+    const auto shared_prefix = random_prompt(rng, 13);
+    std::map<uint64_t, size_t> abort_after;
+    for (uint64_t id = 1; id <= 36; ++id) {
+      auto prompt = random_prompt(rng, 1 + static_cast<int32_t>(rng() % 30));
+      if (id % 3 == 0) prompt.insert(prompt.begin(), shared_prefix.begin(), shared_prefix.end());
+      const int32_t max_tokens = 1 + static_cast<int32_t>(rng() % 20);
+      const auto reference = fake_reference(prompt, max_tokens);
+      auto request = greedy_request(prompt, max_tokens);
+      const size_t at = rng() % reference.size();
+      if (id % 4 == 1) {
+        request.stop.stop_token_ids = {reference[at]};
+      } else if (id % 4 == 2) {
+        request.stop.stop_strings = {std::string(1, static_cast<char>('a' + reference[at] % 26))};
+      } else if (id % 8 == 3) {
+        abort_after[id] = 1 + at;
+      } else {
+        plain[id] = reference;
+      }
+      // Forks start when the first sequence's first token is applied, a step later when pipelined: how far they
+      // got when their request is aborted depends on the timing, so aborted requests have one sequence.
+      if (id % 5 == 0 && !abort_after.count(id)) request.sampling.n = 3;
+      scheduler.add_request(id, request);
+    }
+    Outcome& outcome = outcomes[pipelined];
+    const int num_in_flight_plans = drive(scheduler, runner, outcome.results, pipelined, abort_after);
+    outcome.counters = scheduler.counters();
+    EXPECT_EQ(kv.num_available_blocks(), kv.num_blocks()) << "pipelined " << pipelined;
+    if (pipelined) {
+      EXPECT_GT(num_in_flight_plans, 0);
+      EXPECT_GT(runner.num_tokens_in_flight_read(), 0);
+    } else {
+      EXPECT_EQ(num_in_flight_plans, 0);
+    }
+    if (c.num_blocks < 64) {
+      EXPECT_GT(scheduler.counters().num_preemptions, 0) << "pipelined " << pipelined;
+    }
+  }
+  const Results& sync = outcomes[false].results;
+  const Results& pipelined = outcomes[true].results;
+  ASSERT_EQ(sync.size(), pipelined.size());
+  // Per request: whether it finished and its final usage (an output's usage counts the tokens of all of the
+  // request's sequences so far, and how its sequences interleave depends on the timing).
+  const auto totals = [](const Results& results) {
+    std::map<uint64_t, std::pair<bool, int32_t>> per_request;
+    for (const auto& [key, c] : results) {
+      auto& [finished, completion_tokens] = per_request[key.first];
+      finished = finished || c.request_finished;
+      completion_tokens = std::max(completion_tokens, c.usage.completion_tokens);
+    }
+    return per_request;
+  };
+  EXPECT_EQ(totals(pipelined), totals(sync));
+  for (const auto& [key, want] : sync) {
+    const auto& got = pipelined.at(key);
+    const std::string which = "request " + std::to_string(key.first) + "." + std::to_string(key.second);
+    EXPECT_EQ(got.tokens, want.tokens) << which;
+    EXPECT_EQ(got.text, want.text) << which;
+    EXPECT_EQ(got.finish, want.finish) << which;
+    if (plain.count(key.first)) {
+      EXPECT_EQ(got.tokens, plain.at(key.first)) << which;
+    }
+  }
+  EXPECT_EQ(outcomes[true].counters.num_generated_tokens, outcomes[false].counters.num_generated_tokens);
+  EXPECT_EQ(outcomes[true].counters.num_finished_requests, outcomes[false].counters.num_finished_requests);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, SchedulerOverlap,
+                         ::testing::Values(Case{1024, true, 64}, Case{1024, false, 7}, Case{24, true, 32},
+                                           Case{20, false, 5}, Case{20, true, 5}));
+
+// A stop token is known only when it arrives: the next token was already computed, and is dropped. max_tokens is
+// known ahead: nothing is computed past it.
+TEST(SchedulerOverlap, ComputesOneTokenPastAStopAndNonePastMaxTokens) {
+  const std::vector<int32_t> prompt{5, 6, 7};
+  const auto tokens = fake_reference(prompt, 10);
+  const size_t stop_at = std::find(tokens.begin(), tokens.end(), tokens[2]) - tokens.begin();
+  for (bool pipelined : {false, true}) {
+    KvCacheManager kv(16, 4, false);
+    Scheduler scheduler(config(64, 8), kv);
+    FakeModelRunner runner(16, 4);
+    auto stopped = greedy_request(prompt, 10);
+    stopped.stop.stop_token_ids = {tokens[2]};
+    scheduler.add_request(1, stopped);
+    Results results;
+    drive(scheduler, runner, results, pipelined);
+    EXPECT_EQ(entry(results, 1, 0).tokens, std::vector<int32_t>(tokens.begin(), tokens.begin() + stop_at + 1));
+    EXPECT_EQ(scheduler.counters().num_generated_tokens, static_cast<int64_t>(stop_at + 1));
+    EXPECT_EQ(runner.num_tokens_computed(), static_cast<int64_t>(prompt.size() + stop_at + (pipelined ? 1 : 0)));
+    EXPECT_EQ(kv.num_free_blocks(), 16);
+
+    KvCacheManager kv2(16, 4, false);
+    Scheduler bounded(config(64, 8), kv2);
+    FakeModelRunner runner2(16, 4);
+    bounded.add_request(1, greedy_request(prompt, 4));
+    Results bounded_results;
+    drive(bounded, runner2, bounded_results, pipelined);
+    EXPECT_EQ(entry(bounded_results, 1, 0).tokens, fake_reference(prompt, 4));
+    EXPECT_EQ(runner2.num_tokens_computed(), static_cast<int64_t>(prompt.size() + 3)) << "pipelined " << pipelined;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "backend/backend.h"
 #include "backend/cpu/host_collective.h"
@@ -25,10 +26,22 @@ void require_f32(const Tensor& t, const char* op) {
   if (t.dtype != DType::F32) fail("cpu backend: {} expects float32 activations, got {}", op, dtype_name(t.dtype));
 }
 
-class CpuStepContext : public StepContext {
+// The batch a step reads when its deferred tokens had to be filled in (a base so it is made before StepContext).
+struct ResolvedBatch {
+  std::optional<ForwardBatch> resolved;
+};
+
+class CpuStepContext : private ResolvedBatch, public StepContext {
  public:
-  CpuStepContext(const ForwardBatch& batch, std::vector<int32_t> positions)
-      : StepContext(batch), positions(std::move(positions)) {
+  // Host memory holds the previous step's ids: deferred tokens are filled in on a copy of the batch.
+  explicit CpuStepContext(const ForwardBatch& batch)
+      : ResolvedBatch{batch.deferred_tokens.empty()
+                          ? std::nullopt
+                          : std::optional<ForwardBatch>(with_deferred_tokens(
+                                batch, std::span<const int32_t>(batch.previous_sampled_ids.ptr<int32_t>(),
+                                                                batch.previous_sampled_ids.numel())))},
+        StepContext(resolved ? *resolved : batch),
+        positions(batch_positions(batch)) {
     int32_t start = 0;
     for (size_t s = 0; s < batch.sequences.size(); ++s) {
       for (int32_t i = 0; i < batch.sequences[s].num_new_tokens; ++i) token_sequence.push_back(static_cast<int32_t>(s));
@@ -149,11 +162,11 @@ class CpuBackend final : public Backend {
   }
 
   std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {
-    auto positions = batch_positions(batch);
     for (int32_t row : batch.logit_rows) {
       if (row < 0 || row >= batch.num_tokens()) fail("forward batch: logit row {} out of range", row);
     }
-    return std::make_unique<CpuStepContext>(batch, std::move(positions));
+    check_deferred_tokens(batch);
+    return std::make_unique<CpuStepContext>(batch);
   }
 
   Tensor embedding(const Tensor& table, const StepContext& step, const VocabShard& shard) override {

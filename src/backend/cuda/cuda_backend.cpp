@@ -16,6 +16,7 @@
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/nccl_library.h"
+#include "backend/cuda/pinned_ids.h"
 #include "backend/cuda/step_graphs.h"
 #include "elementwise/argmax.h"
 #include "elementwise/gated_activation.h"
@@ -154,6 +155,8 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& t) override { return pinned_ids_->copy(t, stream_); }
+
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
     if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
     auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
@@ -225,8 +228,7 @@ class CudaBackend final : public Backend {
     return DeviceMemory{static_cast<int64_t>(free), static_cast<int64_t>(total)};
   }
 
-  std::optional<std::vector<int32_t>> run_recorded_step(const ForwardBatch& batch,
-                                                        const StepForward& forward) override {
+  std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward) override {
     if (!graphs_) graphs_ = std::make_unique<cuda::StepGraphs>(*allocator_, stream_);
     return graphs_->run(
         batch,
@@ -902,6 +904,7 @@ class CudaBackend final : public Backend {
   int kv_heads_for_splits_ = 1;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::PinnedStaging> staging_;
+  std::shared_ptr<cuda::PinnedIdsPool> pinned_ids_ = std::make_shared<cuda::PinnedIdsPool>();
   Tensor gemm_workspace_;
   std::unique_ptr<cuda::Gemm> gemm_;
   std::unique_ptr<cuda::StepGraphs> graphs_;

@@ -10,12 +10,12 @@ namespace {
 
 // An upper bound of the int32 values a decode step's metadata takes (CudaStepContext's layout): per token its id,
 // position, sequence, plan row and up to kDecodeMaxSplits split items of two values; per sequence four values and
-// one more per block table (its offset); block tables; 4-value alignment padding of each of the 13 arrays and of
-// each table-offset array past the first.
+// one more per block table (its offset); block tables; two values per deferred token; 4-value alignment padding
+// of each of the 15 arrays and of each table-offset array past the first.
 size_t metadata_values(const ForwardBatch& batch) {
   const size_t per_token = 5 + 2 * kernels::kDecodeMaxSplits;
   size_t values = static_cast<size_t>(batch.num_tokens()) * per_token + 4 * (batch.sequences.size() + 1) +
-                  batch.logit_rows.size() + 13 * 4;
+                  batch.logit_rows.size() + 2 * batch.deferred_tokens.size() + 15 * 4;
   for (const auto& seq : batch.sequences) {
     values += seq.block_tables.size() + 4;
     for (const auto& table : seq.block_tables) values += table.size();
@@ -43,14 +43,7 @@ void StepGraphs::reserve(size_t values) {
   fixed_ = {buffer_.ptr<int32_t>(), capacity};
 }
 
-std::vector<int32_t> StepGraphs::copy_ids(const Tensor& ids) {
-  std::vector<int32_t> host(ids.numel());
-  check(cudaMemcpyAsync(host.data(), ids.data, ids.bytes(), cudaMemcpyDeviceToHost, stream_), "copy sampled ids");
-  check(cudaStreamSynchronize(stream_), "copy sampled ids");
-  return host;
-}
-
-std::vector<int32_t> StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_context,
+Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_context,
                                      const StepForward& forward) {
   reserve(metadata_values(batch));
   // The metadata upload runs before the graph on the same stream, so the previous replay has finished reading
@@ -59,12 +52,12 @@ std::vector<int32_t> StepGraphs::run(const ForwardBatch& batch, const MakeContex
   const Shape shape{batch.num_tokens(), batch.sequences.size(), batch.logit_rows.size()};
   if (const auto it = graphs_.find(shape); it != graphs_.end()) {
     check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
-    return copy_ids(it->second.ids);
+    return it->second.ids;
   }
 
   // An eager run computes this step (and makes every lazy choice, such as GEMM algorithms, outside the recording);
-  // the recording that follows launches nothing.
-  const std::vector<int32_t> ids = copy_ids(forward(*step));
+  // the recording that follows launches nothing, so the eager run's ids are the step's.
+  Tensor ids = forward(*step);
   Recorded recorded;
   cudaGraph_t graph = nullptr;
   allocator_.set_recording(true);

@@ -26,8 +26,9 @@ class StepGraphs {
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
 
-  // The step's sampled ids, from a replay or, for a new shape, an eager run that is then recorded.
-  std::vector<int32_t> run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward);
+  // The step's sampled ids [R] int32 on the device, from a replay (the graph's output buffer, which the next
+  // replay of the shape overwrites) or, for a new shape, an eager run that is then recorded.
+  Tensor run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward);
   size_t num_recorded() const { return graphs_.size(); }
 
  private:
@@ -40,7 +41,6 @@ class StepGraphs {
   // Makes the fixed buffer hold at least `values` int32 values; a new buffer invalidates every recording.
   void reserve(size_t values);
   void clear();
-  std::vector<int32_t> copy_ids(const Tensor& ids);
 
   DeviceAllocator& allocator_;
   cudaStream_t stream_;
