@@ -14,70 +14,20 @@
 #include "attention/decode_attention.h"
 #include "attention/decode_attention_mma_kernel.cuh"
 #include "attention/prefill_attention.h"
+#include "cuda_bench.cuh"
 
 using namespace tern::kernels;
+using tern::bench::check;
+using tern::bench::device_alloc;
+using tern::bench::median_ms;
+using tern::bench::random_bf16;
 
 namespace {
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
-    std::exit(1);
-  }
-}
-
-__global__ void fill_random(__nv_bfloat16* out, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    out[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
-  }
-}
-
-template <typename T>
-T* device_alloc(size_t count) {
-  T* p = nullptr;
-  check(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)), "cudaMalloc");
-  return p;
-}
-
-__nv_bfloat16* random_bf16(size_t count, uint32_t seed) {
-  auto* p = device_alloc<__nv_bfloat16>(count);
-  fill_random<<<1024, 256>>>(p, count, seed);
-  check(cudaGetLastError(), "fill_random");
-  return p;
-}
 
 int32_t* upload(const std::vector<int32_t>& v) {
   auto* p = device_alloc<int32_t>(v.size());
   check(cudaMemcpy(p, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "upload");
   return p;
-}
-
-template <typename Fn>
-double median_ms(Fn&& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn();
-  check(cudaDeviceSynchronize(), "warm-up");
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(start);
-    fn();
-    cudaEventRecord(stop);
-    check(cudaEventSynchronize(stop), "timed run");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  check(cudaGetLastError(), "timed launches");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 // A paged cache holding `seq_lens` tokens per sequence, blocks of 16 in shuffled order.

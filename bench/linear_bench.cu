@@ -12,51 +12,12 @@
 #include <vector>
 
 #include "backend/cuda/gemm.h"
+#include "cuda_bench.cuh"
 #include "linear/gemv.h"
 
-namespace {
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
-    std::exit(1);
-  }
-}
-
-__global__ void fill_random(__nv_bfloat16* out, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    out[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
-  }
-}
-
-// Median milliseconds of `runs` timed calls of `fn` on `stream`.
-template <typename Fn>
-float median_ms(cudaStream_t stream, int runs, Fn fn) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  for (int i = 0; i < 5; ++i) fn();
-  std::vector<float> times;
-  for (int i = 0; i < runs; ++i) {
-    check(cudaEventRecord(start, stream), "record");
-    fn();
-    check(cudaEventRecord(stop, stream), "record");
-    check(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return times[times.size() / 2];
-}
-
-}  // namespace
+using tern::bench::check;
+using tern::bench::fill_random;
+using tern::bench::median_ms;
 
 int main() {
   struct Shape {
@@ -80,9 +41,9 @@ int main() {
   fill_random<<<1024, 256, 0, stream>>>(x, max_act, 2);
   tern::cuda::Gemm gemm(stream, workspace, size_t{32} << 20);
 
-  const float copy_ms = median_ms(stream, 20, [&] {
-    check(cudaMemcpyAsync(copy, weight, max_weight * 2, cudaMemcpyDeviceToDevice, stream), "copy");
-  });
+  const double copy_ms = median_ms(
+      [&] { check(cudaMemcpyAsync(copy, weight, max_weight * 2, cudaMemcpyDeviceToDevice, stream), "copy"); }, 5, 20,
+      stream);
   // A copy reads and writes every byte.
   const double copy_tbs = 2.0 * max_weight * 2 / (copy_ms * 1e-3) / 1e12;
   std::printf("copy anchor: %.3f ms for %.2f GB read + written, %.2f TB/s\n", copy_ms, max_weight * 2 / 1e9, copy_tbs);
@@ -93,7 +54,7 @@ int main() {
     for (int b = 0; b < 3; ++b) {
       const int64_t m = batches[b];
       const double bytes = 2.0 * s.n * s.k + 2.0 * m * (s.k + s.n);
-      const auto report = [&](const char* kernel, float ms) {
+      const auto report = [&](const char* kernel, double ms) {
         const double tbs = bytes / (ms * 1e-3) / 1e12;
         std::printf("%-8s %4lld %6lldx%-5lld %-9s %10.1f %7.2f %7.0f%%\n", s.name, static_cast<long long>(m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k), kernel, ms * 1e3, tbs,
@@ -105,14 +66,17 @@ int main() {
       const size_t copies = max_weight / static_cast<size_t>(s.n * s.k);
       size_t call = 0;
       const auto next_weight = [&] { return weight + (call++ % copies) * s.n * s.k; };
-      const float cublas_ms = median_ms(stream, 50, [&] { gemm.run(x, next_weight(), nullptr, out, m, s.n, s.k); });
+      const double cublas_ms =
+          median_ms([&] { gemm.run(x, next_weight(), nullptr, out, m, s.n, s.k); }, 5, 50, stream);
       report("cuBLASLt", cublas_ms);
-      float picked_ms = cublas_ms;
+      double picked_ms = cublas_ms;
       if (tern::kernels::gemv_supports(m, s.n, s.k)) {
-        picked_ms = median_ms(stream, 50, [&] {
-          tern::kernels::launch_gemv(x, next_weight(), nullptr, out, static_cast<int>(m), static_cast<int>(s.n),
-                                     static_cast<int>(s.k), stream);
-        });
+        picked_ms = median_ms(
+            [&] {
+              tern::kernels::launch_gemv(x, next_weight(), nullptr, out, static_cast<int>(m), static_cast<int>(s.n),
+                                         static_cast<int>(s.k), stream);
+            },
+            5, 50, stream);
         report("gemv", picked_ms);
       }
       step_us[b][0] += cublas_ms * 1e3 * layers;

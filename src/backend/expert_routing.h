@@ -72,4 +72,15 @@ struct ExpertWeights {
   int64_t first_expert = 0;
 };
 
+// The sizes of a moe_experts call, checked: the experts' weights against x's hidden size, the routing (int32 ids,
+// float32 weights) against x's tokens. Fails naming what does not fit.
+struct MoeShape {
+  int64_t num_experts = 0;  // held here (this rank's share)
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t num_tokens = 0;
+  int64_t top_k = 0;
+};
+MoeShape moe_shape(const Tensor& x, const ExpertRouting& routing, const ExpertWeights& experts);
+
 }  // namespace tern

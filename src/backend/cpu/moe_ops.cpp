@@ -177,16 +177,7 @@ ExpertRouting route_experts(const Tensor& logits, const RouterParams& params, st
 Tensor moe_experts(const Tensor& x, const ExpertRouting& routing, const ExpertWeights& experts,
                    const GluActivation& activation) {
   if (x.dtype != DType::F32) fail("moe_experts: expects float32 activations");
-  const int64_t num_experts = experts.gate_up.size(0);
-  const int64_t hidden = x.size(-1);
-  const int64_t intermediate = experts.gate_up.size(1) / 2;
-  const int64_t num_tokens = x.numel() / hidden;
-  const int64_t k = routing.expert_ids.size(-1);
-  if (experts.gate_up.size(2) != hidden || experts.down.size(0) != num_experts || experts.down.size(1) != hidden ||
-      experts.down.size(2) != intermediate) {
-    fail("moe_experts: expert weights do not fit hidden size {} and intermediate size {}", hidden, intermediate);
-  }
-  if (routing.expert_ids.numel() != num_tokens * k) fail("moe_experts: routing covers a different number of tokens");
+  const auto [num_experts, hidden, intermediate, num_tokens, k] = moe_shape(x, routing, experts);
   const std::vector<float> gate_up_bias = experts.gate_up_bias ? host_f32(*experts.gate_up_bias) : std::vector<float>{};
   const std::vector<float> down_bias = experts.down_bias ? host_f32(*experts.down_bias) : std::vector<float>{};
   const int32_t* ids = routing.expert_ids.ptr<int32_t>();

@@ -444,19 +444,7 @@ class CudaBackend final : public Backend {
 
   Tensor moe_experts(const Tensor& x, const ExpertRouting& routing, const ExpertWeights& experts,
                      const GluActivation& activation) override {
-    const int64_t num_experts = experts.gate_up.size(0);
-    const int64_t hidden = x.size(-1);
-    const int64_t intermediate = experts.gate_up.size(1) / 2;
-    const int64_t num_tokens = x.numel() / hidden;
-    const int64_t top_k = routing.expert_ids.size(-1);
-    if (experts.gate_up.size(2) != hidden || experts.down.size(0) != num_experts || experts.down.size(1) != hidden ||
-        experts.down.size(2) != intermediate) {
-      fail("moe_experts: expert weights do not fit hidden size {} and intermediate size {}", hidden, intermediate);
-    }
-    if (routing.expert_ids.numel() != num_tokens * top_k || routing.expert_ids.dtype != DType::I32 ||
-        routing.weights.dtype != DType::F32) {
-      fail("moe_experts: routing covers a different number of tokens");
-    }
+    const auto [num_experts, hidden, intermediate, num_tokens, top_k] = moe_shape(x, routing, experts);
     const Tensor in = this->activation(x, "moe_experts");
     const Tensor gate_up_weight = this->activation(experts.gate_up, "moe_experts (gate_up)");
     const Tensor down_weight = this->activation(experts.down, "moe_experts (down)");

@@ -91,7 +91,9 @@ TEST_F(CudaSamplingTest, FrequenciesFollowTheFilteredSoftmax) {
     }
     const auto expected = reference_distribution(row_values, c.temperature, c.top_k, c.top_p);
     for (int i = 0; i < vocab; ++i) {
-      if (expected[i] == 0.0) EXPECT_EQ(frequency[i], 0.0) << "token " << i << " was filtered out";
+      if (expected[i] == 0.0) {
+        EXPECT_EQ(frequency[i], 0.0) << "token " << i << " was filtered out";
+      }
       // Stratified draws: each token's count is off by at most about one row.
       EXPECT_NEAR(frequency[i], expected[i], 2.5 / rows) << "token " << i << " T=" << c.temperature
                                                           << " k=" << c.top_k << " p=" << c.top_p;

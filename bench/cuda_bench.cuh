@@ -1,0 +1,72 @@
+#pragma once
+// What the CUDA benchmarks share: fail-fast status checks, deterministic random bf16 data made on the device, and
+// the median of CUDA-event-timed runs after a warm-up.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace tern::bench {
+
+inline void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+// Values in [-1, 1) from a hash of the index: the same data on every run, no host generation of gigabytes.
+__global__ inline void fill_random(__nv_bfloat16* out, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    out[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+
+template <typename T>
+T* device_alloc(size_t count) {
+  T* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)), "cudaMalloc");
+  return p;
+}
+
+inline __nv_bfloat16* random_bf16(size_t count, uint32_t seed) {
+  auto* p = device_alloc<__nv_bfloat16>(count);
+  fill_random<<<1024, 256>>>(p, count, seed);
+  check(cudaGetLastError(), "fill_random");
+  return p;
+}
+
+// Median milliseconds of `reps` timed calls of fn (work queued on `stream`) after `warmup` untimed ones.
+template <typename Fn>
+double median_ms(Fn&& fn, int warmup, int reps, cudaStream_t stream = nullptr) {
+  for (int i = 0; i < warmup; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start, stream);
+    fn();
+    cudaEventRecord(stop, stream);
+    check(cudaEventSynchronize(stop), "timed run");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  check(cudaGetLastError(), "timed launches");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace tern::bench
