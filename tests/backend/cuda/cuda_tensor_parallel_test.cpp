@@ -3,6 +3,9 @@
 // decode steps included).
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <ostream>
+
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -67,6 +70,17 @@ struct ShardedCase {
   int expert_parallel_size = 1;
 };
 
+void PrintTo(const ShardedCase& c, std::ostream* os) {
+  *os << c.model << ", expert parallel size " << c.expert_parallel_size;
+}
+
+// Test names: the model, then "ep2" where experts are split.
+std::string case_name(const ::testing::TestParamInfo<ShardedCase>& info) {
+  std::string name = info.param.model;
+  for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return info.param.expert_parallel_size > 1 ? name + "_ep" + std::to_string(info.param.expert_parallel_size) : name;
+}
+
 class CudaShardedModelTest : public ::testing::TestWithParam<ShardedCase> {};
 
 // bf16 sums in another order may flip a near-tie, as between the CPU and CUDA backends: every prompt but one must
@@ -93,10 +107,11 @@ TEST_P(CudaShardedModelTest, TwoGpusGiveTheGreedyTokensOfOne) {
 
 INSTANTIATE_TEST_SUITE_P(Dense, CudaShardedModelTest,
                          ::testing::Values(ShardedCase{"llama"}, ShardedCase{"llama3_rope"}, ShardedCase{"qwen2"},
-                                           ShardedCase{"qwen3"}, ShardedCase{"qwen3-chat-tiny"}));
+                                           ShardedCase{"qwen3"}, ShardedCase{"qwen3-chat-tiny"}),
+                         case_name);
 // Experts split over the two GPUs (each computes its half of the experts for every token, then an all-reduce).
 INSTANTIATE_TEST_SUITE_P(ExpertParallel, CudaShardedModelTest,
-                         ::testing::Values(ShardedCase{"qwen3_moe", 2}, ShardedCase{"mixtral", 2}));
+                         ::testing::Values(ShardedCase{"qwen3_moe", 2}, ShardedCase{"mixtral", 2}), case_name);
 
 }  // namespace
 }  // namespace tern
