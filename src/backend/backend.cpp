@@ -59,6 +59,20 @@ Tensor Backend::all_gather_columns(const Tensor& x, int64_t num_columns) {
 
 Tensor Backend::concat_columns(const Tensor&, const Tensor&) { fail("backend {} has no concat_columns op", name()); }
 
+Tensor Backend::from_host_i32(std::span<const int32_t> values, std::vector<int64_t> shape) {
+  TensorInfo info;
+  info.name = "host int32 values";
+  info.dtype = DType::I32;
+  info.shape = std::move(shape);
+  if (static_cast<size_t>(info.numel()) != values.size()) {
+    fail("from_host_i32: {} values for shape {}", values.size(), shape_string(info.shape));
+  }
+  info.data = reinterpret_cast<const std::byte*>(values.data());
+  info.size_bytes = values.size_bytes();
+  const TensorInfo* part = &info;
+  return load_weight({&part, 1});
+}
+
 Tensor Backend::gated_activation(const Tensor&, const GluActivation&) {
   fail("backend {} has no gated_activation op", name());
 }

@@ -92,6 +92,8 @@ class Backend {
   // they are (f16 becomes f32).
   virtual Tensor load_weight(std::span<const TensorInfo* const> parts) = 0;
   virtual Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) = 0;
+  // Host int32 values (routing tables, counters) as a backend tensor of `shape`.
+  Tensor from_host_i32(std::span<const int32_t> values, std::vector<int64_t> shape);
   virtual std::vector<float> to_host_f32(const Tensor& tensor) = 0;
   virtual std::vector<int32_t> to_host_i32(const Tensor& tensor) = 0;
   // Starts copying an int32 tensor to the host behind the work launched so far, without waiting for it (the

@@ -20,11 +20,13 @@
 #include "engine/engine_core.h"
 #include "fixture_model.h"
 #include "fixtures.h"
+#include "greedy_request.h"
 
 namespace tern {
 namespace {
 
 using testing::fixtures_dir;
+using testing::greedy;
 using testing::load_fixture_model;
 
 EngineConfig config(int32_t block_size = 4) {
@@ -34,15 +36,6 @@ EngineConfig config(int32_t block_size = 4) {
   c.max_num_batched_tokens = 256;
   c.log_kv_cache = false;
   return c;
-}
-
-GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest r;
-  r.prompt_token_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.stop.max_tokens = max_tokens;
-  r.stop.ignore_eos = true;
-  return r;
 }
 
 std::vector<int32_t> run(EngineCore& core, const std::vector<int32_t>& prompt, int32_t max_tokens) {

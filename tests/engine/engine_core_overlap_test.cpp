@@ -12,12 +12,14 @@
 #include "engine/sharded_model.h"
 #include "fixture_model.h"
 #include "fixtures.h"
+#include "greedy_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
 namespace {
 
 using testing::fixtures_dir;
+using testing::greedy;
 using testing::load_fixture_model;
 
 struct Collected {
@@ -104,15 +106,6 @@ EngineConfig config(int32_t num_blocks, int32_t max_batched_tokens, bool overlap
   c.overlap_schedule = overlap;
   c.log_kv_cache = false;
   return c;
-}
-
-GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest r;
-  r.prompt_token_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.stop.max_tokens = max_tokens;
-  r.stop.ignore_eos = true;
-  return r;
 }
 
 GenerateRequest seeded(std::vector<int32_t> prompt, uint64_t seed, int32_t n, int32_t max_tokens) {

@@ -12,6 +12,7 @@
 #include "engine/engine_core.h"
 #include "fixture_model.h"
 #include "fixtures.h"
+#include "greedy_request.h"
 #include "model/sequence_runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,6 +20,7 @@ namespace tern {
 namespace {
 
 using testing::fixtures_dir;
+using testing::greedy;
 using testing::load_fixture_model;
 
 EngineConfig small_config(int32_t num_blocks, bool prefix_cache = true) {
@@ -28,15 +30,6 @@ EngineConfig small_config(int32_t num_blocks, bool prefix_cache = true) {
   c.max_num_batched_tokens = 256;
   c.log_kv_cache = false;
   return c;
-}
-
-GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest r;
-  r.prompt_token_ids = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.stop.max_tokens = max_tokens;
-  r.stop.ignore_eos = true;
-  return r;
 }
 
 struct Finished {

@@ -79,15 +79,8 @@ TEST_F(MoeOpsTest, GroupLimitedSigmoidWithSelectionBias) {
 
 TEST_F(MoeOpsTest, HashRoutingTakesExpertsFromTheTokenTable) {
   const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f};
-  TensorInfo table_info;
-  std::vector<int32_t> table = {0, 1, 3, 2, 1, 0};  // token t -> experts {table[2t], table[2t+1]}
-  table_info.name = "tid2eid";
-  table_info.dtype = DType::I32;
-  table_info.shape = {3, 2};
-  table_info.data = reinterpret_cast<const std::byte*>(table.data());
-  table_info.size_bytes = table.size() * sizeof(int32_t);
-  const TensorInfo* part = &table_info;
-  const Tensor table_tensor = backend_->load_weight({&part, 1});
+  const std::vector<int32_t> table = {0, 1, 3, 2, 1, 0};  // token t -> experts {table[2t], table[2t+1]}
+  const Tensor table_tensor = backend_->from_host_i32(table, {3, 2});
   RouterParams params;
   params.scoring = RouterScoring::sqrt_softplus;
   params.top_k = 2;
@@ -98,16 +91,6 @@ TEST_F(MoeOpsTest, HashRoutingTakesExpertsFromTheTokenTable) {
   auto score = [](double x) { return std::sqrt(std::log1p(std::exp(x))); };
   EXPECT_NEAR(weights(r)[0], score(0.0) / (score(0.0) + score(2.0)), 1e-6);
   EXPECT_NEAR(weights(r)[2], 0.5, 1e-6);
-}
-
-Tensor int32_tensor(Backend& backend, const std::vector<int32_t>& values, std::vector<int64_t> shape) {
-  TensorInfo info;
-  info.dtype = DType::I32;
-  info.shape = std::move(shape);
-  info.data = reinterpret_cast<const std::byte*>(values.data());
-  info.size_bytes = values.size() * sizeof(int32_t);
-  const TensorInfo* part = &info;
-  return backend.load_weight({&part, 1});
 }
 
 TEST_F(MoeOpsTest, BalancingCountsLogicalExpertsAndPicksReplicasByTokenRow) {
@@ -125,11 +108,11 @@ TEST_F(MoeOpsTest, BalancingCountsLogicalExpertsAndPicksReplicasByTokenRow) {
   // Slots: expert 0 in slots {0, 4, 5}, expert 1 in {1}, expert 2 in {2, 6}, expert 3 in {3, 7}.
   const std::vector<int32_t> replica_slots = {0, 4, 5, 1, -1, -1, 2, 6, -1, 3, 7, -1};
   const std::vector<int32_t> replica_counts = {3, 1, 2, 2};
-  const Tensor slots_tensor = int32_tensor(*backend_, replica_slots, {kExperts, 3});
-  const Tensor counts_tensor = int32_tensor(*backend_, replica_counts, {kExperts});
+  const Tensor slots_tensor = backend_->from_host_i32(replica_slots, {kExperts, 3});
+  const Tensor counts_tensor = backend_->from_host_i32(replica_counts, {kExperts});
   // Counters that already hold counts near the 32-bit wrap: the op adds to them.
   const std::vector<int32_t> start = {0, -1, 7, 2147483647};
-  Tensor load = int32_tensor(*backend_, start, {kExperts});
+  Tensor load = backend_->from_host_i32(start, {kExperts});
   params.balancing = {&load, &slots_tensor, &counts_tensor};
   const auto balanced = route(logits, kExperts, params);
   route(logits, kExperts, params);  // a second step adds the same counts again
@@ -167,13 +150,7 @@ void check_experts_against_dense_loop(Backend& backend, const GluActivation& act
              down_bias = random(experts * hidden);
   const std::vector<int32_t> chosen = {0, 3, 2, 3, 1, 0, 3, 1, 2, 0};
   const std::vector<float> w = {0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 0.2f, 0.8f, 0.6f, 0.4f};
-  TensorInfo ids_info;
-  ids_info.dtype = DType::I32;
-  ids_info.shape = {tokens, k};
-  ids_info.data = reinterpret_cast<const std::byte*>(chosen.data());
-  ids_info.size_bytes = chosen.size() * sizeof(int32_t);
-  const TensorInfo* part = &ids_info;
-  ExpertRouting routing{backend.load_weight({&part, 1}), backend.from_host_f32(w, {tokens, k})};
+  ExpertRouting routing{backend.from_host_i32(chosen, {tokens, k}), backend.from_host_f32(w, {tokens, k})};
   const Tensor input = backend.from_host_f32(x, {tokens, hidden});
   // Experts [first, first + count) only, as one rank of expert parallelism holds them.
   auto run_experts = [&](int64_t first, int64_t count) {

@@ -23,12 +23,7 @@ Tensor load_hash_table(WeightLoader& weights, const std::string& name, int64_t v
   } else {
     fail("{}: tensor '{}' must hold integers, got {}", info.file.string(), name, dtype_name(info.dtype));
   }
-  TensorInfo converted = info;
-  converted.dtype = DType::I32;
-  converted.data = reinterpret_cast<const std::byte*>(ids.data());
-  converted.size_bytes = ids.size() * sizeof(int32_t);
-  const TensorInfo* part = &converted;
-  return weights.backend().load_weight({&part, 1});
+  return weights.backend().from_host_i32(ids, {vocab, top_k});
 }
 
 }  // namespace

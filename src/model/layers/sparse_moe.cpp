@@ -31,18 +31,6 @@ Tensor load_relaid(WeightLoader& weights, const std::string& name, const std::ve
   return weights.backend().load_weight({&part, 1});
 }
 
-// Host int32 values as a backend tensor (the routing tables and load counters).
-Tensor upload_i32(Backend& backend, const std::vector<int32_t>& values, std::vector<int64_t> shape) {
-  TensorInfo info;
-  info.name = "expert placement";
-  info.dtype = DType::I32;
-  info.shape = std::move(shape);
-  info.data = reinterpret_cast<const std::byte*>(values.data());
-  info.size_bytes = values.size() * sizeof(int32_t);
-  const TensorInfo* part = &info;
-  return backend.load_weight({&part, 1});
-}
-
 }  // namespace
 
 SparseMoe::SparseMoe(WeightLoader& weights, const std::string& prefix, const SparseMoeConfig& config)
@@ -54,7 +42,7 @@ SparseMoe::SparseMoe(WeightLoader& weights, const std::string& prefix, const Spa
     const int64_t num_slots = num_experts + backend.num_redundant_experts();
     check_expert_slots(num_experts, num_slots, weights.shard().size, prefix);
     balancing_.emplace();
-    balancing_->load_counts = upload_i32(backend, std::vector<int32_t>(num_experts, 0), {num_experts});
+    balancing_->load_counts = backend.from_host_i32(std::vector<int32_t>(num_experts, 0), {num_experts});
     balancing_->counted.assign(num_experts, 0);
     place_experts(weights, initial_expert_placement(num_experts, num_slots, weights.shard().size));
   } else {
@@ -136,8 +124,8 @@ void SparseMoe::place_experts(WeightLoader& weights, const ExpertPlacement& plac
   }
   Backend& backend = weights.backend();
   balancing_->replica_slots =
-      upload_i32(backend, replica_slots, {num_experts, static_cast<int64_t>(max_replicas)});
-  balancing_->replica_counts = upload_i32(backend, replica_counts, {num_experts});
+      backend.from_host_i32(replica_slots, {num_experts, static_cast<int64_t>(max_replicas)});
+  balancing_->replica_counts = backend.from_host_i32(replica_counts, {num_experts});
   balancing_->placement = placement;
 }
 

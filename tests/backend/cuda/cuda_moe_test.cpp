@@ -22,17 +22,6 @@ class CudaMoeTest : public testing::CudaVsCpuTest {
     batch.sequences.push_back(seq);
     return batch;
   }
-
-  static Tensor int_tensor(Backend& backend, const std::vector<int32_t>& values, std::vector<int64_t> shape) {
-    TensorInfo info;
-    info.name = "ids";
-    info.dtype = DType::I32;
-    info.shape = std::move(shape);
-    info.data = reinterpret_cast<const std::byte*>(values.data());
-    info.size_bytes = values.size() * sizeof(int32_t);
-    const TensorInfo* parts[] = {&info};
-    return backend.load_weight(parts);
-  }
 };
 
 RouterParams router(RouterScoring scoring, int64_t top_k, bool normalize = false, float scaling = 1.0f,
@@ -84,8 +73,8 @@ TEST_F(CudaMoeTest, RouteExpertsMatchesCpu) {
     const int32_t vocab = 50;
     std::vector<int32_t> table_values(vocab * c.top_k);
     for (size_t i = 0; i < table_values.size(); ++i) table_values[i] = static_cast<int32_t>((i * 5 + i / c.top_k) % c.experts);
-    const Tensor cpu_table = int_tensor(*cpu, table_values, {vocab, c.top_k});
-    const Tensor gpu_table = int_tensor(*gpu, table_values, {vocab, c.top_k});
+    const Tensor cpu_table = cpu->from_host_i32(table_values, {vocab, c.top_k});
+    const Tensor gpu_table = gpu->from_host_i32(table_values, {vocab, c.top_k});
     if (c.hash) {
       cpu_params.token_expert_table = &cpu_table;
       gpu_params.token_expert_table = &gpu_table;
@@ -109,10 +98,10 @@ TEST_F(CudaMoeTest, RouteExpertsCountsLoadsAndPicksReplicasAsCpu) {
   const std::vector<int32_t> counts = {3, 1, 2, 2};
   // Counters near the 32-bit wrap, as after a long run.
   const std::vector<int32_t> start = {2147483646, -1, 5, 0};
-  Tensor cpu_loads = int_tensor(*cpu, start, {experts});
-  Tensor gpu_loads = int_tensor(*gpu, start, {experts});
-  const Tensor cpu_slots = int_tensor(*cpu, slots, {experts, 3}), gpu_slots = int_tensor(*gpu, slots, {experts, 3});
-  const Tensor cpu_counts = int_tensor(*cpu, counts, {experts}), gpu_counts = int_tensor(*gpu, counts, {experts});
+  Tensor cpu_loads = cpu->from_host_i32(start, {experts});
+  Tensor gpu_loads = gpu->from_host_i32(start, {experts});
+  const Tensor cpu_slots = cpu->from_host_i32(slots, {experts, 3}), gpu_slots = gpu->from_host_i32(slots, {experts, 3});
+  const Tensor cpu_counts = cpu->from_host_i32(counts, {experts}), gpu_counts = gpu->from_host_i32(counts, {experts});
   RouterParams cpu_params = router(RouterScoring::softmax, top_k, true);
   RouterParams gpu_params = cpu_params;
   cpu_params.balancing = {&cpu_loads, &cpu_slots, &cpu_counts};
@@ -186,9 +175,9 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
         weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
       }
     }
-    const ExpertRouting cpu_routing{int_tensor(*cpu, ids, {c.tokens, c.top_k}),
+    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {c.tokens, c.top_k}),
                                     cpu->from_host_f32(weights, {c.tokens, c.top_k})};
-    const ExpertRouting gpu_routing{int_tensor(*gpu, ids, {c.tokens, c.top_k}),
+    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),
                                     gpu->from_host_f32(weights, {c.tokens, c.top_k})};
     const GluActivation activation =
         c.gpt_oss ? GluActivation{GluActivation::Kind::gpt_oss, 7.0f, 1.702f} : GluActivation{};
