@@ -112,8 +112,8 @@ void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_
 }
 
 // `splits` 0: as the CUDA backend plans (decode_attention_num_splits); other values time the alternatives.
-// `variant` 0: the whole launch (shares and combine); otherwise the head_dim-128 share kernel alone with
-// variant / 10 warps and variant % 10 pipeline stages, for tuning.
+// `variant` 0: the launch tern makes; otherwise the head_dim-128 share kernel with variant / 10 warps and
+// variant % 10 pipeline stages, for tuning.
 void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps,
                   int splits = 0, int variant = 0) {
   int num_sms = 0;
@@ -147,6 +147,8 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   p.num_decode_tokens = b.num_tokens;
   p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
   p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
+  p.split_arrivals = device_alloc<int32_t>(size_t(b.num_tokens) * kv_heads);
+  check(cudaMemset(p.split_arrivals, 0, size_t(b.num_tokens) * kv_heads * sizeof(int32_t)), "cudaMemset");
   const double ms = median_ms(
       [&] {
         switch (variant) {
@@ -161,7 +163,7 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   const double tbs = kv_bytes / (ms * 1e-3) / 1e12;
   char label[64] = "";
   if (variant != 0) {
-    std::snprintf(label, sizeof label, " (sweep: shares only, %d warps, %d stages)", variant / 10, variant % 10);
+    std::snprintf(label, sizeof label, " (sweep: %d warps, %d stages)", variant / 10, variant % 10);
   } else if (!planned) {
     std::snprintf(label, sizeof label, " (sweep)");
   }

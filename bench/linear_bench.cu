@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
@@ -86,6 +87,33 @@ int main() {
   for (int b = 0; b < 3; ++b) {
     std::printf("batch %d: the GEMMs of one decode step take %.2f ms with cuBLASLt, %.2f ms with gemv where it applies\n",
                 batches[b], step_us[b][0] / 1e3, step_us[b][1] / 1e3);
+  }
+  // One batch-1 decode step's GEMVs back to back, as a recorded step runs them: 32 layers of distinct weights and
+  // the lm_head (15 GB, so every weight comes from memory), each launched as a dependent of the one before.
+  {
+    std::vector<std::pair<__nv_bfloat16*, Shape>> chain;
+    size_t total_bytes = 0;
+    for (int layer = 0; layer < 32; ++layer) {
+      for (const Shape& s : shapes) {
+        if (s.n == 128256 && layer != 31) continue;
+        __nv_bfloat16* w;
+        check(cudaMalloc(&w, s.n * s.k * 2), "malloc");
+        fill_random<<<4096, 256, 0, stream>>>(w, s.n * s.k, layer + 3);
+        chain.push_back({w, s});
+        total_bytes += s.n * s.k * 2;
+      }
+    }
+    const double chain_ms = median_ms(
+        [&] {
+          for (const auto& [w, s] : chain) {
+            tern::kernels::launch_gemv(x, w, nullptr, out, 1, static_cast<int>(s.n), static_cast<int>(s.k), stream);
+          }
+        },
+        2, 10, stream);
+    std::printf("batch 1: one decode step's %zu GEMVs back to back: %.3f ms for %.2f GB, %.2f TB/s (%.0f%% of copy)\n",
+                chain.size(), chain_ms, total_bytes / 1e9, total_bytes / (chain_ms * 1e-3) / 1e12,
+                100 * total_bytes / (chain_ms * 1e-3) / 1e12 / copy_tbs);
+    for (const auto& link : chain) check(cudaFree(link.first), "free");
   }
   return 0;
 }

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "attention/decode_attention.h"
+#include "attention/decode_share_merge.cuh"
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 
 namespace tern::kernels {
@@ -39,6 +41,8 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     chunk_kernel(const DecodeAttentionParams p) {
   using L = Layout<HeadDim>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  wait_for_prior_grids();
+  allow_dependent_grids();
   __nv_bfloat16* k_tiles = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* v_tiles = k_tiles + kNumStages * L::kTileElems;
   float* q_smem = reinterpret_cast<float*>(v_tiles + kNumStages * L::kTileElems);
@@ -187,18 +191,20 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     }
     if (lane == 0) p.partial_lse[item * s.num_heads + head] = l[j] > 0.0f ? m[j] + log2f(l[j]) : -INFINITY;
   }
+  decode_merge::merge_if_last_share<HeadDim, kNumWarps>(p, item, kv_head, reinterpret_cast<float*>(smem_raw));
 }
 
 template <int HeadDim, int HeadsPerWarp>
 void launch_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
   constexpr size_t smem = shared_bytes<HeadDim, HeadsPerWarp>();
+  static_assert(decode_merge::scratch_bytes<HeadDim, kNumWarps>() <= smem, "the merge reuses the tiles' space");
   auto kernel = chunk_kernel<HeadDim, HeadsPerWarp>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
   }
   const dim3 grid(params.num_items, params.shape.num_kv_heads);
-  kernel<<<grid, kNumWarps * 32, smem, stream>>>(params);
+  launch_dependent("decode attention", kernel, grid, kNumWarps * 32, smem, stream, params);
 }
 
 }  // namespace decode

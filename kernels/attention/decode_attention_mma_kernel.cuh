@@ -13,6 +13,8 @@
 #include <string>
 
 #include "attention/decode_attention.h"
+#include "attention/decode_share_merge.cuh"
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 
 namespace tern::kernels {
@@ -53,6 +55,8 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   float* merge_sum = merge_max + Warps * kRows;
 
   __shared__ uint64_t tile_ready[Stages];  // one mbarrier per stage: its keys and values have landed
+  wait_for_prior_grids();
+  allow_dependent_grids();
 
   const int item = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -230,12 +234,14 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
     p.partial_out[(static_cast<int64_t>(item) * s.num_heads + head) * HeadDim + d] = sum > 0.0f ? acc / sum : 0.0f;
     if (d == 0) p.partial_lse[item * s.num_heads + head] = sum > 0.0f ? m + log2f(sum) : -INFINITY;
   }
+  decode_merge::merge_if_last_share<HeadDim, Warps>(p, item, kv_head, reinterpret_cast<float*>(smem_raw));
 }
 
 // The per-share kernel alone (the benchmark times other stage counts through it).
 template <int HeadDim, int Warps, int Stages>
 void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t stream) {
   constexpr size_t smem = Layout<HeadDim, Warps, Stages>::kSharedBytes;
+  static_assert(decode_merge::scratch_bytes<HeadDim, Warps>() <= smem, "the merge reuses the pipeline's space");
   auto kernel = chunk_kernel<HeadDim, Warps, Stages>;
   // The whole shared-memory carveout, so that as many blocks as possible fit on an SM.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -244,7 +250,7 @@ void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t strea
   }
   if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
   const dim3 grid(params.num_items, params.shape.num_kv_heads);
-  kernel<<<grid, Warps * 32, smem, stream>>>(params);
+  launch_dependent("decode attention", kernel, grid, Warps * 32, smem, stream, params);
 }
 
 }  // namespace decode_mma

@@ -1,6 +1,8 @@
 #include <cfloat>
 #include <stdexcept>
 
+#include "common/dependent_launch.cuh"
+#include "common/device_math.cuh"
 #include "elementwise/argmax.h"
 
 namespace tern::kernels {
@@ -19,12 +21,34 @@ __device__ __forceinline__ void keep_better(float& best, int& index, float value
   }
 }
 
+__device__ __forceinline__ void keep_best_of_chunk(float& best, int& index, const float* row, int i) {
+  const float4 v = *reinterpret_cast<const float4*>(row + i);
+  keep_better(best, index, v.x, i);
+  keep_better(best, index, v.y, i + 1);
+  keep_better(best, index, v.z, i + 2);
+  keep_better(best, index, v.w, i + 3);
+}
+__device__ __forceinline__ void keep_best_of_chunk(float& best, int& index, const __nv_bfloat16* row, int i) {
+  float v[8];
+  load_f32x8(row + i, v);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) keep_better(best, index, v[j], i + j);
+}
+
+// One block per row, reading 16 bytes per access where the row allows (a decode step's 128K-entry row is one
+// block's work, so the loads must be wide).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const T* logits, int32_t* out, int vocab) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const T* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -FLT_MAX;
   int index = vocab;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) keep_better(best, index, to_float(row[i]), i);
+  constexpr int kChunk = 16 / sizeof(T);
+  const bool aligned = reinterpret_cast<uintptr_t>(row) % 16 == 0;
+  const int vector_end = aligned ? vocab / kChunk * kChunk : 0;
+  for (int i = threadIdx.x * kChunk; i < vector_end; i += kThreads * kChunk) keep_best_of_chunk(best, index, row, i);
+  for (int i = vector_end + threadIdx.x; i < vocab; i += kThreads) keep_better(best, index, to_float(row[i]), i);
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     keep_better(best, index, __shfl_xor_sync(0xffffffffu, best, offset), __shfl_xor_sync(0xffffffffu, index, offset));
@@ -52,12 +76,12 @@ void check(int num_rows, int vocab) {
 
 void launch_argmax_bf16(const __nv_bfloat16* logits, int32_t* out, int num_rows, int vocab, cudaStream_t stream) {
   check(num_rows, vocab);
-  if (num_rows > 0) argmax_kernel<<<num_rows, kThreads, 0, stream>>>(logits, out, vocab);
+  if (num_rows > 0) launch_dependent("argmax", argmax_kernel<__nv_bfloat16>, num_rows, kThreads, 0, stream, logits, out, vocab);
 }
 
 void launch_argmax_f32(const float* logits, int32_t* out, int num_rows, int vocab, cudaStream_t stream) {
   check(num_rows, vocab);
-  if (num_rows > 0) argmax_kernel<<<num_rows, kThreads, 0, stream>>>(logits, out, vocab);
+  if (num_rows > 0) launch_dependent("argmax", argmax_kernel<float>, num_rows, kThreads, 0, stream, logits, out, vocab);
 }
 
 }  // namespace tern::kernels

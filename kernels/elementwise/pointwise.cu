@@ -1,5 +1,6 @@
 #include <stdexcept>
 
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 #include "elementwise/pointwise.h"
 
@@ -17,6 +18,8 @@ unsigned blocks_for(int64_t count) {
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 __global__ void silu_mul_vec_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int64_t chunks_per_row = width / 8;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < num_rows * chunks_per_row;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -32,6 +35,8 @@ __global__ void silu_mul_vec_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16*
 }
 
 __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < num_rows * width;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / width;
@@ -42,6 +47,8 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out
 }
 
 __global__ void add_kernel(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t count) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int64_t num_vec = count / 8;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < num_vec; i += int64_t{gridDim.x} * blockDim.x) {
     float a[8], b[8];
@@ -73,6 +80,8 @@ __global__ void bf16_to_f32_kernel(const __nv_bfloat16* src, float* dst, int64_t
 template <typename Element>
 __global__ void gather_rows_kernel(const Element* table, const int32_t* rows, Element* out, int64_t row_elems,
                                    GatherRange range) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int64_t r = blockIdx.x;
   const int64_t row = rows[r] - range.first_row;
   Element* dst = out + r * row_elems;
@@ -90,9 +99,11 @@ void launch_silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t n
                      cudaStream_t stream) {
   if (num_rows == 0 || width == 0) return;
   if (width % 8 == 0) {
-    silu_mul_vec_kernel<<<blocks_for(num_rows * width / 8), kThreads, 0, stream>>>(gate_up, out, num_rows, width);
+    launch_dependent("silu_mul", silu_mul_vec_kernel, blocks_for(num_rows * width / 8), kThreads, 0, stream, gate_up, out,
+                     num_rows, width);
   } else {
-    silu_mul_kernel<<<blocks_for(num_rows * width), kThreads, 0, stream>>>(gate_up, out, num_rows, width);
+    launch_dependent("silu_mul", silu_mul_kernel, blocks_for(num_rows * width), kThreads, 0, stream, gate_up, out, num_rows,
+                     width);
   }
 }
 
@@ -100,7 +111,7 @@ void launch_add(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t count, cudaStr
   if (count == 0) return;
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
   if (!aligned) throw std::invalid_argument("add: operands must be 16-byte aligned");
-  add_kernel<<<blocks_for((count + 7) / 8), kThreads, 0, stream>>>(x, y, count);
+  launch_dependent("add", add_kernel, blocks_for((count + 7) / 8), kThreads, 0, stream, x, y, count);
 }
 
 void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t count, cudaStream_t stream) {
@@ -120,11 +131,11 @@ void launch_gather_rows(const void* table, const int32_t* rows, void* out, int64
   const bool vectorized = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(table) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(out) % 16 == 0;
   if (vectorized) {
-    gather_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const uint4*>(table), rows,
-                                                     static_cast<uint4*>(out), row_bytes / 16, range);
+    launch_dependent("gather_rows", gather_rows_kernel<uint4>, num_rows, 128, 0, stream,
+                     static_cast<const uint4*>(table), rows, static_cast<uint4*>(out), row_bytes / 16, range);
   } else {
-    gather_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const uint16_t*>(table), rows,
-                                                     static_cast<uint16_t*>(out), row_bytes / 2, range);
+    launch_dependent("gather_rows", gather_rows_kernel<uint16_t>, num_rows, 128, 0, stream,
+                     static_cast<const uint16_t*>(table), rows, static_cast<uint16_t*>(out), row_bytes / 2, range);
   }
 }
 

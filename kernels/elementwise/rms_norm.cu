@@ -1,5 +1,6 @@
 #include <stdexcept>
 
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 #include "elementwise/rms_norm.h"
 
@@ -24,6 +25,8 @@ __device__ float block_sum(float v) {
 // from L1/L2, which is cheaper than keeping arbitrary widths in registers.
 template <bool Vectorized>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNormParams p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* x = p.x + row * p.width;
   __nv_bfloat16* out = p.out + row * p.width;
@@ -80,9 +83,9 @@ void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return;
   const bool aligned = p.width % 8 == 0;
   if (aligned) {
-    rms_norm_kernel<true><<<p.num_rows, kThreads, 0, stream>>>(p);
+    launch_dependent("rms_norm", rms_norm_kernel<true>, p.num_rows, kThreads, 0, stream, p);
   } else {
-    rms_norm_kernel<false><<<p.num_rows, kThreads, 0, stream>>>(p);
+    launch_dependent("rms_norm", rms_norm_kernel<false>, p.num_rows, kThreads, 0, stream, p);
   }
 }
 

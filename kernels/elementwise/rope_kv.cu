@@ -1,5 +1,8 @@
 #include <stdexcept>
+#include <string>
 
+#include "common/dependent_launch.cuh"
+#include "common/device_math.cuh"
 #include "elementwise/rope_kv.h"
 
 namespace tern::kernels {
@@ -12,66 +15,157 @@ __device__ __forceinline__ int64_t slot_of(const KvSlots& s, int token) {
   return static_cast<int64_t>(block) * s.block_size + position % s.block_size;
 }
 
-// Element d of a rotated head, computed from the input head (never in place); the angle is a float32 product,
-// as transformers computes it.
-__device__ __forceinline__ float rotated(const __nv_bfloat16* head, int d, float position, const RopeSpec& rope) {
-  const int half = rope.rotary_dim / 2;
-  const float x = __bfloat162float(head[d]);
-  if (d >= rope.rotary_dim) return x;
-  const int i = d < half ? d : d - half;
-  float sin_v, cos_v;
-  sincosf(position * rope.inv_freq[i], &sin_v, &cos_v);
-  cos_v *= rope.attention_scaling;
-  sin_v *= rope.attention_scaling;
-  return d < half ? x * cos_v - __bfloat162float(head[d + half]) * sin_v
-                  : x * cos_v + __bfloat162float(head[d - half]) * sin_v;
+constexpr int kThreads = 256;
+constexpr int kMaxRotaryPairs = 256;  // rotary dims up to 512
+
+// Each token's cos and sin per rotary pair, computed once per block into shared memory and shared by all of its
+// heads (sincosf is the slow part of a decode step's rotation). The angle is a float32 product, as transformers
+// computes it.
+__device__ void load_angles(float2* angles, float position, const RopeSpec& rope) {
+  for (int i = threadIdx.x; i < rope.rotary_dim / 2; i += blockDim.x) {
+    float sin_v, cos_v;
+    sincosf(position * rope.inv_freq[i], &sin_v, &cos_v);
+    angles[i] = make_float2(cos_v * rope.attention_scaling, sin_v * rope.attention_scaling);
+  }
+  __syncthreads();
 }
 
-// One block per token; threads walk the (head, rotary pair) grid so that each pair is read and written once.
-__device__ void rope_heads_in_place(__nv_bfloat16* x, int num_heads, int head_dim, const RopeSpec& rope,
-                                    float position) {
-  const int half = rope.rotary_dim / 2;
+// Element d of a rotated head, read from the input head (never in place).
+__device__ __forceinline__ float rotated(const __nv_bfloat16* head, int d, const float2* angles, int rotary_dim) {
+  const int half = rotary_dim / 2;
+  const float x = __bfloat162float(head[d]);
+  if (d >= rotary_dim) return x;
+  const float2 a = angles[d < half ? d : d - half];
+  return d < half ? x * a.x - __bfloat162float(head[d + half]) * a.y
+                  : x * a.x + __bfloat162float(head[d - half]) * a.y;
+}
+
+// Threads walk the (head, rotary pair) grid so that each pair is read and written once.
+__device__ void rope_heads_in_place(__nv_bfloat16* x, int num_heads, int head_dim, const float2* angles,
+                                    int rotary_dim) {
+  const int half = rotary_dim / 2;
   for (int i = threadIdx.x; i < num_heads * half; i += blockDim.x) {
     __nv_bfloat16* head = x + (i / half) * head_dim;
     const int d = i % half;
-    const float lo = rotated(head, d, position, rope);
-    const float hi = rotated(head, d + half, position, rope);
-    head[d] = __float2bfloat16(lo);
-    head[d + half] = __float2bfloat16(hi);
+    const float lo = __bfloat162float(head[d]);
+    const float hi = __bfloat162float(head[d + half]);
+    const float2 a = angles[d];
+    head[d] = __float2bfloat16(lo * a.x - hi * a.y);
+    head[d + half] = __float2bfloat16(hi * a.x + lo * a.y);
   }
 }
 
-__global__ void rope_kernel(__nv_bfloat16* x, int num_heads, int head_dim, RopeSpec rope, const int32_t* positions) {
+// One block per token.
+__global__ void __launch_bounds__(kThreads) rope_kernel(__nv_bfloat16* x, int num_heads, int head_dim, RopeSpec rope,
+                                                        const int32_t* positions) {
+  __shared__ float2 angles[kMaxRotaryPairs];
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int token = blockIdx.x;
-  rope_heads_in_place(x + static_cast<int64_t>(token) * num_heads * head_dim, num_heads, head_dim, rope,
-                      static_cast<float>(positions[token]));
+  load_angles(angles, static_cast<float>(positions[token]), rope);
+  rope_heads_in_place(x + static_cast<int64_t>(token) * num_heads * head_dim, num_heads, head_dim, angles,
+                      rope.rotary_dim);
 }
 
+// One block per token.
 template <bool Rotate>
-__global__ void kv_write_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p, RopeSpec rope) {
+__global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p,
+                                                            RopeSpec rope) {
+  __shared__ float2 angles[kMaxRotaryPairs];
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int token = blockIdx.x;
   const int64_t slot = slot_of(p.slots, token);
-  const float position = static_cast<float>(p.slots.positions[token]);
   if (Rotate) {
-    rope_heads_in_place(query + static_cast<int64_t>(token) * num_heads * p.key_dim, num_heads, p.key_dim, rope,
-                        position);
+    load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
+    rope_heads_in_place(query + static_cast<int64_t>(token) * num_heads * p.key_dim, num_heads, p.key_dim, angles,
+                        rope.rotary_dim);
   }
   const int key_row = p.num_kv_heads * p.key_dim;
   const __nv_bfloat16* key = p.key + static_cast<int64_t>(token) * key_row;
   __nv_bfloat16* key_dst = p.key_cache + slot * key_row;
   for (int i = threadIdx.x; i < key_row; i += blockDim.x) {
-    key_dst[i] = Rotate ? __float2bfloat16(rotated(key + (i / p.key_dim) * p.key_dim, i % p.key_dim, position, rope))
+    key_dst[i] = Rotate ? __float2bfloat16(rotated(key + (i / p.key_dim) * p.key_dim, i % p.key_dim, angles,
+                                                   rope.rotary_dim))
                         : key[i];
   }
   const int value_row = p.num_kv_heads * p.value_dim;
   const __nv_bfloat16* value = p.value + static_cast<int64_t>(token) * value_row;
   __nv_bfloat16* value_dst = p.value_cache + slot * value_row;
-  for (int i = threadIdx.x; i < value_row; i += blockDim.x) value_dst[i] = value[i];
+  if (value_row % 8 == 0) {
+    const uint4* src = reinterpret_cast<const uint4*>(value);
+    uint4* dst = reinterpret_cast<uint4*>(value_dst);
+    for (int i = threadIdx.x; i < value_row / 8; i += blockDim.x) dst[i] = src[i];
+  } else {
+    for (int i = threadIdx.x; i < value_row; i += blockDim.x) value_dst[i] = value[i];
+  }
+}
+
+// The fused op when every piece is whole 16-byte vectors (rotary_dim % 16 == 0, head dims % 8 == 0): a thread
+// takes 8 rotary pairs at once (the vector at d and its partner at d + rotary_dim / 2), so a decode token's
+// heads are one or two rounds of independent loads instead of a chain of dependent scalar ones.
+__global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p,
+                                                               RopeSpec rope) {
+  __shared__ float2 angles[kMaxRotaryPairs];
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int token = blockIdx.x;
+  const int64_t slot = slot_of(p.slots, token);
+  load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
+  const int half = rope.rotary_dim / 2;
+  const int pair_vectors = half / 8;                    // per head
+  const int pass_vectors = (p.key_dim - rope.rotary_dim) / 8;  // unrotated dims of a key head
+  const int query_units = num_heads * pair_vectors;
+  const int key_units = p.num_kv_heads * (pair_vectors + pass_vectors);
+  const int value_units = p.num_kv_heads * p.value_dim / 8;
+  __nv_bfloat16* q = query + static_cast<int64_t>(token) * num_heads * p.key_dim;
+  const __nv_bfloat16* key = p.key + static_cast<int64_t>(token) * p.num_kv_heads * p.key_dim;
+  __nv_bfloat16* key_dst = p.key_cache + slot * p.num_kv_heads * p.key_dim;
+  for (int u = threadIdx.x; u < query_units + key_units + value_units; u += blockDim.x) {
+    if (u >= query_units + key_units) {
+      const int v = u - query_units - key_units;
+      reinterpret_cast<uint4*>(p.value_cache + slot * p.num_kv_heads * p.value_dim)[v] =
+          reinterpret_cast<const uint4*>(p.value + static_cast<int64_t>(token) * p.num_kv_heads * p.value_dim)[v];
+      continue;
+    }
+    const bool is_query = u < query_units;
+    const int unit = is_query ? u : u - query_units;
+    const int per_head = is_query ? pair_vectors : pair_vectors + pass_vectors;
+    const int head = unit / per_head;
+    const int j = unit % per_head;
+    const __nv_bfloat16* src = (is_query ? q : key) + head * p.key_dim;
+    __nv_bfloat16* dst = is_query ? q + head * p.key_dim : key_dst + head * p.key_dim;
+    if (j >= pair_vectors) {  // an unrotated key vector
+      const int d = rope.rotary_dim + 8 * (j - pair_vectors);
+      *reinterpret_cast<uint4*>(dst + d) = *reinterpret_cast<const uint4*>(src + d);
+      continue;
+    }
+    float lo[8], hi[8], out_lo[8], out_hi[8];
+    load_f32x8(src + 8 * j, lo);
+    load_f32x8(src + half + 8 * j, hi);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float2 a = angles[8 * j + e];
+      out_lo[e] = lo[e] * a.x - hi[e] * a.y;
+      out_hi[e] = hi[e] * a.x + lo[e] * a.y;
+    }
+    store_f32x8(dst + 8 * j, out_lo);
+    store_f32x8(dst + half + 8 * j, out_hi);
+  }
+}
+
+bool vectorizable(const KvWriteParams& p, const RopeSpec& rope, const __nv_bfloat16* query) {
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return rope.rotary_dim > 0 && rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 &&
+         aligned(query) && aligned(p.key) && aligned(p.key_cache) &&
+         (p.value_dim == 0 || (aligned(p.value) && aligned(p.value_cache)));
 }
 
 void check_rope(const RopeSpec& rope, int head_dim) {
-  if (rope.rotary_dim < 0 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > head_dim) {
-    throw std::invalid_argument("rope: rotary_dim must be even and within the head dim");
+  if (rope.rotary_dim < 0 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > head_dim ||
+      rope.rotary_dim / 2 > kMaxRotaryPairs) {
+    throw std::invalid_argument("rope: rotary_dim must be even, within the head dim and at most " +
+                                std::to_string(2 * kMaxRotaryPairs));
   }
 }
 
@@ -86,13 +180,13 @@ void launch_rope(__nv_bfloat16* x, int num_tokens, int num_heads, int head_dim, 
                  const int32_t* positions, cudaStream_t stream) {
   check_rope(rope, head_dim);
   if (num_tokens == 0 || rope.rotary_dim == 0) return;
-  rope_kernel<<<num_tokens, 128, 0, stream>>>(x, num_heads, head_dim, rope, positions);
+  launch_dependent("rope", rope_kernel, num_tokens, kThreads, 0, stream, x, num_heads, head_dim, rope, positions);
 }
 
 void launch_store_kv(const KvWriteParams& p, cudaStream_t stream) {
   check_kv(p);
   if (p.num_tokens == 0) return;
-  kv_write_kernel<false><<<p.num_tokens, 128, 0, stream>>>(nullptr, 0, p, RopeSpec{});
+  launch_dependent("store_kv", kv_write_kernel<false>, p.num_tokens, kThreads, 0, stream, nullptr, 0, p, RopeSpec{});
 }
 
 void launch_rope_store_kv(__nv_bfloat16* query, int num_heads, const KvWriteParams& p, const RopeSpec& rope,
@@ -100,7 +194,12 @@ void launch_rope_store_kv(__nv_bfloat16* query, int num_heads, const KvWritePara
   check_kv(p);
   check_rope(rope, p.key_dim);
   if (p.num_tokens == 0) return;
-  kv_write_kernel<true><<<p.num_tokens, 128, 0, stream>>>(query, num_heads, p, rope);
+  if (vectorizable(p, rope, query)) {
+    launch_dependent("rope_store_kv", rope_kv_vec_kernel, p.num_tokens, kThreads, 0, stream, query, num_heads, p, rope);
+  } else {
+    launch_dependent("rope_store_kv", kv_write_kernel<true>, p.num_tokens, kThreads, 0, stream, query, num_heads, p,
+                     rope);
+  }
 }
 
 }  // namespace tern::kernels

@@ -1,6 +1,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 #include "linear/gemv.h"
 
@@ -12,26 +13,36 @@ constexpr int kWarps = 16;
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // no opt-in attribute needed (one per device and kernel)
 
+// Launched as a programmatic dependent: each warp loads the first kUnroll chunks of its weight row (constants)
+// before waiting for the kernel that writes x, so the start of the weight stream overlaps that kernel.
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __nv_bfloat16* __restrict__ x,
                                                            const __nv_bfloat16* __restrict__ weight,
                                                            const __nv_bfloat16* __restrict__ bias,
                                                            __nv_bfloat16* __restrict__ out, int n, int k) {
   extern __shared__ uint4 x_shared[];  // x as chunks of 8 bf16
   const int chunks = k / 8;
-  for (int i = threadIdx.x; i < chunks; i += blockDim.x) x_shared[i] = reinterpret_cast<const uint4*>(x)[i];
-  __syncthreads();
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kWarps + warp;
-  if (row >= n) return;
+  const int row = min(blockIdx.x * kWarps + warp, n - 1);  // a past-the-end warp still loads x for its block
   const uint4* w = reinterpret_cast<const uint4*>(weight + static_cast<int64_t>(row) * k);
+  uint4 loaded[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int c = lane + 32 * u;
+    loaded[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+  }
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  for (int i = threadIdx.x; i < chunks; i += blockDim.x) x_shared[i] = reinterpret_cast<const uint4*>(x)[i];
+  __syncthreads();
+  if (blockIdx.x * kWarps + warp >= n) return;
   float acc = 0.0f;
   for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-    uint4 loaded[kUnroll];
+    uint4 next[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + 32 * u;
-      loaded[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+      const int c = c0 + 32 * (kUnroll + u);
+      next[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -43,6 +54,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __nv_bfloat16* 
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
     }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) loaded[u] = next[u];
   }
   acc = warp_sum(acc);
   if (lane == 0) out[row] = __float2bfloat16(acc + (bias ? __bfloat162float(bias[row]) : 0.0f));
@@ -61,8 +74,8 @@ void launch_gemv(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv
     throw std::invalid_argument("gemv: [" + std::to_string(m) + ", " + std::to_string(k) + "] x [" +
                                 std::to_string(n) + ", " + std::to_string(k) + "]^T is outside the kernel's shapes");
   }
-  gemv_kernel<<<(n + kWarps - 1) / kWarps, kWarps * 32, k * sizeof(__nv_bfloat16), stream>>>(x, weight, bias, out, n,
-                                                                                             k);
+  launch_dependent("gemv", gemv_kernel, (n + kWarps - 1) / kWarps, kWarps * 32, k * sizeof(__nv_bfloat16), stream, x,
+                   weight, bias, out, n, k);
 }
 
 }  // namespace tern::kernels

@@ -25,8 +25,8 @@ void EngineFlags::add_to(CLI::App& cmd) {
   cmd.add_flag("--no-chunked-prefill", no_chunked_prefill, "Admit a prompt only when all of it fits one step");
   cmd.add_option("--scheduling-policy", policy, "fcfs or priority")->check(CLI::IsMember({"fcfs", "priority"}));
   cmd.add_option("--overlap-schedule", overlap_schedule,
-                 "on: schedule and launch each step before reading the previous step's tokens (the host's work hides "
-                 "behind the device's); off (the default): one step at a time")
+                 "on (the default): schedule and launch each step before reading the previous step's tokens (the "
+                 "host's work hides behind the device's); off: one step at a time")
       ->check(CLI::IsMember({"on", "off"}));
 }
 

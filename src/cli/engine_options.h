@@ -23,7 +23,7 @@ struct EngineFlags {
   bool no_prefix_cache = false;
   bool no_chunked_prefill = false;
   std::string policy = "fcfs";
-  std::string overlap_schedule = "off";
+  std::string overlap_schedule = "on";
 
   void add_to(CLI::App& cmd);
   // The engine config; without a memory flag the KV cache gets `default_memory` (e.g. "1GiB").

@@ -21,9 +21,9 @@ struct EngineConfig {
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   // Overlap scheduling (SGLang's overlap scheduler, vLLM's async scheduling): the host schedules and launches step
   // N+1 before it reads step N's sampled ids, so scheduling, batch building, stop checks and detokenizing run while
-  // the device computes. Outputs are the same either way on the CPU backend (tests/engine); off by default until
-  // the CUDA engine's equality check (tests/backend/cuda/cuda_engine_overlap_test) passes on a GPU: it failed in
-  // its first run (docs/BENCHMARKS.md, overlap scheduling).
+  // the device computes. Outputs are the same either way (tests/engine on the CPU backend,
+  // tests/backend/cuda/cuda_engine_overlap_test on a GPU). The commands turn it on unless told otherwise
+  // (`--overlap-schedule`); a config made in code runs one step at a time, which step-by-step tests rely on.
   bool overlap_schedule = false;
   bool log_kv_cache = true;  // print the KV pool's size on stderr at start
   // Expert-parallel load balancing (EPLB): every this many steps the MoE experts are placed again by the load

@@ -590,6 +590,7 @@ class CudaBackend final : public Backend {
       p.num_decode_tokens = plan.num_decode_tokens;
       p.partial_out = partial_out.ptr<float>();
       p.partial_lse = partial_lse.ptr<float>();
+      p.split_arrivals = plan.split_arrivals;
       launch("attention (decode)", [&] { kernels::launch_decode_attention(p, stream_); });
     }
     return out;

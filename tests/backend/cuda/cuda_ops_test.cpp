@@ -134,18 +134,19 @@ TEST_F(CudaOpsTest, RopeFullAndPartialWithScaling) {
 }
 
 TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {
-  const int kv_heads = 2, head_dim = 32, heads = 4, block_size = 16, num_blocks = 12;
+  const int kv_heads = 2, heads = 4, block_size = 16, num_blocks = 12;
   // Two sequences with scattered blocks, one with cached context.
   ForwardBatch batch;
   batch.sequences.push_back({0, 21, {{7, 2}}});
   batch.sequences.push_back({40, 9, {{0, 11, 5, 9}}});
   batch.token_ids.assign(30, 1);
-  const std::vector<KvLayerSpec> layers = {{kv_heads, head_dim, head_dim}};
-  std::vector<float> inv_freq(head_dim / 2);
-  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
-  RopeTable cpu_table{cpu->from_host_f32(inv_freq, {head_dim / 2}), head_dim, 1.0f};
-  RopeTable gpu_table{gpu->from_host_f32(inv_freq, {head_dim / 2}), head_dim, 1.0f};
-  for (bool fused : {false, true}) {
+  // Full and partial rotation, on the fused kernel's 16-byte path (rotary dims multiple of 16) and off it.
+  for (auto [head_dim, rotary, fused] : {std::tuple{32, 32, false}, {32, 32, true}, {64, 32, true}, {24, 8, true}}) {
+    const std::vector<KvLayerSpec> layers = {{kv_heads, head_dim, head_dim}};
+    std::vector<float> inv_freq(rotary / 2);
+    for (int i = 0; i < rotary / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary);
+    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {rotary / 2}), rotary, 1.0f};
+    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {rotary / 2}), rotary, 1.0f};
     KvCache cpu_cache = cpu->allocate_kv_cache(layers, num_blocks, block_size);
     KvCache gpu_cache = gpu->allocate_kv_cache(layers, num_blocks, block_size);
     auto q = input(random_bf16_values(30 * heads * head_dim, 16), {30, heads, head_dim});
@@ -161,7 +162,7 @@ TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {
       gpu->rope(k.gpu, gpu_table, *gpu_step);
       gpu->store_kv(gpu_cache, 0, k.gpu, v.gpu, *gpu_step);
     }
-    const std::string what = fused ? "fused" : "separate";
+    const std::string what = fmt::format("{}, head_dim {} rotary {}", fused ? "fused" : "separate", head_dim, rotary);
     expect_close(q.gpu, q.cpu, 1e-2, "query " + what);
     // Only the step's slots were written (the CPU cache's other slots are uninitialized).
     const std::vector<int64_t> slots = batch_slots(batch, block_size);
