@@ -1,9 +1,11 @@
-// Attention kernel benchmark on random data: prefill (causal, paged, FlashAttention-2-style) in TFLOP/s and
-// split-KV decode in TB/s of KV read, against a device-to-device copy measured in the same run.
+// Attention kernel benchmark on random data: prefill (causal, paged) in TFLOP/s; split-KV decode in TB/s of KV read,
+// against a device-to-device copy measured in the same run; the same for MLA (DeepSeek-V3's 128 heads over
+// a 512 + 64 latent cache), decode also in TFLOP/s (128 heads make it compute-heavy).
 // Medians of CUDA-event-timed launches after warm-up; fixed seeds. Usage: attention_bench [--quick]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,7 @@
 
 #include "attention/decode_attention.h"
 #include "attention/decode_attention_mma_kernel.cuh"
+#include "attention/mla_attention.h"
 #include "attention/prefill_attention.h"
 #include "cuda_bench.cuh"
 
@@ -95,25 +98,28 @@ void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_
     tile_row.push_back(r);
   }
   PrefillAttentionParams p;
-  p.query = random_bf16(size_t(b.num_tokens) * heads * head_dim, 13);
-  p.out = device_alloc<__nv_bfloat16>(size_t(b.num_tokens) * heads * head_dim);
+  const size_t out_elems = size_t(b.num_tokens) * heads * head_dim;
+  p.query = random_bf16(out_elems, 13);
+  p.out = device_alloc<__nv_bfloat16>(out_elems);
   p.kv = b.kv;
   p.batch = b.batch;
   p.shape = {heads, kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)), 0, nullptr};
   p.tile_seq = upload(tile_seq);
   p.tile_row = upload(tile_row);
   p.num_tiles = static_cast<int>(tiles.size());
-  const double ms = median_ms([&] { launch_prefill_attention(p, nullptr); }, 3, reps);
   // Causal: query i attends to i + 1 keys; 2 FLOPs per multiply-add, two matrix products (QK^T and PV).
   const double pairs = double(num_seqs) * seq_len * (seq_len + 1) / 2.0;
-  const double tflops = 4.0 * pairs * head_dim * heads / (ms * 1e-3) / 1e12;
-  std::printf("prefill  seqs=%d len=%d heads=%d/%d d=%d causal: %.3f ms, %.1f TFLOP/s\n", num_seqs, seq_len, heads,
-              kv_heads, head_dim, ms, tflops);
+  auto report = [&](const char* kernel, double ms) {
+    const double tflops = 4.0 * pairs * head_dim * heads / (ms * 1e-3) / 1e12;
+    std::printf("prefill  %-8s seqs=%d len=%d heads=%d/%d d=%d causal: %.3f ms, %.1f TFLOP/s\n", kernel, num_seqs,
+                seq_len, heads, kv_heads, head_dim, ms, tflops);
+  };
+  report("wgmma", median_ms([&] { launch_prefill_attention(p, nullptr); }, 3, reps));
 }
 
 // `splits` 0: as the CUDA backend plans (decode_attention_num_splits); other values time the alternatives.
-// `variant` 0: the launch tern makes; otherwise the head_dim-128 share kernel with variant / 10 warps and
-// variant % 10 pipeline stages, for tuning.
+// `variant` 0: the whole launch (shares and combine); otherwise the head_dim-128 share kernel alone with
+// variant / 10 warps and variant % 10 pipeline stages, for tuning.
 void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps,
                   int splits = 0, int variant = 0) {
   int num_sms = 0;
@@ -147,8 +153,6 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   p.num_decode_tokens = b.num_tokens;
   p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
   p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
-  p.split_arrivals = device_alloc<int32_t>(size_t(b.num_tokens) * kv_heads);
-  check(cudaMemset(p.split_arrivals, 0, size_t(b.num_tokens) * kv_heads * sizeof(int32_t)), "cudaMemset");
   const double ms = median_ms(
       [&] {
         switch (variant) {
@@ -163,12 +167,77 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   const double tbs = kv_bytes / (ms * 1e-3) / 1e12;
   char label[64] = "";
   if (variant != 0) {
-    std::snprintf(label, sizeof label, " (sweep: %d warps, %d stages)", variant / 10, variant % 10);
+    std::snprintf(label, sizeof label, " (sweep: shares only, %d warps, %d stages)", variant / 10, variant % 10);
   } else if (!planned) {
     std::snprintf(label, sizeof label, " (sweep)");
   }
   std::printf("decode   batch=%d context=%d heads=%d/%d d=%d splits=%d%s: %.3f ms, %.2f TB/s KV read (%.0f%% of copy)\n",
               batch, context, heads, kv_heads, head_dim, splits, label, ms, tbs, 100.0 * tbs / copy_tbs);
+}
+
+// MLA (mla_attention.h): `heads` query heads over one latent of `key_dim` per token, values its first
+// `value_dim` dims. Prefill: one causal sequence; decode: `batch` tokens over `context` keys, shares as the backend
+// plans them for MLA layers.
+void bench_mla(bool prefill, int batch, int context, int heads, int key_dim, int value_dim, double copy_tbs,
+               int reps) {
+  int num_sms = 0;
+  check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  const std::vector<int> cached(batch, prefill ? 0 : context - 1), fresh(batch, prefill ? context : 1);
+  Batch b = make_batch(cached, fresh, 1, key_dim);
+  MlaAttentionParams p;
+  p.query = random_bf16(size_t(b.num_tokens) * heads * key_dim, 15);
+  p.out = device_alloc<__nv_bfloat16>(size_t(b.num_tokens) * heads * value_dim);
+  p.kv = b.kv;
+  p.batch = b.batch;
+  p.num_heads = heads;
+  p.key_dim = key_dim;
+  p.value_dim = value_dim;
+  p.scale = 1.0f / std::sqrt(192.0f);
+  if (prefill) {
+    std::vector<int32_t> tile_seq, tile_row;
+    for (int s = 0; s < batch; ++s) {
+      for (int r = context - 1 - (context - 1) % kPrefillTileRows; r >= 0; r -= kPrefillTileRows) {
+        tile_seq.push_back(s);
+        tile_row.push_back(r);
+      }
+    }
+    p.tile_seq = upload(tile_seq);
+    p.tile_row = upload(tile_row);
+    p.num_tiles = static_cast<int>(tile_seq.size());
+  } else {
+    p.num_splits = decode_attention_num_splits(batch, kMlaDecodeSplitHeads, num_sms);
+    std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
+    for (int t = 0; t < b.num_tokens; ++t) {
+      tokens.push_back(t);
+      item_begin.push_back(static_cast<int32_t>(item_token.size()));
+      for (int c = 0; c < p.num_splits; ++c) {
+        item_token.push_back(t);
+        item_chunk.push_back(c);
+      }
+    }
+    item_begin.push_back(static_cast<int32_t>(item_token.size()));
+    p.item_token = upload(item_token);
+    p.item_chunk = upload(item_chunk);
+    p.num_items = static_cast<int>(item_token.size());
+    p.tokens = upload(tokens);
+    p.token_item_begin = upload(item_begin);
+    p.num_decode_tokens = b.num_tokens;
+    p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * value_dim);
+    p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
+  }
+  const double ms = median_ms([&] { launch_mla_attention(p, nullptr); }, 3, reps);
+  // 2 FLOPs per multiply-add of QK^T (key_dim) and PV (value_dim) for every visible (query head, key) pair.
+  const double pairs = prefill ? double(batch) * context * (context + 1) / 2.0 : double(batch) * context;
+  const double tflops = 2.0 * pairs * heads * (key_dim + value_dim) / (ms * 1e-3) / 1e12;
+  if (prefill) {
+    std::printf("mla prefill seqs=%d len=%d heads=%d d=%d/%d causal: %.3f ms, %.1f TFLOP/s\n", batch, context, heads,
+                key_dim, value_dim, ms, tflops);
+  } else {
+    const double tbs = double(batch) * context * key_dim * 2 / (ms * 1e-3) / 1e12;
+    std::printf("mla decode  batch=%d context=%d heads=%d d=%d/%d splits=%d: %.3f ms, %.2f TB/s latent read (%.0f%% of "
+                "copy), %.1f TFLOP/s\n",
+                batch, context, heads, key_dim, value_dim, p.num_splits, ms, tbs, 100.0 * tbs / copy_tbs, tflops);
+  }
 }
 
 }  // namespace
@@ -190,6 +259,10 @@ int main(int argc, char** argv) {
   bench_decode(8, 32768, 64, 8, 128, copy_tbs, reps);
   bench_decode(8, 32768, 8, 8, 128, copy_tbs, reps);
   bench_decode(1, 32768, 32, 8, 64, copy_tbs, reps);
+  bench_mla(true, 1, 4096, 128, 576, 512, copy_tbs, reps);
+  bench_mla(true, 1, 4096, 16, 576, 512, copy_tbs, reps);
+  for (int batch : {1, 8, 32}) bench_mla(false, batch, 8192, 128, 576, 512, copy_tbs, reps);
+  bench_mla(false, 64, 4096, 16, 576, 512, copy_tbs, reps);
   if (!quick) {
     // Blocks per SM for head_dim 128: 4 warps x 2 stages fit 3, 2 warps x 2 stages 5, 2 warps x 3 stages 4.
     for (int variant : {42, 22, 23}) {

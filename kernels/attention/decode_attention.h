@@ -1,8 +1,7 @@
 #pragma once
 // Split-KV ("flash-decoding") paged attention for query tokens that attend over long contexts with few new
 // tokens each (decode, speculative verification, short chunks). Each work item is one query token and one
-// chunk of its keys; the last chunk of a token to finish merges them by their log-sum-exp and adds the attention
-// sinks (decode_share_merge.cuh).
+// chunk of its keys; a second kernel merges the chunks by their log-sum-exp and adds the attention sinks.
 // Any token can go through this path: each query sees keys [window start, its position] of its sequence.
 #include <cuda_runtime.h>
 
@@ -31,14 +30,12 @@ struct DecodeAttentionParams {
 
   float* partial_out = nullptr;  // workspace [num_items, num_heads, head_dim]
   float* partial_lse = nullptr;  // workspace [num_items, num_heads], log2 domain
-  // [num_decode_tokens, num_kv_heads]: zeros when the launch starts, and zeros again when it ends.
-  int32_t* split_arrivals = nullptr;
 };
 
 // Shares per token for `num_tokens` decode tokens: as many blocks (token x share x KV head) as fit on `num_sms`
 // SMs at once (the tensor-core kernel holds three blocks per SM for head_dim 128, more for 64), rounded down so
 // that the launch is one full wave rather than a wave and a sliver (on the H200, 320 blocks where 264 fit ran at
-// 43% of copy bandwidth, 256 blocks at 58%), at most kDecodeMaxSplits (the merge reads every share).
+// 43% of copy bandwidth, 256 blocks at 58%), at most kDecodeMaxSplits (the combine reads every share).
 constexpr int kDecodeMaxSplits = 128;
 constexpr int kDecodeBlocksPerSm = 3;
 inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num_sms) {

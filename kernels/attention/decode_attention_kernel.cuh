@@ -9,7 +9,6 @@
 #include <string>
 
 #include "attention/decode_attention.h"
-#include "attention/decode_share_merge.cuh"
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 
@@ -191,13 +190,11 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     }
     if (lane == 0) p.partial_lse[item * s.num_heads + head] = l[j] > 0.0f ? m[j] + log2f(l[j]) : -INFINITY;
   }
-  decode_merge::merge_if_last_share<HeadDim, kNumWarps>(p, item, kv_head, reinterpret_cast<float*>(smem_raw));
 }
 
 template <int HeadDim, int HeadsPerWarp>
 void launch_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
   constexpr size_t smem = shared_bytes<HeadDim, HeadsPerWarp>();
-  static_assert(decode_merge::scratch_bytes<HeadDim, kNumWarps>() <= smem, "the merge reuses the tiles' space");
   auto kernel = chunk_kernel<HeadDim, HeadsPerWarp>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

@@ -13,7 +13,6 @@
 #include <string>
 
 #include "attention/decode_attention.h"
-#include "attention/decode_share_merge.cuh"
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 
@@ -234,14 +233,12 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
     p.partial_out[(static_cast<int64_t>(item) * s.num_heads + head) * HeadDim + d] = sum > 0.0f ? acc / sum : 0.0f;
     if (d == 0) p.partial_lse[item * s.num_heads + head] = sum > 0.0f ? m + log2f(sum) : -INFINITY;
   }
-  decode_merge::merge_if_last_share<HeadDim, Warps>(p, item, kv_head, reinterpret_cast<float*>(smem_raw));
 }
 
 // The per-share kernel alone (the benchmark times other stage counts through it).
 template <int HeadDim, int Warps, int Stages>
 void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t stream) {
   constexpr size_t smem = Layout<HeadDim, Warps, Stages>::kSharedBytes;
-  static_assert(decode_merge::scratch_bytes<HeadDim, Warps>() <= smem, "the merge reuses the pipeline's space");
   auto kernel = chunk_kernel<HeadDim, Warps, Stages>;
   // The whole shared-memory carveout, so that as many blocks as possible fit on an SM.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

@@ -19,9 +19,9 @@ void launch_prefill_attention(const PrefillAttentionParams& params, cudaStream_t
   }
   if (params.num_tiles == 0) return;
   if (s.head_dim == 64) {
-    launch_prefill_attention_tiles<64>(params, stream);
+    launch_prefill_attention_wgmma<64>(params, stream);
   } else {
-    launch_prefill_attention_tiles<128>(params, stream);
+    launch_prefill_attention_wgmma<128>(params, stream);
   }
 }
 

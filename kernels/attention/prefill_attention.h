@@ -1,7 +1,9 @@
 #pragma once
-// FlashAttention-2-style paged prefill attention (bf16 tensor-core mma.sync, float32 softmax and accumulators):
-// causal, GQA, sliding window, attention sinks, variable-length sequences with cached context, all sequences in
-// one launch. Work is a list of query tiles of kPrefillTileRows rows, planned once per step.
+// Paged prefill attention (bf16 tensor cores, float32 softmax and accumulators): causal, GQA, sliding window,
+// attention sinks, variable-length sequences with cached context, all sequences in one launch. Work is a list of
+// query tiles of kPrefillTileRows rows, planned once per step. The kernel is built on Hopper's wgmma
+// (FlashAttention-3-style, prefill_attention_wgmma_kernel.cuh); it replaced a FlashAttention-2-style mma.sync
+// kernel that reached 203 TFLOP/s where it reaches 462 (docs/BENCHMARKS.md).
 #include <cuda_runtime.h>
 
 #include "attention/paged_kv.h"
@@ -26,7 +28,8 @@ bool prefill_attention_supports(int head_dim);
 // Throws std::invalid_argument on shapes it does not support.
 void launch_prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream);
 
+// The kernel itself, for head_dim 64 or 128 (no checks).
 template <int HeadDim>
-void launch_prefill_attention_tiles(const PrefillAttentionParams& params, cudaStream_t stream);
+void launch_prefill_attention_wgmma(const PrefillAttentionParams& params, cudaStream_t stream);
 
 }  // namespace tern::kernels

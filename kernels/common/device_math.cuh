@@ -51,9 +51,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Bulk copies (the copy engine, sm_90) completing on an mbarrier: a thread announces the bytes it will bring
-// (arrive.expect_tx), the copy engine counts them in; a phase completes when every arrival is in and every byte
-// landed. try_wait.parity spins until the phase of the given parity is over.
+// mbarriers: a phase completes when every expected arrival is in (and, for bulk copies, every announced byte has
+// landed). Bulk copies (the copy engine, sm_90): a thread announces the bytes it will bring (arrive.expect_tx),
+// the copy engine counts them in. try_wait.parity spins until the phase of the given parity is over.
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -68,6 +68,14 @@ __device__ __forceinline__ void mbarrier_init_fence() {
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
                : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+// One arrival on `bar`, made when every cp.async this thread issued so far has landed (noinc: it counts against
+// the arrivals the barrier was initialised with). The thread does not wait.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;

@@ -30,28 +30,42 @@ __device__ void load_angles(float2* angles, float position, const RopeSpec& rope
   __syncthreads();
 }
 
+// The rotary pair of dim d (d < rotary_dim): its partner dim, its frequency index, and whether d is the pair's
+// first element (which gets x cos - partner sin; the second gets x cos + partner sin).
+struct RotaryPair {
+  int partner;
+  int frequency;
+  bool first;
+};
+__device__ __forceinline__ RotaryPair rotary_pair(int d, const RopeSpec& rope) {
+  if (rope.interleaved) return {d ^ 1, d / 2, (d & 1) == 0};
+  const int half = rope.rotary_dim / 2;
+  return d < half ? RotaryPair{d + half, d, true} : RotaryPair{d - half, d - half, false};
+}
+
 // Element d of a rotated head, read from the input head (never in place).
-__device__ __forceinline__ float rotated(const __nv_bfloat16* head, int d, const float2* angles, int rotary_dim) {
-  const int half = rotary_dim / 2;
+__device__ __forceinline__ float rotated(const __nv_bfloat16* head, int d, const float2* angles, const RopeSpec& rope) {
   const float x = __bfloat162float(head[d]);
-  if (d >= rotary_dim) return x;
-  const float2 a = angles[d < half ? d : d - half];
-  return d < half ? x * a.x - __bfloat162float(head[d + half]) * a.y
-                  : x * a.x + __bfloat162float(head[d - half]) * a.y;
+  if (d >= rope.rotary_dim) return x;
+  const RotaryPair pair = rotary_pair(d, rope);
+  const float2 a = angles[pair.frequency];
+  const float partner = __bfloat162float(head[pair.partner]);
+  return pair.first ? x * a.x - partner * a.y : x * a.x + partner * a.y;
 }
 
 // Threads walk the (head, rotary pair) grid so that each pair is read and written once.
 __device__ void rope_heads_in_place(__nv_bfloat16* x, int num_heads, int head_dim, const float2* angles,
-                                    int rotary_dim) {
-  const int half = rotary_dim / 2;
+                                    const RopeSpec& rope) {
+  const int half = rope.rotary_dim / 2;
   for (int i = threadIdx.x; i < num_heads * half; i += blockDim.x) {
     __nv_bfloat16* head = x + (i / half) * head_dim;
-    const int d = i % half;
+    const int d = rope.interleaved ? 2 * (i % half) : i % half;  // the pair's first dim
+    const RotaryPair pair = rotary_pair(d, rope);
     const float lo = __bfloat162float(head[d]);
-    const float hi = __bfloat162float(head[d + half]);
-    const float2 a = angles[d];
+    const float hi = __bfloat162float(head[pair.partner]);
+    const float2 a = angles[pair.frequency];
     head[d] = __float2bfloat16(lo * a.x - hi * a.y);
-    head[d + half] = __float2bfloat16(hi * a.x + lo * a.y);
+    head[pair.partner] = __float2bfloat16(hi * a.x + lo * a.y);
   }
 }
 
@@ -63,8 +77,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(__nv_bfloat16* x, int nu
   allow_dependent_grids();
   const int token = blockIdx.x;
   load_angles(angles, static_cast<float>(positions[token]), rope);
-  rope_heads_in_place(x + static_cast<int64_t>(token) * num_heads * head_dim, num_heads, head_dim, angles,
-                      rope.rotary_dim);
+  rope_heads_in_place(x + static_cast<int64_t>(token) * num_heads * head_dim, num_heads, head_dim, angles, rope);
 }
 
 // One block per token.
@@ -78,15 +91,13 @@ __global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query
   const int64_t slot = slot_of(p.slots, token);
   if (Rotate) {
     load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
-    rope_heads_in_place(query + static_cast<int64_t>(token) * num_heads * p.key_dim, num_heads, p.key_dim, angles,
-                        rope.rotary_dim);
+    rope_heads_in_place(query + static_cast<int64_t>(token) * num_heads * p.key_dim, num_heads, p.key_dim, angles, rope);
   }
   const int key_row = p.num_kv_heads * p.key_dim;
   const __nv_bfloat16* key = p.key + static_cast<int64_t>(token) * key_row;
   __nv_bfloat16* key_dst = p.key_cache + slot * key_row;
   for (int i = threadIdx.x; i < key_row; i += blockDim.x) {
-    key_dst[i] = Rotate ? __float2bfloat16(rotated(key + (i / p.key_dim) * p.key_dim, i % p.key_dim, angles,
-                                                   rope.rotary_dim))
+    key_dst[i] = Rotate ? __float2bfloat16(rotated(key + (i / p.key_dim) * p.key_dim, i % p.key_dim, angles, rope))
                         : key[i];
   }
   const int value_row = p.num_kv_heads * p.value_dim;
@@ -101,7 +112,8 @@ __global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query
   }
 }
 
-// The fused op when every piece is whole 16-byte vectors (rotary_dim % 16 == 0, head dims % 8 == 0): a thread
+// The fused op for rotate-half pairs when every piece is whole 16-byte vectors (rotary_dim % 16 == 0, head dims
+// % 8 == 0): a thread
 // takes 8 rotary pairs at once (the vector at d and its partner at d + rotary_dim / 2), so a decode token's
 // heads are one or two rounds of independent loads instead of a chain of dependent scalar ones.
 __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p,
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* qu
   const int64_t slot = slot_of(p.slots, token);
   load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
   const int half = rope.rotary_dim / 2;
-  const int pair_vectors = half / 8;                    // per head
+  const int pair_vectors = half / 8;                           // per head
   const int pass_vectors = (p.key_dim - rope.rotary_dim) / 8;  // unrotated dims of a key head
   const int query_units = num_heads * pair_vectors;
   const int key_units = p.num_kv_heads * (pair_vectors + pass_vectors);
@@ -156,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* qu
 
 bool vectorizable(const KvWriteParams& p, const RopeSpec& rope, const __nv_bfloat16* query) {
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return rope.rotary_dim > 0 && rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 &&
+  return !rope.interleaved && rope.rotary_dim > 0 && rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 &&
          aligned(query) && aligned(p.key) && aligned(p.key_cache) &&
          (p.value_dim == 0 || (aligned(p.value) && aligned(p.value_cache)));
 }

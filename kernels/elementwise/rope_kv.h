@@ -1,7 +1,7 @@
 #pragma once
-// Rotary position embedding (rotate-half layout, partial rotary) and the paged KV-cache write, separately or
-// fused: the fused form rotates the queries in place and writes rotated keys and plain values to their cache
-// slots in one launch, so rotated keys never make a round trip through device memory.
+// Rotary position embedding (rotate-half or interleaved pairs, partial rotary) and the paged KV-cache write,
+// separately or fused: the fused form rotates the queries in place and writes rotated keys and plain values to their
+// cache slots in one launch, so rotated keys never make a round trip through device memory.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -13,6 +13,8 @@ struct RopeSpec {
   const float* inv_freq = nullptr;  // [rotary_dim / 2]
   int rotary_dim = 0;
   float attention_scaling = 1.0f;
+  // Pairs rotated together: (i, i + rotary_dim / 2) (rotate-half, Llama) or (2i, 2i + 1) (interleaved, DeepSeek).
+  bool interleaved = false;
 };
 
 // Where each token's KV goes: slot = block_tables[offsets[seq] + position / block_size] * block_size + offset.

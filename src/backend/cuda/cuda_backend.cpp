@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "attention/decode_attention.h"
+#include "attention/mla_attention.h"
 #include "attention/prefill_attention.h"
 #include "backend/backend.h"
 #include "backend/kv_block_transfer.h"
@@ -161,7 +163,11 @@ class CudaBackend final : public Backend {
     if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
     auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
     const int64_t slots = num_blocks * block_size;
-    for (const auto& layer : layers) kv_heads_for_splits_ = std::max<int>(kv_heads_for_splits_, layer.num_kv_heads);
+    for (const auto& layer : layers) {
+      const int heads = layer.kind == KvLayerKind::mla_latent ? kernels::kMlaDecodeSplitHeads
+                                                              : static_cast<int>(layer.num_kv_heads);
+      kv_heads_for_splits_ = std::max(kv_heads_for_splits_, heads);
+    }
     cache.keys.resize(layers.size());
     cache.values.resize(layers.size());
     // A layer of a second (sliding-window) group stores its blocks in the tensors of the first group's layer it
@@ -354,6 +360,38 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  Tensor concat_columns(const Tensor& a, const Tensor& b) override {
+    const int64_t num_rows = a.shape.empty() ? 1 : a.size(0);
+    if (a.dtype != b.dtype || (b.shape.empty() ? 1 : b.size(0)) != num_rows) {
+      fail("concat_columns: [{}] and [{}] do not share rows and dtype", shape_string(a.shape), shape_string(b.shape));
+    }
+    const size_t element = dtype_size(a.dtype);
+    const int64_t width_a = a.row_numel(), width_b = b.row_numel();
+    Tensor out = allocator_->allocate(a.dtype, {num_rows, width_a + width_b});
+    const size_t out_pitch = (width_a + width_b) * element;
+    for (const auto& [part, width, column] : {std::tuple{&a, width_a, int64_t{0}}, {&b, width_b, width_a}}) {
+      if (num_rows == 0 || width == 0) continue;
+      check(cudaMemcpy2DAsync(out.ptr<char>() + column * element, out_pitch, part->data, width * element,
+                              width * element, num_rows, cudaMemcpyDeviceToDevice, stream_),
+            "concat_columns");
+    }
+    return out;
+  }
+
+  Tensor grouped_linear(const Tensor& x, const Tensor& weight) override {
+    if (weight.shape.size() != 3) fail("grouped_linear: weight must be [G, N, K], got {}", shape_string(weight.shape));
+    const int64_t groups = weight.size(0), n = weight.size(1), k = weight.size(2);
+    if (x.shape.empty() || x.size(-1) != k || groups * k == 0 || x.numel() % (groups * k) != 0) {
+      fail("grouped_linear: input of shape {} does not fit {} groups of {} features", shape_string(x.shape), groups, k);
+    }
+    const int64_t num_tokens = x.numel() / (groups * k);
+    const Tensor in = activation(x, "grouped_linear");
+    const Tensor w = activation(weight, "grouped_linear (weight)");
+    Tensor out = allocator_->allocate(DType::BF16, {num_tokens, groups, n});
+    gemm_->run_grouped(in.data, w.data, out.data, num_tokens, n, k, groups);
+    return out;
+  }
+
   Tensor silu_mul(const Tensor& gate_up) override {
     const Tensor in = activation(gate_up, "silu_mul");
     const int64_t width = gate_up.size(-1) / 2;
@@ -527,6 +565,7 @@ class CudaBackend final : public Backend {
     const KvLayerSpec& spec = cache.layers[layer];
     if (query.shape.size() != 3) fail("attention: query must be [tokens, heads, dim], got {}", shape_string(query.shape));
     check_tokens(query, step, "attention");
+    if (params.values_from_keys > 0) return latent_attention(query, cache, layer, params, ctx);
     if (spec.value_dim != spec.key_dim || query.size(2) != spec.key_dim) {
       fail("attention: the CUDA kernels need query dim = key_dim = value_dim; got {}, {}, {}", query.size(2),
            spec.key_dim, spec.value_dim);
@@ -590,7 +629,6 @@ class CudaBackend final : public Backend {
       p.num_decode_tokens = plan.num_decode_tokens;
       p.partial_out = partial_out.ptr<float>();
       p.partial_lse = partial_lse.ptr<float>();
-      p.split_arrivals = plan.split_arrivals;
       launch("attention (decode)", [&] { kernels::launch_decode_attention(p, stream_); });
     }
     return out;
@@ -657,6 +695,66 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Attention over a keys-only cache of one KV head whose keys' first values_from_keys dims are the values (MLA's
+  // latent): every query head reads the same keys, which the MLA kernel loads once per 64 heads.
+  Tensor latent_attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
+                          const cuda::CudaStepContext& ctx) {
+    const KvLayerSpec& spec = cache.layers[layer];
+    if (spec.num_kv_heads != 1 || spec.value_dim != 0 || query.size(2) != spec.key_dim) {
+      fail("attention: values_from_keys needs one cached KV head of keys only with the query's dim; layer {} caches "
+           "{} heads of {}+{} for queries of {}",
+           layer, spec.num_kv_heads, spec.key_dim, spec.value_dim, query.size(2));
+    }
+    if (params.sliding_window > 0 || params.sinks) {
+      fail("attention: the CUDA MLA kernel has no sliding window or sinks");
+    }
+    const int key_dim = checked_int(spec.key_dim, "key_dim");
+    const int value_dim = checked_int(params.values_from_keys, "values_from_keys");
+    if (!kernels::mla_attention_supports(key_dim, value_dim)) {
+      fail("attention: the CUDA MLA kernel needs key and value dims that are multiples of 8 with value_dim <= key_dim "
+           "<= {}; got {} and {}",
+           kernels::kMlaMaxKeyDim, key_dim, value_dim);
+    }
+    ctx.check_block_tables(cache.block_size);
+    const Tensor q = activation(query, "attention");
+    const int64_t num_heads = query.size(1);
+    Tensor out = allocator_->allocate(DType::BF16, {query.size(0), num_heads, value_dim});
+    if (query.size(0) == 0) return out;
+
+    const cuda::AttentionPlan& plan = ctx.attention_plan(true);
+    kernels::MlaAttentionParams p;
+    p.query = q.ptr<bf16>();
+    p.out = out.ptr<bf16>();
+    p.kv.keys = cache.keys[layer].ptr<bf16>();
+    p.kv.block_size = checked_int(cache.block_size, "block_size");
+    p.kv.block_tables = ctx.block_tables();
+    p.kv.block_table_offsets = ctx.block_table_offsets(cache.layer_group.at(layer));
+    p.batch = {ctx.cu_seqlens(), ctx.num_cached(), ctx.token_seq(), ctx.positions()};
+    p.num_heads = checked_int(num_heads, "heads");
+    p.key_dim = key_dim;
+    p.value_dim = value_dim;
+    p.scale = params.scale;
+    p.tile_seq = plan.tile_seq;
+    p.tile_row = plan.tile_row;
+    p.num_tiles = plan.num_tiles;
+    p.item_token = plan.item_token;
+    p.item_chunk = plan.item_chunk;
+    p.num_items = plan.num_items;
+    p.num_splits = plan.num_splits;
+    p.tokens = plan.decode_tokens;
+    p.token_item_begin = plan.token_item_begin;
+    p.num_decode_tokens = plan.num_decode_tokens;
+    std::optional<Tensor> partial_out, partial_lse;
+    if (plan.num_items > 0) {
+      partial_out = allocator_->allocate(DType::F32, {plan.num_items, num_heads, value_dim});
+      partial_lse = allocator_->allocate(DType::F32, {plan.num_items, num_heads});
+      p.partial_out = partial_out->ptr<float>();
+      p.partial_lse = partial_lse->ptr<float>();
+    }
+    launch("attention (MLA)", [&] { kernels::launch_mla_attention(p, stream_); });
+    return out;
+  }
+
   // Steps with this many rows per expert on average (long prefill chunks of models with few experts) run each
   // expert's rows through cuBLASLt, after reading the grouping's row offsets back (a host sync, so never while a
   // graph records); fewer rows run the grouped kernels, which keep every expert's tiles in one launch. Measured
@@ -812,7 +910,9 @@ class CudaBackend final : public Backend {
       fail("rope: the table needs rotary_dim / 2 = {} float32 frequencies, has {} {}", table.rotary_dim / 2,
            table.inv_freq.numel(), dtype_name(table.inv_freq.dtype));
     }
-    return {table.inv_freq.ptr<float>(), checked_int(table.rotary_dim, "rotary_dim"), table.attention_scaling};
+    if (table.rotate_last_dims) fail("rope: the CUDA kernels rotate the leading dims of a head, not the last");
+    return {table.inv_freq.ptr<float>(), checked_int(table.rotary_dim, "rotary_dim"), table.attention_scaling,
+            table.interleaved};
   }
 
   // The launch parameters and the bf16 inputs they point to, which must stay allocated until the launch is queued.

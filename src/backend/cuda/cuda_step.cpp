@@ -69,7 +69,7 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
   for (const auto& offsets : block_table_offsets) block_table_offsets_at_.push_back(append(packed, offsets));
   logit_rows_at_ = append(packed, batch.logit_rows);
   AttentionPlan plan;
-  size_t plan_offsets[7] = {};
+  size_t plan_offsets[6] = {};
   if (fixed) pack_plan(false, packed, plan, plan_offsets);
   block_tables_at_ = append(packed, block_tables);
   // Deferred tokens go after the block tables too: only the fill below reads them, never a recorded graph.
@@ -110,7 +110,6 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
     plan.item_chunk = device_base + plan_offsets[3];
     plan.decode_tokens = device_base + plan_offsets[4];
     plan.token_item_begin = device_base + plan_offsets[5];
-    plan.split_arrivals = device_base + plan_offsets[6];
     // Decode chunks only: the plan with prefill tiles is the same plan.
     plans_[0] = plan;
     plans_[1] = plan;
@@ -147,7 +146,7 @@ const AttentionPlan& CudaStepContext::attention_plan(bool with_prefill) const {
 }
 
 void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed, AttentionPlan& plan,
-                                size_t offsets[7]) const {
+                                size_t offsets[6]) const {
   const ForwardBatch& b = batch();
   std::vector<std::pair<int32_t, int32_t>> tiles;  // (sequence, first row)
   std::vector<int32_t> decode_tokens;
@@ -192,8 +191,6 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
   offsets[3] = append(packed, item_chunk);
   offsets[4] = append(packed, decode_tokens);
   offsets[5] = append(packed, token_item_begin);
-  // The decode kernel's per-(token, KV head) counters of finished shares start at zero every step.
-  offsets[6] = append(packed, std::vector<int32_t>(static_cast<size_t>(num_decode) * num_kv_heads_hint_, 0));
   plan.num_tiles = static_cast<int>(tile_seq.size());
   plan.num_items = static_cast<int>(item_token.size());
   plan.num_splits = splits;
@@ -203,18 +200,17 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
 AttentionPlan CudaStepContext::make_plan(bool with_prefill) const {
   std::vector<int32_t> packed;
   AttentionPlan plan;
-  size_t offsets[7] = {};
+  size_t offsets[6] = {};
   pack_plan(with_prefill, packed, plan, offsets);
   plan.data = allocator_.allocate(DType::I32, {static_cast<int64_t>(std::max<size_t>(packed.size(), 1))});
   staging_.upload(plan.data.data, packed.data(), packed.size() * sizeof(int32_t), stream_);
-  int32_t* base = plan.data.ptr<int32_t>();
+  const int32_t* base = plan.data.ptr<int32_t>();
   plan.tile_seq = base + offsets[0];
   plan.tile_row = base + offsets[1];
   plan.item_token = base + offsets[2];
   plan.item_chunk = base + offsets[3];
   plan.decode_tokens = base + offsets[4];
   plan.token_item_begin = base + offsets[5];
-  plan.split_arrivals = base + offsets[6];
   return plan;
 }
 

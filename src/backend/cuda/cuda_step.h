@@ -30,7 +30,6 @@ struct AttentionPlan {
   const int32_t* decode_tokens = nullptr;
   const int32_t* token_item_begin = nullptr;
   int num_decode_tokens = 0;
-  int32_t* split_arrivals = nullptr;  // [num_decode_tokens, KV heads of the model's widest layer], zeros
 };
 
 // A device buffer that holds a step's metadata at addresses that depend only on the batch's token and sequence
@@ -67,7 +66,7 @@ class CudaStepContext final : public StepContext {
   const int32_t* device(size_t offset) const { return metadata_.ptr<int32_t>() + offset; }
   // The plan's arrays, appended to `packed`; `plan` gets their offsets (pointers are set by point_plan).
   void pack_plan(bool with_prefill, std::vector<int32_t>& packed, AttentionPlan& plan,
-                 size_t offsets[7]) const;
+                 size_t offsets[6]) const;
   AttentionPlan make_plan(bool with_prefill) const;
 
   DeviceAllocator& allocator_;

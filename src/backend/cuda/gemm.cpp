@@ -1,5 +1,8 @@
 #include "backend/cuda/gemm.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace tern::cuda {
@@ -33,7 +36,7 @@ Gemm::~Gemm() {
 Gemm::Plan& Gemm::plan(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
-  const auto [m, n, k, has_bias, align, f32_out] = key;
+  const auto [m, n, k, has_bias, align, f32_out, groups] = key;
   Plan p;
   // Column-major view: out^T [N, M] = weight [K, N]^T * x^T [K, M].
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -49,9 +52,22 @@ Gemm::Plan& Gemm::plan(const Key& key) {
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
           "bias type");
   }
+  // Groups: x's and out's rows hold every group's columns (leading dimensions G * K and G * N), group g's start
+  // g * K and g * N elements in; weight g starts g * N * K elements in.
   check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "layout A");
-  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k), "layout B");
-  check(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, n), "layout C");
+  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, groups * k), "layout B");
+  check(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, groups * n), "layout C");
+  if (groups > 1) {
+    const int32_t count = static_cast<int32_t>(groups);
+    const std::pair<cublasLtMatrixLayout_t, int64_t> strides[] = {{p.a, n * k}, {p.b, k}, {p.c, n}};
+    for (const auto& [layout, stride] : strides) {
+      check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+            "batch count");
+      check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                             sizeof(stride)),
+            "batch stride");
+    }
+  }
 
   cublasLtMatmulPreference_t pref;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
@@ -68,8 +84,8 @@ Gemm::Plan& Gemm::plan(const Key& key) {
       cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found_count);
   cublasLtMatmulPreferenceDestroy(pref);
   if (status != CUBLAS_STATUS_SUCCESS || found_count == 0) {
-    fail("cuda backend: linear: cuBLASLt has no bf16 algorithm for [{}, {}] x [{}, {}]^T (status {})", m, k, n, k,
-         static_cast<int>(status));
+    fail("cuda backend: linear: cuBLASLt has no bf16 algorithm for {} groups of [{}, {}] x [{}, {}]^T (status {})",
+         groups, m, k, n, k, static_cast<int>(status));
   }
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
@@ -80,7 +96,7 @@ void Gemm::run(const void* x, const void* weight, const void* bias, void* out, i
   if (m == 0 || n == 0) return;
   const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
                               bias ? alignment_of(bias) : 256});
-  Plan& p = plan({m, n, k, bias != nullptr, align, f32_out});
+  Plan& p = plan({m, n, k, bias != nullptr, align, f32_out, 1});
   if (bias) {
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
           "bias pointer");
@@ -89,6 +105,20 @@ void Gemm::run(const void* x, const void* weight, const void* bias, void* out, i
   check(cublasLtMatmul(handle_, p.desc, &alpha, weight, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo, workspace_,
                        workspace_bytes_, stream_),
         "linear (cublasLtMatmul)");
+}
+
+void Gemm::run_grouped(const void* x, const void* weight, void* out, int64_t m, int64_t n, int64_t k,
+                       int64_t groups) {
+  if (m == 0 || n == 0 || groups == 0) return;
+  // Every group's matrices must be as aligned as the plan says: the group strides count as much as the bases.
+  const auto offset = [](const void* p, int64_t elements) { return static_cast<const char*>(p) + elements * 2; };
+  const int align = std::min({alignment_of(x), alignment_of(offset(x, k)), alignment_of(weight),
+                              alignment_of(offset(weight, n * k)), alignment_of(out), alignment_of(offset(out, n))});
+  Plan& p = plan({m, n, k, false, align, false, groups});
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(handle_, p.desc, &alpha, weight, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo, workspace_,
+                       workspace_bytes_, stream_),
+        "grouped_linear (cublasLtMatmul)");
 }
 
 }  // namespace tern::cuda

@@ -2,6 +2,7 @@
 // bf16 GEMMs through cuBLASLt with float32 accumulation: out [M, N] = x [M, K] * weight [N, K]^T (+ bias [N]),
 // written as bf16, or as float32 (with a float32 bias) where the caller sums partial products first (row-parallel
 // linears) or needs the precision (router logits).
+// Grouped GEMMs run G such products side by side as one strided-batched cuBLASLt call (MLA's per-head projections).
 // The algorithm for each shape (and pointer alignment) is chosen once, by cuBLASLt's heuristic, and reused.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -21,6 +22,8 @@ class Gemm {
 
   void run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k,
            bool f32_out = false);
+  // out [M, G, N] (bf16) = x [M, G, K] times weight [G, N, K] transposed, group by group.
+  void run_grouped(const void* x, const void* weight, void* out, int64_t m, int64_t n, int64_t k, int64_t groups);
 
  private:
   struct Plan {
@@ -28,7 +31,8 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, int, bool>;  // m, n, k, bias, alignment bytes, f32 out
+  // m, n, k, bias, alignment bytes, f32 out, groups
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, int, bool, int64_t>;
   Plan& plan(const Key& key);
 
   cublasLtHandle_t handle_ = nullptr;

@@ -1,7 +1,8 @@
 // Paged attention on the GPU against the CPU reference: mixed prefill/decode batches in one step, prefix-cached
 // context, GQA, sliding windows, sinks, long contexts split over several KV shares with partial key tiles, random
-// batches, and every head size built (the tiled prefill kernel for 64/128; split-KV on tensor cores for 64/128, on
-// CUDA cores for 16/32/256).
+// batches, and every head size built (the tiled prefill kernel for 64/128, on wgmma; split-KV on tensor cores for
+// 64/128, on CUDA cores for 16/32/256), with KV blocks of 16 tokens and of sizes that do not divide the kernels'
+// 64- and 128-key tiles or exceed them.
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -17,13 +18,14 @@ struct AttentionCase {
   int sliding_window;
   bool sinks;
   std::vector<std::pair<int, int>> sequences;  // (cached tokens, new tokens)
+  int block_size = 16;                          // tokens per KV block
 };
 
 class CudaAttentionTest : public testing::CudaVsCpuTest, public ::testing::WithParamInterface<AttentionCase> {};
 
 TEST_P(CudaAttentionTest, MatchesCpu) {
   const AttentionCase& c = GetParam();
-  const int block_size = 16;
+  const int block_size = c.block_size;
   // Blocks handed out in a shuffled order, so that block tables are not the identity.
   int total_blocks = 0;
   for (auto [cached, fresh] : c.sequences) total_blocks += (cached + fresh + block_size - 1) / block_size;
@@ -89,6 +91,11 @@ const std::vector<std::pair<int, int>> kMixed = {{0, 200}, {100, 37}, {300, 1}, 
 // Long decodes: contexts of several shares, ends that cut key tiles and warp slices anywhere, and a first token.
 const std::vector<std::pair<int, int>> kLongDecodes = {{4000, 1}, {1234, 1}, {63, 1}, {64, 1}, {0, 1}, {2047, 1}};
 
+// Prefills for the 128-row x 128-key tiles of the prefill kernel: a long one, cached context that starts mid-tile,
+// exactly one tile, one row short of a tile, a chunk just long enough for the prefill path (a tile whose second
+// 64-row half is empty), a chunk over a long cached context.
+const std::vector<std::pair<int, int>> kPrefills = {{0, 1000}, {300, 129}, {128, 128}, {5, 127}, {0, 9}, {2000, 300}};
+
 // A random batch: mostly decodes over contexts up to 3000 tokens, some prefills with or without cached context.
 std::vector<std::pair<int, int>> random_sequences(uint32_t seed, int count) {
   std::mt19937 rng(seed);
@@ -121,7 +128,13 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{16, 1, 128, 0, true, kLongDecodes},     // group of 16
                       AttentionCase{32, 8, 128, 0, false, random_sequences(11, 12)},
                       AttentionCase{16, 2, 64, 300, true, random_sequences(12, 12)},
-                      AttentionCase{8, 1, 128, 700, false, random_sequences(13, 12)}));
+                      AttentionCase{8, 1, 128, 700, false, random_sequences(13, 12)},
+                      AttentionCase{8, 2, 128, 0, false, kPrefills},         // group of 4
+                      AttentionCase{8, 8, 64, 0, false, kPrefills, 32},      // MHA, blocks of 32
+                      AttentionCase{16, 2, 128, 0, true, kPrefills, 256},    // blocks longer than a key tile
+                      AttentionCase{8, 2, 64, 200, true, kPrefills, 5},      // window and sinks, blocks of 5
+                      AttentionCase{8, 1, 128, 300, true, kPrefills, 48},    // MQA, window over key tiles
+                      AttentionCase{8, 4, 128, 0, false, kMixed, 7}));       // odd block size in a mixed batch
 
 }  // namespace
 }  // namespace tern

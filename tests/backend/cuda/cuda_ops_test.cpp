@@ -116,21 +116,61 @@ TEST_F(CudaOpsTest, AddInPlaceSliceColumnsSiluMul) {
   EXPECT_THROW(gpu->slice_columns(x.gpu, 1, 2), Error);
 }
 
+// Rotate-half (Llama) and interleaved pairs (DeepSeek's rope_interleave, e.g. MLA's 64-dim rotary key of one head).
 TEST_F(CudaOpsTest, RopeFullAndPartialWithScaling) {
-  for (auto [tokens, cached, heads, head_dim, rotary, scaling] :
-       {std::tuple{5, 0, 4, 16, 16, 1.0f}, {1, 700, 8, 128, 128, 1.0f}, {33, 20, 2, 64, 32, 1.2f}, {9, 3000, 3, 256, 64, 1.0f}}) {
+  for (auto [tokens, cached, heads, head_dim, rotary, scaling, interleaved] :
+       {std::tuple{5, 0, 4, 16, 16, 1.0f, false}, {1, 700, 8, 128, 128, 1.0f, false}, {33, 20, 2, 64, 32, 1.2f, false},
+        {9, 3000, 3, 256, 64, 1.0f, false}, {7, 0, 4, 8, 8, 1.0f, true}, {3, 900, 1, 64, 64, 1.3f, true},
+        {17, 40, 16, 64, 64, 1.0f, true}, {5, 10, 2, 96, 32, 1.0f, true}}) {
     std::vector<float> inv_freq(rotary / 2);
     for (int i = 0; i < rotary / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary);
-    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling};
-    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling};
+    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling, interleaved};
+    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling, interleaved};
     auto x = input(random_bf16_values(tokens * heads * head_dim, 14), {tokens, heads, head_dim});
     const ForwardBatch batch = one_sequence_batch(tokens, cached, 100, 15);
     const auto cpu_step = cpu->begin_step(batch);
     const auto gpu_step = gpu->begin_step(batch);
     cpu->rope(x.cpu, cpu_table, *cpu_step);
     gpu->rope(x.gpu, gpu_table, *gpu_step);
-    expect_close(x.gpu, x.cpu, 1e-2, fmt::format("rope {} tokens at {}, dim {} rotary {}", tokens, cached, head_dim, rotary));
+    expect_close(x.gpu, x.cpu, 1e-2,
+                 fmt::format("rope {} tokens at {}, dim {} rotary {}{}", tokens, cached, head_dim, rotary,
+                             interleaved ? " interleaved" : ""));
   }
+}
+
+TEST_F(CudaOpsTest, RopeRejectsRotatingTheLastDims) {
+  std::vector<float> inv_freq(4, 1.0f);
+  RopeTable table{gpu->from_host_f32(inv_freq, {4}), 8, 1.0f, false, true};
+  auto x = input(random_bf16_values(2 * 16, 1), {2, 1, 16});
+  const auto step = gpu->begin_step(one_sequence_batch(2, 0, 10, 1));
+  EXPECT_THROW(gpu->rope(x.gpu, table, *step), Error);
+}
+
+// MLA's absorbed projections: [T, heads, K] x [heads, N, K]^T per head, the fixture's and DeepSeek-V3's shapes
+// (128 heads, 128 -> 512 and 512 -> 128), a tensor-parallel rank's 16 heads, odd sizes.
+TEST_F(CudaOpsTest, GroupedLinearMatchesCpu) {
+  for (auto [tokens, groups, n, k] : {std::tuple{5, 4, 32, 16}, {5, 4, 16, 32}, {1, 128, 512, 128}, {37, 128, 128, 512},
+                                      {300, 16, 512, 128}, {3, 3, 24, 40}}) {
+    const auto x = input(random_bf16_values(tokens * groups * k, 31), {tokens, groups, k});
+    const auto w = weight(random_bf16_values(groups * n * k, 32, 0.1f), {groups, n, k});
+    expect_close(gpu->grouped_linear(x.gpu, w.gpu), cpu->grouped_linear(x.cpu, w.cpu), 1e-2,
+                 fmt::format("grouped_linear {} tokens, {} groups, {} <- {}", tokens, groups, n, k));
+  }
+  const auto x = input(random_bf16_values(2 * 2 * 8, 1), {2, 2, 8});
+  const auto w = weight(random_bf16_values(2 * 4 * 16, 2), {2, 4, 16});
+  EXPECT_THROW(gpu->grouped_linear(x.gpu, w.gpu), Error);
+}
+
+TEST_F(CudaOpsTest, ConcatColumnsMatchesCpu) {
+  for (auto [rows, a_width, b_width] : {std::tuple{5, 32, 8}, {512, 512, 64}, {1, 7, 3}}) {
+    const auto a = input(random_bf16_values(rows * a_width, 41), {rows, a_width});
+    const auto b = input(random_bf16_values(rows * b_width, 42), {rows, b_width});
+    expect_close(gpu->concat_columns(a.gpu, b.gpu), cpu->concat_columns(a.cpu, b.cpu), 0,
+                 fmt::format("concat {} rows of {} + {}", rows, a_width, b_width));
+  }
+  const auto a = input(random_bf16_values(8, 1), {2, 4});
+  const auto b = input(random_bf16_values(12, 2), {3, 4});
+  EXPECT_THROW(gpu->concat_columns(a.gpu, b.gpu), Error);
 }
 
 TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {

@@ -106,8 +106,10 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
 }
 
 // qwen3_moe: the expert grouping, grouped GEMMs and combine run inside the recorded graph, with no host sync;
-// gpt_oss: two KV cache groups (block tables of both in the recorded metadata), a window of 8 tokens.
-INSTANTIATE_TEST_SUITE_P(Models, CudaRecordedStepTest, ::testing::Values("llama", "qwen3_moe", "gpt_oss"));
+// gpt_oss: two KV cache groups (block tables of both in the recorded metadata), a window of 8 tokens;
+// deepseek_v3: MLA's split-KV latent attention, its combine and the grouped GEMMs inside the recorded graph.
+INSTANTIATE_TEST_SUITE_P(Models, CudaRecordedStepTest,
+                         ::testing::Values("llama", "qwen3_moe", "gpt_oss", "deepseek_v3"));
 
 TEST(CudaRecordedStepDeviceTest, ReportsDeviceMemory) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";

@@ -1,0 +1,5 @@
+#include "attention/prefill_attention_wgmma_kernel.cuh"
+
+namespace tern::kernels {
+template void launch_prefill_attention_wgmma<128>(const PrefillAttentionParams&, cudaStream_t);
+}  // namespace tern::kernels
