@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(const Decod
 #pragma unroll 4
     for (int c = warp; c < count; c += kCombineWarps) {
       const float w = weights[c];
+      if (w == 0.0f) continue;  // a share past the keys (short contexts leave most of them empty)
       const float4 v = *reinterpret_cast<const float4*>(partial + c * item_stride + 4 * j);
       sum.x += w * v.x;
       sum.y += w * v.y;

@@ -76,13 +76,68 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNormParams 
   }
 }
 
+// Rows of up to kThreads * 8 * kMaxVectors elements in 16-byte vectors (the hidden sizes of the models served):
+// the row stays in registers between the sum of squares and the scaling, and the weight, a constant, is loaded
+// before waiting for the kernel that writes x, so that a decode step's norm costs one round trip to memory.
+constexpr int kMaxVectors = 4;
+
+template <int Vectors>
+__global__ void __launch_bounds__(kThreads) rms_norm_registers_kernel(const RmsNormParams p) {
+  const int64_t row = blockIdx.x;
+  float w[Vectors][8], v[Vectors][8];
+#pragma unroll
+  for (int k = 0; k < Vectors; ++k) {
+    const int i = (threadIdx.x + k * kThreads) * 8;
+    if (i < p.width) load_f32x8(p.weight + i, w[k]);
+  }
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const __nv_bfloat16* x = p.x + row * p.width;
+  __nv_bfloat16* residual = p.residual ? p.residual + row * p.width : nullptr;
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < Vectors; ++k) {
+    const int i = (threadIdx.x + k * kThreads) * 8;
+    if (i >= p.width) continue;
+    load_f32x8(x + i, v[k]);
+    if (residual) {
+      float r[8];
+      load_f32x8(residual + i, r);
+      Bf16x8 stored;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) stored.pair[j] = __floats2bfloat162_rn(v[k][2 * j] + r[2 * j], v[k][2 * j + 1] + r[2 * j + 1]);
+      *reinterpret_cast<Bf16x8*>(residual + i) = stored;
+      load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&stored), v[k]);  // the residual as stored (bf16)
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum_sq += v[k][j] * v[k][j];
+  }
+  const float scale = rsqrtf(block_sum(sum_sq) / p.width + p.eps);
+  __nv_bfloat16* out = p.out + row * p.width;
+#pragma unroll
+  for (int k = 0; k < Vectors; ++k) {
+    const int i = (threadIdx.x + k * kThreads) * 8;
+    if (i >= p.width) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[k][j] = v[k][j] * scale * w[k][j];
+    store_f32x8(out + i, v[k]);
+  }
+}
+
 }  // namespace
 
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.width <= 0 || p.num_rows < 0) throw std::invalid_argument("rms_norm: empty or negative shape");
   if (p.num_rows == 0) return;
   const bool aligned = p.width % 8 == 0;
-  if (aligned) {
+  const int vectors = (p.width / 8 + kThreads - 1) / kThreads;
+  if (aligned && vectors <= 1) {
+    launch_dependent("rms_norm", rms_norm_registers_kernel<1>, p.num_rows, kThreads, 0, stream, p);
+  } else if (aligned && vectors <= 2) {
+    launch_dependent("rms_norm", rms_norm_registers_kernel<2>, p.num_rows, kThreads, 0, stream, p);
+  } else if (aligned && vectors <= kMaxVectors) {
+    launch_dependent("rms_norm", rms_norm_registers_kernel<kMaxVectors>, p.num_rows, kThreads, 0, stream, p);
+  } else if (aligned) {
     launch_dependent("rms_norm", rms_norm_kernel<true>, p.num_rows, kThreads, 0, stream, p);
   } else {
     launch_dependent("rms_norm", rms_norm_kernel<false>, p.num_rows, kThreads, 0, stream, p);

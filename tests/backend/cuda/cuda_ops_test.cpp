@@ -58,7 +58,9 @@ TEST_F(CudaOpsTest, EmbeddingRejectsTokenOutsideVocabulary) {
 }
 
 TEST_F(CudaOpsTest, RmsNormAndAddRmsNorm) {
-  for (auto [rows, width] : {std::pair{1, 64}, {7, 16}, {33, 4096}, {5, 100}, {130, 256}, {3, 1000}}) {
+  // Row widths held in 1, 2 and 4 registers' vectors per thread, wider ones (9216) and unaligned ones (100).
+  for (auto [rows, width] : {std::pair{1, 64}, {7, 16}, {33, 4096}, {5, 100}, {130, 256}, {3, 1000}, {1, 5120},
+                             {2, 7168}, {2, 9216}}) {
     const auto x = input(random_bf16_values(rows * width, 3), {rows, width});
     const auto w = weight(random_bf16_values(width, 4, 0.5f), {width});
     const std::string what = fmt::format("{}x{}", rows, width);
