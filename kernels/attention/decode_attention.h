@@ -1,10 +1,12 @@
 #pragma once
 // Split-KV ("flash-decoding") paged attention for query tokens that attend over long contexts with few new
 // tokens each (decode, speculative verification, short chunks). Each work item is one query token and one
-// chunk of its keys; a second kernel merges the chunks by their log-sum-exp and adds the attention sinks.
+// chunk of its keys; a second kernel merges the chunks by their log-sum-exp and adds the attention sinks
+// (merge_shares.h).
 // Any token can go through this path: each query sees keys [window start, its position] of its sequence.
 #include <cuda_runtime.h>
 
+#include "attention/merge_shares.h"
 #include "attention/paged_kv.h"
 
 namespace tern::kernels {
@@ -36,7 +38,7 @@ struct DecodeAttentionParams {
 // SMs at once (the tensor-core kernel holds three blocks per SM for head_dim 128, more for 64), rounded down so
 // that the launch is one full wave rather than a wave and a sliver (on the H200, 320 blocks where 264 fit ran at
 // 43% of copy bandwidth, 256 blocks at 58%), at most kDecodeMaxSplits (the combine reads every share).
-constexpr int kDecodeMaxSplits = 128;
+constexpr int kDecodeMaxSplits = kMergeMaxShares;
 constexpr int kDecodeBlocksPerSm = 3;
 inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num_sms) {
   const int tokens_heads = num_tokens * num_kv_heads > 0 ? num_tokens * num_kv_heads : 1;

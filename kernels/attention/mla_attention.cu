@@ -2,50 +2,11 @@
 #include <string>
 
 #include "attention/mla_attention.h"
-#include "common/device_math.cuh"
+#include "attention/merge_shares.h"
 
 namespace tern::kernels {
 
 namespace {
-
-constexpr int kCombineThreads = 128;
-
-// Merges a decode token's shares for one head: out = sum_c w_c * out_c / sum_c w_c, w_c = 2^(lse_c - max lse).
-// Warp 0 turns the shares' log-sum-exps into normalized weights; then each thread sums its value dims.
-__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const MlaAttentionParams p) {
-  __shared__ float weights[kDecodeMaxSplits];
-  const int i = blockIdx.x;
-  const int head = blockIdx.y;
-  const int token = p.tokens[i];
-  const int begin = p.token_item_begin[i];
-  const int count = p.token_item_begin[i + 1] - begin;
-  const int num_heads = p.num_heads;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float max_lse = -INFINITY;
-    for (int c = lane; c < count; c += 32) max_lse = fmaxf(max_lse, p.partial_lse[(begin + c) * num_heads + head]);
-    max_lse = warp_max(max_lse);
-    const float shift = max_lse == -INFINITY ? 0.0f : max_lse;
-    float denominator = 0.0f;
-    for (int c = lane; c < count; c += 32) {
-      const float w = exp2f(p.partial_lse[(begin + c) * num_heads + head] - shift);
-      weights[c] = w;
-      denominator += w;
-    }
-    denominator = warp_sum(denominator);
-    const float inv = denominator > 0.0f ? 1.0f / denominator : 0.0f;
-    __syncwarp();
-    for (int c = lane; c < count; c += 32) weights[c] *= inv;
-  }
-  __syncthreads();
-  const int64_t item_stride = static_cast<int64_t>(num_heads) * p.value_dim;
-  const float* partial = p.partial_out + (static_cast<int64_t>(begin) * num_heads + head) * p.value_dim;
-  for (int d = threadIdx.x; d < p.value_dim; d += blockDim.x) {
-    float total = 0.0f;
-    for (int c = 0; c < count; ++c) total += weights[c] * partial[c * item_stride + d];
-    p.out[(static_cast<int64_t>(token) * num_heads + head) * p.value_dim + d] = __float2bfloat16(total);
-  }
-}
 
 void check(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("MLA attention: " + what);
@@ -80,7 +41,16 @@ void launch_mla_attention(const MlaAttentionParams& params, cudaStream_t stream)
   if (params.num_tiles > 0) launch_tiles(false);
   if (params.num_items == 0) return;
   launch_tiles(true);
-  combine_kernel<<<dim3(params.num_decode_tokens, params.num_heads), kCombineThreads, 0, stream>>>(params);
+  MergeSharesParams merge;
+  merge.partial_out = params.partial_out;
+  merge.partial_lse = params.partial_lse;
+  merge.out = params.out;
+  merge.tokens = params.tokens;
+  merge.token_item_begin = params.token_item_begin;
+  merge.num_decode_tokens = params.num_decode_tokens;
+  merge.num_heads = params.num_heads;
+  merge.value_dim = params.value_dim;
+  launch_merge_shares(merge, stream);
 }
 
 }  // namespace tern::kernels

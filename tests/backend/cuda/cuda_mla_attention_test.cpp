@@ -35,28 +35,12 @@ TEST_P(CudaMlaAttentionTest, MatchesCpu) {
   const MlaCase& c = GetParam();
   const int key_dim = c.kv_lora_rank + c.rope_dim;
   const int block_size = c.block_size;
-  // Blocks handed out in a shuffled order, so that block tables are not the identity.
-  int total_blocks = 0;
-  for (auto [cached, fresh] : c.sequences) total_blocks += (cached + fresh + block_size - 1) / block_size;
-  std::vector<int32_t> blocks(total_blocks + 3);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
-
-  ForwardBatch fill, step_batch;  // fill writes every position's latent; step_batch is the step under test
-  size_t next_block = 0;
-  for (auto [cached, fresh] : c.sequences) {
-    SequenceChunk seq{cached, fresh, {{}}};
-    for (int b = 0; b < (cached + fresh + block_size - 1) / block_size; ++b) {
-      seq.block_tables[0].push_back(blocks[next_block++]);
-    }
-    step_batch.sequences.push_back(seq);
-    step_batch.token_ids.insert(step_batch.token_ids.end(), fresh, 0);
-    fill.sequences.push_back({0, cached + fresh, {seq.block_tables[0]}});
-    fill.token_ids.insert(fill.token_ids.end(), cached + fresh, 0);
-  }
+  const testing::PagedSteps steps = testing::paged_steps(c.sequences, block_size);
+  const ForwardBatch& fill = steps.fill;
+  const ForwardBatch& step_batch = steps.step;
   const std::vector<KvLayerSpec> layers = {latent_layer(key_dim)};
-  KvCache cpu_cache = cpu->allocate_kv_cache(layers, static_cast<int64_t>(blocks.size()), block_size);
-  KvCache gpu_cache = gpu->allocate_kv_cache(layers, static_cast<int64_t>(blocks.size()), block_size);
+  KvCache cpu_cache = cpu->allocate_kv_cache(layers, steps.num_blocks, block_size);
+  KvCache gpu_cache = gpu->allocate_kv_cache(layers, steps.num_blocks, block_size);
   const int64_t fill_tokens = fill.num_tokens();
   const auto latents = input(random_bf16_values(fill_tokens * key_dim, 1), {fill_tokens, 1, key_dim});
   {

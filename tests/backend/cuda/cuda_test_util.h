@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -32,6 +34,35 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
     if (std::isnan(a[i])) return INFINITY;
   }
   return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+// A step over sequences of (cached, new) tokens on a paged cache whose blocks are handed out in a shuffled order
+// (block tables are not the identity), and the step that first writes every position of them.
+struct PagedSteps {
+  ForwardBatch fill;  // every position of every sequence, no cached context
+  ForwardBatch step;  // the step under test
+  int64_t num_blocks = 0;
+};
+inline PagedSteps paged_steps(const std::vector<std::pair<int, int>>& sequences, int block_size) {
+  int total_blocks = 0;
+  for (auto [cached, fresh] : sequences) total_blocks += (cached + fresh + block_size - 1) / block_size;
+  std::vector<int32_t> blocks(total_blocks + 3);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
+  PagedSteps steps;
+  steps.num_blocks = static_cast<int64_t>(blocks.size());
+  size_t next_block = 0;
+  for (auto [cached, fresh] : sequences) {
+    SequenceChunk seq{cached, fresh, {{}}};
+    for (int b = 0; b < (cached + fresh + block_size - 1) / block_size; ++b) {
+      seq.block_tables[0].push_back(blocks[next_block++]);
+    }
+    steps.step.sequences.push_back(seq);
+    steps.step.token_ids.insert(steps.step.token_ids.end(), fresh, 0);
+    steps.fill.sequences.push_back({0, cached + fresh, {seq.block_tables[0]}});
+    steps.fill.token_ids.insert(steps.fill.token_ids.end(), cached + fresh, 0);
+  }
+  return steps;
 }
 
 class CudaVsCpuTest : public ::testing::Test {
