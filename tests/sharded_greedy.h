@@ -10,9 +10,11 @@
 namespace tern::testing {
 
 inline std::vector<int32_t> sharded_greedy_tokens(ShardedModel& model, const std::vector<int32_t>& prompt,
-                                                  int32_t max_tokens, int64_t eplb_interval_steps = 0) {
+                                                  int32_t max_tokens, int64_t eplb_interval_steps = 0,
+                                                  int32_t block_size = 16) {
   EngineConfig config;
   config.eplb_interval_steps = eplb_interval_steps;
+  config.block_size = block_size;
   config.num_kv_blocks = 64;
   config.max_num_seqs = 8;
   config.max_num_batched_tokens = 512;

@@ -57,6 +57,15 @@ Tensor Backend::all_gather_columns(const Tensor& x, int64_t num_columns) {
   return slice_columns(x, 0, num_columns);
 }
 
+AttentionPartial Backend::partial_attention(const Tensor&, const KvCache&, int, const AttentionParams&,
+                                           const StepContext&) {
+  fail("backend {} has no partial_attention op (decode context parallelism)", name());
+}
+
+Tensor Backend::merge_attention_partials(const Tensor&, const Tensor&) {
+  fail("backend {} has no merge_attention_partials op (decode context parallelism)", name());
+}
+
 Tensor Backend::concat_columns(const Tensor&, const Tensor&) { fail("backend {} has no concat_columns op", name()); }
 
 Tensor Backend::from_host_i32(std::span<const int32_t> values, std::vector<int64_t> shape) {

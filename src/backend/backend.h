@@ -42,6 +42,12 @@ struct RopeTable {
   bool rotate_last_dims = false;
 };
 
+// Attention over one rank's share of the cached tokens (decode context parallelism, Backend::partial_attention).
+struct AttentionPartial {
+  Tensor out;  // [T, heads, value_dim] float32: softmax-weighted values over the rank's tokens; zero where it has none
+  Tensor lse;  // [T, heads] float32: natural log of sum over the rank's tokens of exp(score); -inf where it has none
+};
+
 struct AttentionParams {
   float scale = 1.0f;
   int64_t sliding_window = 0;  // 0: full attention; else a query attends to the last `sliding_window` positions
@@ -184,6 +190,14 @@ class Backend {
   // Causal attention of q [T, heads, key_dim] over each sequence's cached and new tokens -> [T, heads, value_dim].
   virtual Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                            const StepContext& step) = 0;
+  // Decode context parallelism (a cache whose context_shard has size > 1, kv_context_shard.h): the attention of
+  // every query head over the tokens this rank caches, causal by global position, as an output and its log-sum-exp.
+  // Sinks are refused (their softmax mass belongs to no rank's tokens); sliding windows apply by global position.
+  virtual AttentionPartial partial_attention(const Tensor& query, const KvCache& cache, int layer,
+                                             const AttentionParams& params, const StepContext& step);
+  // The exact attention from the ranks' partials, gathered: outs [T, heads, ranks, value_dim] and lses
+  // [T, heads, ranks] -> [T, heads, value_dim], each rank's output weighted by exp(lse - max lse) and normalized.
+  virtual Tensor merge_attention_partials(const Tensor& outs, const Tensor& lses);
   // DeepSeek-V4 (shapes and cache layout in compressed_kv.h).
   // mHC weights from mixes [T, M] (the streams' normalized projection), base [M] and scale: M = N gives the
   // final head's collapse weights [T, N] (sigmoid + eps); M = (2 + N) * N gives [T, M]: collapse weights, expand
@@ -217,6 +231,17 @@ class Backend {
     expert_parallel_ = on;
     num_redundant_experts_ = num_redundant_experts;
   }
+  // Decode context parallelism: the KV caches this backend allocates hold only its rank's tokens of every sequence
+  // (every tensor_parallel_size()-th, KvContextShard) and attention layers merge the ranks' partial attentions;
+  // attention weights are replicated, not split by heads. Set by whoever forms the group, before the model loads,
+  // on backends that implement it.
+  virtual bool implements_decode_context_parallel() const { return false; }
+  bool decode_context_parallel() const { return decode_context_parallel_ && tensor_parallel_size() > 1; }
+  void set_decode_context_parallel(bool on) { decode_context_parallel_ = on; }
+  // The share of each sequence's tokens that this rank's KV caches hold.
+  KvContextShard kv_context_shard() const {
+    return decode_context_parallel() ? KvContextShard{tensor_parallel_rank(), tensor_parallel_size()} : KvContextShard{};
+  }
   // x <- sum of x over the group's ranks; every rank gets the same values.
   virtual void all_reduce_sum(Tensor& x);
   // A row-parallel linear: linear(x, weight, bias) summed over the ranks (each holds its columns of the weight;
@@ -239,6 +264,7 @@ class Backend {
  private:
   bool expert_parallel_ = false;
   int64_t num_redundant_experts_ = 0;
+  bool decode_context_parallel_ = false;
 };
 
 // The backends of one tensor-parallel group. make(rank) is called once per rank, on the thread that will run all of

@@ -51,7 +51,9 @@ ForwardBatch with_deferred_tokens(const ForwardBatch& batch, std::span<const int
   return resolved;
 }
 
-std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, int group) {
+std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, int group,
+                                 const KvContextShard& shard) {
+  const int64_t tokens_per_block = shard.tokens_per_block(block_size);
   std::vector<int64_t> slots;
   slots.reserve(batch.token_ids.size());
   for (const auto& seq : batch.sequences) {
@@ -60,14 +62,18 @@ std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, 
       fail("forward batch: a sequence has {} block tables, none for KV cache group {}", seq.block_tables.size(), group);
     }
     const auto& table = seq.block_tables[group];
-    if (static_cast<int64_t>(table.size()) * block_size < total) {
+    if (static_cast<int64_t>(table.size()) * tokens_per_block < total) {
       fail("forward batch: a sequence of {} tokens has only {} blocks of {} in group {}", total, table.size(),
-           block_size, group);
+           tokens_per_block, group);
     }
     for (int64_t pos = seq.num_cached_tokens; pos < total; ++pos) {
-      const int32_t block = table[pos / block_size];
+      if (!shard.holds(pos)) {
+        slots.push_back(-1);
+        continue;
+      }
+      const int32_t block = table[pos / tokens_per_block];
       if (block < 0) fail("forward batch: position {} of group {} lies in a dropped block", pos, group);
-      slots.push_back(static_cast<int64_t>(block) * block_size + pos % block_size);
+      slots.push_back(shard.slot(block, pos, block_size));
     }
   }
   return slots;

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/kv_context_shard.h"
 #include "backend/tensor.h"
 
 namespace tern {
@@ -47,8 +48,10 @@ ForwardBatch with_deferred_tokens(const ForwardBatch& batch, std::span<const int
 void check_deferred_tokens(const ForwardBatch& batch);
 
 // Token positions ([num_tokens]) of a batch's new tokens, and their KV cache slots (block * block_size + offset) in
-// the block tables of group `group`.
+// the block tables of group `group`, for a cache of `block_size` slots per block holding `shard`'s tokens; -1 for a
+// token that another rank of the context-parallel group caches.
 std::vector<int32_t> batch_positions(const ForwardBatch& batch);
-std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, int group = 0);
+std::vector<int64_t> batch_slots(const ForwardBatch& batch, int64_t block_size, int group = 0,
+                                 const KvContextShard& shard = {});
 
 }  // namespace tern

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/kv_context_shard.h"
 #include "backend/tensor.h"
 
 namespace tern {
@@ -55,7 +56,9 @@ std::vector<KvCacheGroup> kv_cache_groups(const std::vector<KvLayerSpec>& layers
 
 struct KvCache {
   int64_t num_blocks = 0;
-  int64_t block_size = 0;
+  int64_t block_size = 0;  // token slots per block in this cache; the scheduler's blocks hold context_shard's share
+  // Decode context parallelism: the tokens of each sequence this cache holds (all of them when size is 1).
+  KvContextShard context_shard;
   std::vector<KvLayerSpec> layers;
   std::vector<KvCacheGroup> groups;
   std::vector<int> layer_group;  // per layer: its group, the index of its table in SequenceChunk::block_tables

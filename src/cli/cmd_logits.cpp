@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "engine/sharded_model.h"
@@ -17,6 +18,7 @@ void add_logits_command(CLI::App& app) {
     int tensor_parallel_size = 1;
     int expert_parallel_size = 1;
     int64_t num_redundant_experts = 0;
+    int decode_context_parallel_size = 1;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position to a safetensors file");
@@ -32,10 +34,12 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--num-redundant-experts", options->num_redundant_experts,
                   "Extra expert slots per MoE layer for replicas (with --ep)")
       ->check(CLI::NonNegativeNumber);
+  add_decode_context_parallel_option(*cmd, options->decode_context_parallel_size);
   cmd->callback([options] {
     const auto prompt = parse_token_ids(options->prompt_ids);
     auto model = ShardedModel::load(options->model, options->backend, options->tensor_parallel_size, options->threads,
-                                    options->expert_parallel_size, options->num_redundant_experts);
+                                    options->expert_parallel_size, options->num_redundant_experts,
+                                    options->decode_context_parallel_size);
     if (static_cast<int64_t>(prompt.size()) > model->config().max_position_embeddings) {
       fail("prompt of {} tokens exceeds the model's context of {}", prompt.size(),
            model->config().max_position_embeddings);

@@ -70,6 +70,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--expert-parallel-size,--ep", config.model.expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
       ->check(CLI::PositiveNumber)->capture_default_str();
   add_expert_balancing_options(*cmd, config.model.num_redundant_experts, options->eplb_interval_steps);
+  add_decode_context_parallel_option(*cmd, config.model.decode_context_parallel_size);
   cmd->add_option("--max-num-seqs", config.model.engine.max_num_seqs, "Sequences running at once")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", config.model.engine.max_num_batched_tokens, "Tokens per engine step")
@@ -134,6 +135,11 @@ void add_serve_command(CLI::App& app) {
     config.http.log_requests = !options->disable_log_requests;
     config.model.engine.overlap_schedule = options->overlap_schedule == "on";
     disagg::check_disagg_config(options->disagg);
+    if (config.model.decode_context_parallel_size > 1 && options->disagg.role != "both") {
+      fail("--role {} does not work with --decode-context-parallel-size {}: KV transfer moves whole blocks of one "
+           "rank's cache, and each rank holds only its share of the tokens", options->disagg.role,
+           config.model.decode_context_parallel_size);
+    }
     if (config.model.tensor_parallel_size > 1 && options->disagg.role != "both") {
       fail("--role {} needs --tensor-parallel-size 1: KV transfer moves one rank's cache", options->disagg.role);
     }

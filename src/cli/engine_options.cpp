@@ -12,6 +12,7 @@ void EngineFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--expert-parallel-size,--ep", expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
       ->check(CLI::PositiveNumber);
   add_expert_balancing_options(cmd, num_redundant_experts, eplb_interval_steps);
+  add_decode_context_parallel_option(cmd, decode_context_parallel_size);
   cmd.add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 2GiB or 512MiB");
   cmd.add_option("--kv-cache-fraction", kv_cache_fraction,
                  "KV cache size as a fraction of available device memory (host memory on the CPU)")
@@ -50,6 +51,13 @@ EngineConfig EngineFlags::to_config(const std::string& default_memory) const {
   config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, num_redundant_experts);
   config.overlap_schedule = overlap_schedule == "on";
   return config;
+}
+
+void add_decode_context_parallel_option(CLI::App& cmd, int& decode_context_parallel_size) {
+  cmd.add_option("--decode-context-parallel-size,--dcp", decode_context_parallel_size,
+                 "1, or the tensor-parallel size: each rank caches every N-th token of each sequence (N times the "
+                 "context per rank's memory) and runs attention whole, merging the ranks' partial results")
+      ->check(CLI::PositiveNumber);
 }
 
 void add_expert_balancing_options(CLI::App& cmd, int64_t& num_redundant_experts,

@@ -13,6 +13,7 @@ struct EngineFlags {
   int tensor_parallel_size = 1;  // not EngineConfig fields: they decide how the model is loaded
   int expert_parallel_size = 1;
   int64_t num_redundant_experts = 0;
+  int decode_context_parallel_size = 1;
   std::optional<int64_t> eplb_interval_steps;  // unset: eplb_interval_or_default
   std::string kv_cache_memory;  // e.g. "2GiB"; empty: kv_cache_fraction, else the default below
   double kv_cache_fraction = 0.0;
@@ -29,6 +30,9 @@ struct EngineFlags {
   // The engine config; without a memory flag the KV cache gets `default_memory` (e.g. "1GiB").
   EngineConfig to_config(const std::string& default_memory) const;
 };
+
+// --decode-context-parallel-size (--dcp), shared by the commands that load a model.
+void add_decode_context_parallel_option(CLI::App& cmd, int& decode_context_parallel_size);
 
 // Flags of expert-parallel load balancing shared by the commands: --num-redundant-experts and --eplb-interval.
 void add_expert_balancing_options(CLI::App& cmd, int64_t& num_redundant_experts,

@@ -114,6 +114,10 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                               [](const auto& a, const auto& b) { return a.num_blocks < b.num_blocks; });
   const auto layers = model_.model(0).kv_layers();
   const auto groups = kv_cache_groups(layers);
+  // Under decode context parallelism each rank's block of block_size slots holds its share of a scheduler block of
+  // block_size * ranks tokens (KvContextShard): the scheduler sees the context of all ranks' memory.
+  const KvContextShard context_shard = model_.backend(0).kv_context_shard();
+  const auto scheduler_block_size = static_cast<int32_t>(context_shard.tokens_per_block(budget_.block_size));
   if (config.log_kv_cache) {
     std::fprintf(stderr,
                  "tern: KV cache: %lld bytes per token (%s layers, KV cache groups: %zu%s), %d blocks of %d tokens = "
@@ -122,10 +126,17 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                  num_ranks > 1 ? ", per tensor-parallel rank" : "", budget_.num_blocks, budget_.block_size,
                  static_cast<long long>(budget_.num_tokens()), budget_.total_bytes() / 1048576.0,
                  num_ranks > 1 ? " on each rank" : "");
+    if (context_shard.size > 1) {
+      std::fprintf(stderr,
+                   "tern: decode context parallelism over %d ranks: each rank caches 1 token in %d; %d blocks of "
+                   "%d tokens = %lld tokens of context\n",
+                   context_shard.size, context_shard.size, budget_.num_blocks, scheduler_block_size,
+                   static_cast<long long>(budget_.num_blocks) * scheduler_block_size);
+    }
   }
   std::vector<int64_t> group_sliding_windows;
   for (const auto& group : groups) group_sliding_windows.push_back(group.sliding_window_tokens);
-  kv_ = std::make_unique<KvCacheManager>(budget_.num_blocks, budget_.block_size, config.enable_prefix_cache,
+  kv_ = std::make_unique<KvCacheManager>(budget_.num_blocks, scheduler_block_size, config.enable_prefix_cache,
                                          shareable_prefix_tokens(layers), std::move(group_sliding_windows));
   SchedulerConfig scheduler_config;
   scheduler_config.max_num_batched_tokens = config.max_num_batched_tokens;

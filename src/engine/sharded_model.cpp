@@ -74,7 +74,7 @@ class ShardedModel::RankThread {
 
 std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& dir, const std::string& backend_name,
                                                  int size, int num_threads, int expert_parallel_size,
-                                                 int64_t num_redundant_experts) {
+                                                 int64_t num_redundant_experts, int decode_context_parallel_size) {
   if (expert_parallel_size != 1 && expert_parallel_size != size) {
     fail("--expert-parallel-size {}: must be 1 or the tensor-parallel size {} (experts are split over the "
          "tensor-parallel ranks)", expert_parallel_size, size);
@@ -82,6 +82,12 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
   if (num_redundant_experts < 0 || (num_redundant_experts > 0 && expert_parallel_size == 1)) {
     fail("--num-redundant-experts {}: needs expert parallelism (--expert-parallel-size equal to a tensor-parallel "
          "size above 1) and a count >= 0", num_redundant_experts);
+  }
+  // The context-parallel group is the tensor-parallel group: attention runs whole on each rank over its share of the
+  // tokens while the MLPs stay split, so one set of ranks and collectives serves both (no 2-D rank grid).
+  if (decode_context_parallel_size != 1 && decode_context_parallel_size != size) {
+    fail("--decode-context-parallel-size {}: must be 1 or the tensor-parallel size {} (the KV cache is split over "
+         "the tensor-parallel ranks)", decode_context_parallel_size, size);
   }
   std::unique_ptr<ShardedModel> sharded(new ShardedModel());
   sharded->dir_ = dir;
@@ -93,6 +99,12 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
     slot.owned_backend = sharded->backend_group_->make(rank);
     slot.backend = slot.owned_backend.get();
     slot.backend->set_expert_parallel(expert_parallel_size > 1, num_redundant_experts);
+    if (decode_context_parallel_size > 1 && !slot.backend->implements_decode_context_parallel()) {
+      fail("--decode-context-parallel-size {}: the {} backend does not implement decode context parallelism "
+           "(partial attention with its log-sum-exp); use --backend cpu", decode_context_parallel_size,
+           slot.backend->name());
+    }
+    slot.backend->set_decode_context_parallel(decode_context_parallel_size > 1);
     slot.owned_model = load_model(dir, *slot.backend);
     slot.model = slot.owned_model.get();
   });

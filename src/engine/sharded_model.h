@@ -22,9 +22,11 @@ class ShardedModel {
   // `num_threads`; "cuda": devices 0 .. size - 1), all ranks at once. `expert_parallel_size`: 1 (every rank holds
   // every expert of the MoE layers) or `size` (each rank its share: Backend::expert_parallel), with
   // `num_redundant_experts` extra expert slots per MoE layer for replicas (expert parallelism only).
+  // `decode_context_parallel_size`: 1, or `size` (each rank caches every size-th token of each sequence and the
+  // attention layers, whole on every rank, merge the ranks' partial attentions: Backend::decode_context_parallel).
   static std::unique_ptr<ShardedModel> load(const std::filesystem::path& dir, const std::string& backend_name,
                                             int size, int num_threads = 0, int expert_parallel_size = 1,
-                                            int64_t num_redundant_experts = 0);
+                                            int64_t num_redundant_experts = 0, int decode_context_parallel_size = 1);
   // One whole model on one backend, both owned by the caller.
   ShardedModel(Model& model, Backend& backend);
   ~ShardedModel();

@@ -45,6 +45,13 @@ class WeightLoader {
   Backend& backend() { return backend_; }
 
   const TensorParallelShard& shard() const { return shard_; }
+  // A loader of the same checkpoint whose sharded loads give whole tensors: for layers whose weights every rank
+  // holds (attention under decode context parallelism).
+  WeightLoader replicated() const {
+    WeightLoader whole(*this);
+    whole.shard_ = {};
+    return whole;
+  }
   // `count` items split evenly over the ranks: this rank's share; fails naming `what` unless it divides.
   int64_t shard_count(int64_t count, const std::string& what) const;
   // This rank's rows (dimension 0) of each part, concatenated: a column-parallel linear's weight or bias.

@@ -20,6 +20,7 @@ struct ServingModelConfig {
   int tensor_parallel_size = 1;
   int expert_parallel_size = 1;  // 1 or tensor_parallel_size (ShardedModel::load)
   int64_t num_redundant_experts = 0;  // with expert parallelism (ShardedModel::load)
+  int decode_context_parallel_size = 1;  // 1 or tensor_parallel_size (ShardedModel::load)
   EngineConfig engine;
 };
 

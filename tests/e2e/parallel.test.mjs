@@ -1,6 +1,7 @@
 // `tern serve --tensor-parallel-size 2` on CPU ranks (threads of one process, as CI has no GPUs): the same greedy
 // chat completions, streamed and not, as one rank; and the combinations it refuses. `tern generate` with expert
-// parallelism, redundant experts and expert placement every 2 steps gives one rank's greedy tokens.
+// parallelism, redundant experts and expert placement every 2 steps gives one rank's greedy tokens, and so does
+// decode context parallelism (each rank caching every other token), which refuses what it does not cover by name.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -8,13 +9,15 @@ import { startServer, post, readSse, ternBinary, modelDir } from './server.mjs';
 
 let one;
 let two;
+let contextParallel;
 
 before(async () => {
-  [one, two] = await Promise.all([startServer(), startServer({ args: ['--tensor-parallel-size', '2'] })]);
+  [one, two, contextParallel] = await Promise.all([startServer(), startServer({ args: ['--tensor-parallel-size', '2'] }),
+    startServer({ args: ['--tp', '2', '--decode-context-parallel-size', '2'] })]);
 });
 
 after(async () => {
-  await Promise.all([one, two].filter(Boolean).map((s) => s.stop()));
+  await Promise.all([one, two, contextParallel].filter(Boolean).map((s) => s.stop()));
 });
 
 const QUESTIONS = ['What is the capital of France?', 'Write a haiku about the sea.', 'List three prime numbers.'];
@@ -40,6 +43,15 @@ test('two CPU ranks answer greedy chat completions exactly as one', async () => 
     assert.equal(await chat(two, question, true), expected);
   }
   assert.match(two.stderr, /per tensor-parallel rank/);
+});
+
+test('two CPU ranks each caching every other token answer greedy chat completions exactly as one', async () => {
+  for (const question of QUESTIONS) {
+    const expected = await chat(one, question);
+    assert.equal(await chat(contextParallel, question), expected);
+    assert.equal(await chat(contextParallel, question, true), expected);
+  }
+  assert.match(contextParallel.stderr, /decode context parallelism over 2 ranks: each rank caches 1 token in 2/);
 });
 
 test('tensor parallelism refuses prefill/decode roles and heads that do not split', () => {
@@ -78,4 +90,29 @@ test('expert load balancing refuses flag combinations by name', () => {
   const interval = generate('qwen3_moe', ['--tp', '2', '--eplb-interval', '5']);
   assert.equal(interval.status, 1);
   assert.match(interval.stderr, /--eplb-interval 5: needs expert parallelism/);
+});
+
+test('decode context parallelism generates what one rank generates', () => {
+  // Blocks of 2 token slots per rank: the 12 tokens span 3 scheduler blocks of 4 over the 2 ranks.
+  for (const model of ['llama', 'qwen3', 'deepseek_v3']) {
+    const one = generate(model, ['--block-size', '2']);
+    assert.equal(one.status, 0, one.stderr);
+    const split = generate(model, ['--tp', '2', '--dcp', '2', '--block-size', '2']);
+    assert.equal(split.status, 0, split.stderr);
+    assert.equal(split.stdout, one.stdout, model);
+    assert.match(split.stderr, /decode context parallelism over 2 ranks/);
+  }
+});
+
+test('decode context parallelism refuses flag combinations and layers by name', () => {
+  const size = generate('llama', ['--tp', '2', '--decode-context-parallel-size', '4']);
+  assert.equal(size.status, 1);
+  assert.match(size.stderr, /--decode-context-parallel-size 4: must be 1 or the tensor-parallel size 2/);
+  const sinks = generate('gpt_oss', ['--tp', '2', '--dcp', '2']);
+  assert.equal(sinks.status, 1);
+  assert.match(sinks.stderr, /decode context parallelism: .* has attention sinks/);
+  const role = spawnSync(ternBinary, ['serve', '--model', modelDir('qwen3-chat-tiny'), '--tp', '2', '--dcp', '2',
+    '--role', 'prefill', '--port', '0'], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(role.status, 1);
+  assert.match(role.stderr, /--role prefill does not work with --decode-context-parallel-size 2/);
 });

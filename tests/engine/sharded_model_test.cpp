@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <random>
 #include <thread>
 
 #include "backend/cpu/host_collective.h"
@@ -196,6 +198,101 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+struct ContextParallelCase {
+  std::string model;
+  int size;
+};
+
+void PrintTo(const ContextParallelCase& c, std::ostream* os) {
+  *os << c.model << " with decode context parallelism over " << c.size << " ranks";
+}
+
+class DecodeContextParallelTest : public ::testing::TestWithParam<ContextParallelCase> {};
+
+// Each rank caches every size-th token and runs every attention head; the merged partial attentions give the
+// unsharded model's logits and greedy tokens, for prompts within one block and across several (blocks of 2 tokens
+// per rank: the 40-token prompt and its 24 tokens span 32 logical blocks over 2 ranks).
+TEST_P(DecodeContextParallelTest, MatchesTheUnshardedModel) {
+  const auto& [name, size] = GetParam();
+  const auto dir = fixtures_dir() / "models" / name;
+  const auto golden = read_json(dir / "golden.json");
+  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", size, 2, 1, 0, size);
+  for (int rank = 0; rank < size; ++rank) {
+    EXPECT_TRUE(sharded->backend(rank).decode_context_parallel());
+    EXPECT_EQ(sharded->backend(rank).kv_context_shard().rank, rank);
+    EXPECT_EQ(sharded->backend(rank).kv_context_shard().size, size);
+    // Attention is not split by heads: every rank caches the unsharded model's key/value heads.
+    EXPECT_EQ(sharded->model(rank).kv_layers()[0].num_kv_heads, whole->model(0).kv_layers()[0].num_kv_heads);
+  }
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
+    const std::string label = name + " prompt " + std::to_string(p) + " over " + std::to_string(size) + " ranks";
+    expect_same_outputs(*whole, *sharded, prompt, label);
+    EXPECT_EQ(sharded_greedy_tokens(*sharded, prompt, 24, 0, 2), sharded_greedy_tokens(*whole, prompt, 24)) << label;
+  }
+}
+
+// Requests sharing a prefix, on a pool far smaller than their load: the later ones hit the cached prefix blocks,
+// sequences are preempted and recomputed, and every request gets the tokens it gets alone on one rank.
+TEST_P(DecodeContextParallelTest, PrefixHitsAndPreemptionKeepTheTokens) {
+  const auto& [name, size] = GetParam();
+  const auto dir = fixtures_dir() / "models" / name;
+  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", size, 2, 1, 0, size);
+  std::mt19937 rng(7);
+  std::vector<int32_t> prefix(24);
+  for (auto& t : prefix) t = static_cast<int32_t>(rng() % 512);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    auto prompt = prefix;
+    for (int j = 0; j < 6 + i; ++j) prompt.push_back(static_cast<int32_t>(rng() % 512));
+    prompts.push_back(std::move(prompt));
+  }
+  EngineConfig config;
+  config.block_size = 2;              // per rank: logical blocks of 2 * size tokens
+  config.num_kv_blocks = 48 / size;  // 96 tokens for ~5 * 46 of load, less the shared prefix
+  config.max_num_batched_tokens = 64;
+  config.log_kv_cache = false;
+  EngineCore core(*sharded, config);
+  EXPECT_EQ(core.kv_cache_manager().block_size(), 2 * size) << "the scheduler's blocks hold every rank's share";
+  const auto request = [](const std::vector<int32_t>& prompt) {
+    GenerateRequest r;
+    r.prompt_token_ids = prompt;
+    r.sampling.temperature = 0.0f;
+    r.stop.max_tokens = 16;
+    r.stop.ignore_eos = true;
+    return r;
+  };
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  const auto drain = [&] {
+    while (core.has_unfinished_requests()) {
+      for (const auto& out : core.step()) {
+        tokens[out.request_id].insert(tokens[out.request_id].end(), out.token_ids.begin(), out.token_ids.end());
+      }
+    }
+  };
+  core.add_request(0, request(prompts[0]));  // caches the prefix for the others
+  drain();
+  for (size_t i = 1; i < prompts.size(); ++i) core.add_request(i, request(prompts[i]));
+  drain();
+  EXPECT_GT(core.stats().prefix_hit_tokens, 0);
+  EXPECT_GT(core.stats().num_preemptions, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(tokens[i], sharded_greedy_tokens(*whole, prompts[i], 16)) << name << " request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeContextParallelTest,
+                         ::testing::Values(ContextParallelCase{"llama", 2}, ContextParallelCase{"qwen3", 2},
+                                           ContextParallelCase{"deepseek_v3", 2}, ContextParallelCase{"llama", 4},
+                                           ContextParallelCase{"deepseek_v3", 4}),
+                         [](const auto& info) {
+                           std::string name = info.param.model + "_dcp" + std::to_string(info.param.size);
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
 // Each MoE layer's placement on every rank; the ranks must agree.
 std::vector<ExpertPlacement> placements(ShardedModel& model) {
   std::vector<ExpertPlacement> result;
@@ -306,6 +403,15 @@ TEST(ShardedModelErrors, ExpertParallelSizeMustBeOneOrTheTensorParallelSize) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(ShardedModelErrors, DecodeContextParallelismRefusesWhatItDoesNotCover) {
+  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", 2, 2, 1, 0, 4); },
+                 "--decode-context-parallel-size 4: must be 1 or the tensor-parallel size 2");
+  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "gpt_oss", "cpu", 2, 2, 1, 0, 2); },
+                 "has attention sinks");
+  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "deepseek_v4", "cpu", 2, 2, 1, 0, 2); },
+                 "is DeepSeek-V4's compressed attention");
 }
 
 TEST(ShardedModelErrors, HeadsThatDoNotSplitFailByName) {

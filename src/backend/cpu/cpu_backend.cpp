@@ -124,6 +124,7 @@ class CpuBackend final : public Backend {
 
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
     auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
+    cache.context_shard = kv_context_shard();
     const int64_t slots = num_blocks * block_size;
     cache.keys.resize(layers.size());
     cache.values.resize(layers.size());
@@ -191,6 +192,7 @@ class CpuBackend final : public Backend {
 
   int tensor_parallel_rank() const override { return rank_; }
   int tensor_parallel_size() const override { return collective_ ? collective_->size() : 1; }
+  bool implements_decode_context_parallel() const override { return true; }
 
   void all_reduce_sum(Tensor& x) override {
     if (!collective_) return;
@@ -343,7 +345,7 @@ class CpuBackend final : public Backend {
   }
 
   void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) override {
-    const auto slots = batch_slots(step.batch(), cache.block_size, cache.layer_group[layer]);
+    const auto slots = batch_slots(step.batch(), cache.block_size, cache.layer_group[layer], cache.context_shard);
     const int64_t key_row = cache.keys[layer].row_numel();
     const int64_t value_row = cache.values[layer].row_numel();
     if (key.row_numel() != key_row || (value_row && value.row_numel() != value_row)) {
@@ -351,6 +353,7 @@ class CpuBackend final : public Backend {
            key.row_numel(), value_row ? value.row_numel() : 0);
     }
     for (size_t t = 0; t < slots.size(); ++t) {
+      if (slots[t] < 0) continue;  // another context-parallel rank caches it
       std::memcpy(cache.keys[layer].ptr<float>() + slots[t] * key_row, key.ptr<float>() + t * key_row,
                   key_row * sizeof(float));
       if (value_row) {
@@ -362,81 +365,50 @@ class CpuBackend final : public Backend {
 
   Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                    const StepContext& step) override {
-    require_f32(query, "attention");
-    const auto& ctx = cpu_step(step);
-    const auto& batch = step.batch();
-    const int64_t num_tokens = query.size(0);
-    const int64_t num_heads = query.size(1);
-    const int64_t key_dim = query.size(2);
-    const KvLayerSpec& spec = cache.layers[layer];
-    const int64_t num_kv_heads = spec.num_kv_heads;
-    // Keys-only layers (MLA latent, shared K=V) read each value from the leading dims of its key.
-    const bool values_in_keys = spec.value_dim == 0;
-    const int64_t value_dim = values_in_keys ? params.values_from_keys : spec.value_dim;
-    if (values_in_keys && (value_dim <= 0 || value_dim > spec.key_dim)) {
-      fail("attention: layer {} caches keys only; values_from_keys must be in (0, {}], got {}", layer, spec.key_dim,
-           value_dim);
+    if (cache.context_shard.size > 1) {
+      fail("attention: layer {}'s cache holds rank {}'s share of {} (decode context parallelism); its attention is "
+           "partial_attention merged over the ranks", layer, cache.context_shard.rank, cache.context_shard.size);
     }
-    if (key_dim != spec.key_dim || num_heads % num_kv_heads != 0) {
-      fail("attention: layer {} query of {} heads x {} does not fit the cache's {} heads x {}", layer, num_heads,
-           key_dim, num_kv_heads, spec.key_dim);
-    }
-    const int64_t value_stride = values_in_keys ? spec.key_dim : value_dim;
-    const int64_t group = num_heads / num_kv_heads;
-    const int64_t block_size = cache.block_size;
-    const int table = cache.layer_group[layer];
-    const float* keys = cache.keys[layer].ptr<float>();
-    const float* values = values_in_keys ? keys : cache.values[layer].ptr<float>();
-    // Sinks may be checkpoint weights in bf16.
-    const std::vector<float> sink_values = params.sinks ? to_host_f32(*params.sinks) : std::vector<float>{};
-    if (params.sinks && static_cast<int64_t>(sink_values.size()) != num_heads) {
-      fail("attention: {} sinks for {} heads", sink_values.size(), num_heads);
-    }
-    const float* sinks = params.sinks ? sink_values.data() : nullptr;
-    Tensor out = host_tensor(DType::F32, {num_tokens, num_heads, value_dim});
+    return attend(query, cache, layer, params, step, nullptr);
+  }
 
-#pragma omp parallel
-    {
-      std::vector<float> scores;
-      std::vector<double> acc(value_dim);
-#pragma omp for collapse(2) schedule(dynamic, 4)
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        for (int64_t h = 0; h < num_heads; ++h) {
-          const auto& seq = batch.sequences[ctx.token_sequence[t]];
-          const int64_t pos = ctx.positions[t];
-          const int64_t first = params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
-          const int64_t kv_head = h / group;
-          const float* q = query.ptr<float>() + (t * num_heads + h) * key_dim;
-          // Scores and weighted sums accumulate in double; the softmax itself is float32, as in transformers'
-          // eager attention, which keeps this reference within float32 rounding of transformers' float64 runs.
-          scores.resize(pos - first + 1);
-          float max_score = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
-          for (int64_t j = first; j <= pos; ++j) {
-            const int64_t slot = static_cast<int64_t>(seq.block_tables[table][j / block_size]) * block_size + j % block_size;
-            const float* k = keys + (slot * num_kv_heads + kv_head) * key_dim;
-            double dot = 0.0;
-            for (int64_t d = 0; d < key_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
-            scores[j - first] = static_cast<float>(dot * params.scale);
-            max_score = std::max(max_score, scores[j - first]);
-          }
-          float denominator = sinks ? std::exp(sinks[h] - max_score) : 0.0f;
-          for (float& score : scores) {
-            score = std::exp(score - max_score);
-            denominator += score;
-          }
-          std::fill(acc.begin(), acc.end(), 0.0);
-          for (int64_t j = first; j <= pos; ++j) {
-            const double p = scores[j - first] / denominator;
-            const int64_t slot = static_cast<int64_t>(seq.block_tables[table][j / block_size]) * block_size + j % block_size;
-            const float* v = values + (slot * num_kv_heads + kv_head) * value_stride;
-            for (int64_t d = 0; d < value_dim; ++d) acc[d] += p * v[d];
-          }
-          float* o = out.ptr<float>() + (t * num_heads + h) * value_dim;
-          for (int64_t d = 0; d < value_dim; ++d) o[d] = static_cast<float>(acc[d]);
-        }
-      }
+  AttentionPartial partial_attention(const Tensor& query, const KvCache& cache, int layer,
+                                     const AttentionParams& params, const StepContext& step) override {
+    if (params.sinks) fail("partial_attention: layer {} has attention sinks, which no rank's share of tokens holds", layer);
+    Tensor lse = host_tensor(DType::F32, {query.size(0), query.size(1)});
+    Tensor out = attend(query, cache, layer, params, step, lse.ptr<float>());
+    return {std::move(out), std::move(lse)};
+  }
+
+  Tensor merge_attention_partials(const Tensor& outs, const Tensor& lses) override {
+    require_f32(outs, "merge_attention_partials");
+    require_f32(lses, "merge_attention_partials");
+    if (outs.shape.size() != 4 || lses.shape.size() != 3 || outs.size(0) != lses.size(0) ||
+        outs.size(1) != lses.size(1) || outs.size(2) != lses.size(2)) {
+      fail("merge_attention_partials: outputs {} and log-sum-exps {} are not [T, heads, ranks, dim] and "
+           "[T, heads, ranks]", shape_string(outs.shape), shape_string(lses.shape));
     }
-    return out;
+    const int64_t num_rows = outs.size(0) * outs.size(1);
+    const int64_t num_ranks = outs.size(2);
+    const int64_t dim = outs.size(3);
+    Tensor merged = host_tensor(DType::F32, {outs.size(0), outs.size(1), dim});
+#pragma omp parallel for
+    for (int64_t row = 0; row < num_rows; ++row) {
+      const float* lse = lses.ptr<float>() + row * num_ranks;
+      const float max_lse = *std::max_element(lse, lse + num_ranks);
+      std::vector<double> acc(static_cast<size_t>(dim), 0.0);
+      double total = 0.0;
+      for (int64_t r = 0; r < num_ranks; ++r) {
+        if (lse[r] == -std::numeric_limits<float>::infinity()) continue;  // the rank holds none of the row's tokens
+        const double weight = std::exp(static_cast<double>(lse[r]) - max_lse);
+        total += weight;
+        const float* out = outs.ptr<float>() + (row * num_ranks + r) * dim;
+        for (int64_t d = 0; d < dim; ++d) acc[d] += weight * out[d];
+      }
+      float* dst = merged.ptr<float>() + row * dim;
+      for (int64_t d = 0; d < dim; ++d) dst[d] = total > 0.0 ? static_cast<float>(acc[d] / total) : 0.0f;
+    }
+    return merged;
   }
 
   Tensor gather_logit_rows(const Tensor& x, const StepContext& step) override {
@@ -463,6 +435,96 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Causal attention of each query over the tokens of its sequence that `cache` holds (its context shard's); with
+  // `lse` [T, heads], also each row's log-sum-exp of scores (-inf, and a zero output, where the shard holds none).
+  Tensor attend(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
+                const StepContext& step, float* lse) {
+    require_f32(query, "attention");
+    const auto& ctx = cpu_step(step);
+    const auto& batch = step.batch();
+    const int64_t num_tokens = query.size(0);
+    const int64_t num_heads = query.size(1);
+    const int64_t key_dim = query.size(2);
+    const KvLayerSpec& spec = cache.layers[layer];
+    const int64_t num_kv_heads = spec.num_kv_heads;
+    // Keys-only layers (MLA latent, shared K=V) read each value from the leading dims of its key.
+    const bool values_in_keys = spec.value_dim == 0;
+    const int64_t value_dim = values_in_keys ? params.values_from_keys : spec.value_dim;
+    if (values_in_keys && (value_dim <= 0 || value_dim > spec.key_dim)) {
+      fail("attention: layer {} caches keys only; values_from_keys must be in (0, {}], got {}", layer, spec.key_dim,
+           value_dim);
+    }
+    if (key_dim != spec.key_dim || num_heads % num_kv_heads != 0) {
+      fail("attention: layer {} query of {} heads x {} does not fit the cache's {} heads x {}", layer, num_heads,
+           key_dim, num_kv_heads, spec.key_dim);
+    }
+    const int64_t value_stride = values_in_keys ? spec.key_dim : value_dim;
+    const int64_t group = num_heads / num_kv_heads;
+    const int64_t block_size = cache.block_size;
+    const int table = cache.layer_group[layer];
+    const KvContextShard& shard = cache.context_shard;
+    const int64_t tokens_per_block = shard.tokens_per_block(block_size);
+    const float* keys = cache.keys[layer].ptr<float>();
+    const float* values = values_in_keys ? keys : cache.values[layer].ptr<float>();
+    // Sinks may be checkpoint weights in bf16.
+    const std::vector<float> sink_values = params.sinks ? to_host_f32(*params.sinks) : std::vector<float>{};
+    if (params.sinks && static_cast<int64_t>(sink_values.size()) != num_heads) {
+      fail("attention: {} sinks for {} heads", sink_values.size(), num_heads);
+    }
+    const float* sinks = params.sinks ? sink_values.data() : nullptr;
+    Tensor out = host_tensor(DType::F32, {num_tokens, num_heads, value_dim});
+
+#pragma omp parallel
+    {
+      std::vector<float> scores;
+      std::vector<int64_t> slots;
+      std::vector<double> acc(value_dim);
+#pragma omp for collapse(2) schedule(dynamic, 4)
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        for (int64_t h = 0; h < num_heads; ++h) {
+          const auto& seq = batch.sequences[ctx.token_sequence[t]];
+          const int64_t pos = ctx.positions[t];
+          const int64_t first = params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
+          const int64_t kv_head = h / group;
+          const float* q = query.ptr<float>() + (t * num_heads + h) * key_dim;
+          slots.clear();  // of the positions in the window that this cache holds
+          for (int64_t j = first; j <= pos; ++j) {
+            if (shard.holds(j)) slots.push_back(shard.slot(seq.block_tables[table][j / tokens_per_block], j, block_size));
+          }
+          // Scores and weighted sums accumulate in double; the softmax itself is float32, as in transformers'
+          // eager attention, which keeps this reference within float32 rounding of transformers' float64 runs.
+          scores.resize(slots.size());
+          float max_score = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
+          for (size_t i = 0; i < slots.size(); ++i) {
+            const float* k = keys + (slots[i] * num_kv_heads + kv_head) * key_dim;
+            double dot = 0.0;
+            for (int64_t d = 0; d < key_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
+            scores[i] = static_cast<float>(dot * params.scale);
+            max_score = std::max(max_score, scores[i]);
+          }
+          float denominator = sinks ? std::exp(sinks[h] - max_score) : 0.0f;
+          for (float& score : scores) {
+            score = std::exp(score - max_score);
+            denominator += score;
+          }
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (size_t i = 0; i < slots.size(); ++i) {
+            const double p = scores[i] / denominator;
+            const float* v = values + (slots[i] * num_kv_heads + kv_head) * value_stride;
+            for (int64_t d = 0; d < value_dim; ++d) acc[d] += p * v[d];
+          }
+          if (lse) {
+            lse[t * num_heads + h] =
+                slots.empty() ? -std::numeric_limits<float>::infinity() : max_score + std::log(denominator);
+          }
+          float* o = out.ptr<float>() + (t * num_heads + h) * value_dim;
+          for (int64_t d = 0; d < value_dim; ++d) o[d] = static_cast<float>(acc[d]);
+        }
+      }
+    }
+    return out;
+  }
+
   std::shared_ptr<HostCollective> collective_;
   int rank_ = 0;
 };

@@ -3,12 +3,32 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/layers/cached_attention.h"
 
 namespace tern {
 
-GqaAttention::GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config,
+namespace {
+
+// Under decode context parallelism every rank runs every head over its share of the tokens: the weights are whole.
+WeightLoader attention_weights(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config) {
+  if (!weights.backend().decode_context_parallel()) return weights;
+  if (config.sinks) {
+    fail("decode context parallelism: {} has attention sinks (gpt-oss), whose softmax mass no rank's share of the "
+         "tokens holds; not supported", prefix);
+  }
+  if (config.sliding_window > 0) {
+    fail("decode context parallelism: {} is a sliding-window layer ({} tokens); not supported", prefix,
+         config.sliding_window);
+  }
+  return weights.replicated();
+}
+
+}  // namespace
+
+GqaAttention::GqaAttention(WeightLoader& checkpoint_weights, const std::string& prefix, const AttentionConfig& config,
                            const RopeTable& rope)
-    : config_(config), rope_(rope) {
+    : config_(config), rope_(rope), context_parallel_(checkpoint_weights.backend().decode_context_parallel()) {
+  WeightLoader weights = attention_weights(checkpoint_weights, prefix, config);
   // Tensor parallelism splits the heads: q/k/v are column-parallel, o_proj row-parallel (an all-reduce follows).
   // With fewer key/value heads than ranks, each rank keeps a copy of the one its query heads read (vLLM does the
   // same): query heads are split in order, so rank r's all belong to key/value head r * kv_heads / ranks.
@@ -68,7 +88,12 @@ Tensor GqaAttention::forward(Backend& backend, const Tensor& x, KvCache& cache, 
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   params.sliding_window = config_.sliding_window;
   params.sinks = sinks_ ? &*sinks_ : nullptr;
-  const Tensor attended = backend.attention(q, cache, layer, params, step);
+  const Tensor attended = cached_attention(backend, q, cache, layer, params, step);
+  // Every context-parallel rank holds every head's output: its o_proj is whole and needs no sum over the ranks.
+  if (context_parallel_) {
+    return backend.linear(attended.reshape({num_tokens, q_width}), output_weight_,
+                          output_bias_ ? &*output_bias_ : nullptr);
+  }
   return backend.linear_all_reduce(attended.reshape({num_tokens, q_width}), output_weight_,
                                    output_bias_ ? &*output_bias_ : nullptr);
 }

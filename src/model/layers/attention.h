@@ -25,7 +25,9 @@ struct AttentionConfig {
 
 class GqaAttention final : public AttentionBlock {
  public:
-  // Loads `<prefix>.q_proj`, `k_proj`, `v_proj`, `o_proj` (and `q_norm`, `k_norm`, `sinks` when configured).
+  // Loads `<prefix>.q_proj`, `k_proj`, `v_proj`, `o_proj` (and `q_norm`, `k_norm`, `sinks` when configured): this
+  // rank's heads under tensor parallelism, all of them under decode context parallelism (which sinks and sliding
+  // windows refuse by name).
   GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config, const RopeTable& rope);
 
   KvLayerSpec kv_spec() const override {
@@ -41,8 +43,9 @@ class GqaAttention final : public AttentionBlock {
                  const StepContext& step) const override;
 
  private:
-  AttentionConfig config_;  // heads of this tensor-parallel rank
+  AttentionConfig config_;  // heads of this tensor-parallel rank (all heads under decode context parallelism)
   RopeTable rope_;
+  bool context_parallel_ = false;  // the cache holds this rank's share of the tokens; weights are whole
   Tensor qkv_weight_;  // [(heads + 2 * kv_heads) * head_dim, hidden]
   std::optional<Tensor> qkv_bias_;
   Tensor output_weight_;  // [hidden, heads * head_dim]

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "model/layers/cached_attention.h"
+
 namespace tern {
 
 namespace {
@@ -84,7 +86,7 @@ Tensor MlaAttention::forward(Backend& backend, const Tensor& x, KvCache& cache, 
   AttentionParams params;
   params.scale = config_.softmax_scale;
   params.values_from_keys = rank;
-  const Tensor attended_latent = backend.attention(query, cache, layer, params, step);  // [T, heads, rank]
+  const Tensor attended_latent = cached_attention(backend, query, cache, layer, params, step);  // [T, heads, rank]
   const Tensor attended = backend.grouped_linear(attended_latent, value_up_);           // [T, heads, v]
   return backend.linear(attended.reshape({num_tokens, heads * config_.v_head_dim}), output_weight_, nullptr);
 }

@@ -4,6 +4,8 @@
 // runs in the latent space with the key and value up-projections absorbed into the query and the output:
 //   score_h = (W_UK_h^T q_nope_h) . latent + q_rope_h . k_rope,   out_h = W_UV_h (sum_j p_hj latent_j)
 // which is exactly the expanded form's result, for prefill and decode alike.
+// Its weights are replicated on tensor-parallel ranks; under decode context parallelism each rank caches its share of
+// the latents (cached_attention.h), the case DCP is for: the latent is one "head" that tensor parallelism cannot split.
 #include <optional>
 #include <string>
 

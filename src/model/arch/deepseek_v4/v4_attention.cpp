@@ -17,6 +17,10 @@ V4Attention::V4Attention(WeightLoader& weights, const std::string& prefix, const
       compress_rate_(v4.compress_rate(kind)),
       norm_eps_(static_cast<float>(config.rms_norm_eps)),
       rope_(rope) {
+  if (weights.backend().decode_context_parallel()) {
+    fail("decode context parallelism: {} is DeepSeek-V4's compressed attention (sliding window, sinks and compressed "
+         "entries); not supported", prefix);
+  }
   if (config.num_kv_heads != 1) fail("{}: V4 attention shares one K=V head, got {}", prefix, config.num_kv_heads);
   const int64_t hidden = config.hidden_size;
   const int64_t width = num_heads_ * head_dim_;
