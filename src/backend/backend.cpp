@@ -66,6 +66,18 @@ Tensor Backend::merge_attention_partials(const Tensor&, const Tensor&) {
   fail("backend {} has no merge_attention_partials op (decode context parallelism)", name());
 }
 
+Tensor Backend::all_to_all_rows(const Tensor&, std::span<const int64_t>, std::vector<int64_t>&) {
+  fail("backend {} has no all_to_all_rows op (data-parallel attention)", name());
+}
+
+Tensor Backend::select_rows(const Tensor&, std::span<const int32_t>) {
+  fail("backend {} has no select_rows op (data-parallel attention)", name());
+}
+
+void Backend::add_rows(Tensor&, const Tensor&, std::span<const int32_t>) {
+  fail("backend {} has no add_rows op (data-parallel attention)", name());
+}
+
 Tensor Backend::concat_columns(const Tensor&, const Tensor&) { fail("backend {} has no concat_columns op", name()); }
 
 Tensor Backend::from_host_i32(std::span<const int32_t> values, std::vector<int64_t> shape) {

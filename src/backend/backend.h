@@ -217,15 +217,24 @@ class Backend {
   // query [T, heads, head_dim] -> [T, heads, head_dim].
   virtual Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
                                       const CompressedAttentionParams& params, const StepContext& step);
-  // Tensor parallelism: the group of backends, one per device (or thread), that this one computes with. Ranks run
-  // the same model shard by shard and meet at these collectives, which every rank calls in the same order.
-  virtual int tensor_parallel_rank() const { return 0; }
-  virtual int tensor_parallel_size() const { return 1; }
-  // Expert parallelism: the MoE layers of this group's model keep only their rank's share of the experts and sum
-  // the ranks' outputs, instead of every expert on every rank; each layer has its E experts plus
-  // `num_redundant_experts` physical slots for replicas of busy ones (EPLB). Set by whoever forms the group, before
-  // the model loads.
-  bool expert_parallel() const { return expert_parallel_ && tensor_parallel_size() > 1; }
+  // The group of backends, one per device (or thread), that this one computes with: its rank and size. Ranks run
+  // the same model and meet at the collectives below, which every rank calls in the same order.
+  virtual int group_rank() const { return 0; }
+  virtual int group_size() const { return 1; }
+  // Tensor parallelism: the whole group shards the model's weights and all-reduces the sharded layers' outputs;
+  // under data parallelism nothing is tensor-parallel (a group of one for the weight loader and the all-reduces).
+  int tensor_parallel_rank() const { return data_parallel_ ? 0 : group_rank(); }
+  int tensor_parallel_size() const { return data_parallel_ ? 1 : group_size(); }
+  // Data-parallel attention (docs/parallelism.md): each rank runs whole attention, embedding, dense MLPs and
+  // lm_head for its own sequences, and the MoE layers exchange tokens with all_to_all_rows (expert parallelism is
+  // required). Set by whoever forms the group, before the model loads.
+  bool data_parallel() const { return data_parallel_ && group_size() > 1; }
+  void set_data_parallel(bool on) { data_parallel_ = on; }
+  // Expert parallelism: the MoE layers of this group's model keep only their rank's share of the experts, instead
+  // of every expert on every rank; each layer has its E experts plus `num_redundant_experts` physical slots for
+  // replicas of busy ones (EPLB). Outputs are summed over the ranks (all-reduce) or, under data parallelism, sent
+  // back to the tokens' ranks. Set by whoever forms the group, before the model loads.
+  bool expert_parallel() const { return expert_parallel_ && group_size() > 1; }
   int64_t num_redundant_experts() const { return expert_parallel() ? num_redundant_experts_ : 0; }
   void set_expert_parallel(bool on, int64_t num_redundant_experts = 0) {
     expert_parallel_ = on;
@@ -242,6 +251,16 @@ class Backend {
   KvContextShard kv_context_shard() const {
     return decode_context_parallel() ? KvContextShard{tensor_parallel_rank(), tensor_parallel_size()} : KvContextShard{};
   }
+  // All-to-all of rows x [S, ...] (any dtype): the first send_counts[0] rows go to rank 0, the next send_counts[1]
+  // to rank 1, and so on (one count per rank, zeros allowed). Returns the rows the ranks sent to this one, grouped
+  // by source rank in rank order, each source's in the order it sent them, and sets received_counts to their
+  // counts per source. Every rank of the group calls it, with or without rows to send.
+  virtual Tensor all_to_all_rows(const Tensor& x, std::span<const int64_t> send_counts,
+                                 std::vector<int64_t>& received_counts);
+  // Row gather and scatter-add of the MoE dispatch and combine: x [T, C] -> [rows.size(), C] with row i x[rows[i]];
+  // out[targets[i]] += x[i] for i in order.
+  virtual Tensor select_rows(const Tensor& x, std::span<const int32_t> rows);
+  virtual void add_rows(Tensor& out, const Tensor& x, std::span<const int32_t> targets);
   // x <- sum of x over the group's ranks; every rank gets the same values.
   virtual void all_reduce_sum(Tensor& x);
   // A row-parallel linear: linear(x, weight, bias) summed over the ranks (each holds its columns of the weight;
@@ -262,6 +281,7 @@ class Backend {
   }
 
  private:
+  bool data_parallel_ = false;
   bool expert_parallel_ = false;
   int64_t num_redundant_experts_ = 0;
   bool decode_context_parallel_ = false;

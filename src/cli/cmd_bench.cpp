@@ -62,9 +62,7 @@ struct BenchOptions {
 
 nlohmann::json run_engine_bench(const BenchOptions& options) {
   const auto load_start = Clock::now();
-  auto model = ShardedModel::load(options.model, options.backend, options.engine.tensor_parallel_size, options.threads,
-                                  options.engine.expert_parallel_size, options.engine.num_redundant_experts,
-                                  options.engine.decode_context_parallel_size);
+  auto model = ShardedModel::load(options.model, options.backend, options.engine.parallel, options.threads);
   const double load_s = seconds_since(load_start);
   EngineCore core(*model, options.engine.to_config("1GiB"));
   const double ready_s = seconds_since(load_start);  // weights, KV pool sizing and allocation, recorded steps
@@ -107,7 +105,8 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
       {"mode", "offline"},
       {"model", options.model},
       {"backend", model->backend(0).name()},
-      {"tensor_parallel_size", model->size()},
+      {"tensor_parallel_size", model->data_parallel() ? 1 : model->size()},
+      {"data_parallel_size", model->data_parallel() ? model->size() : 1},
       {"decode_context_parallel_size", model->backend(0).kv_context_shard().size},
       {"threads", options.threads == 0 ? static_cast<int>(std::thread::hardware_concurrency()) : options.threads},
       {"num_prompts", options.num_prompts},

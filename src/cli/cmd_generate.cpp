@@ -35,9 +35,7 @@ void add_generate_command(CLI::App& app) {
     request.sampling = options->sampling.to_params();
     request.stop.ignore_eos = options->sampling.ignore_eos;
     auto model =
-        ShardedModel::load(options->model, options->backend, options->engine.tensor_parallel_size, options->threads,
-                           options->engine.expert_parallel_size, options->engine.num_redundant_experts,
-                           options->engine.decode_context_parallel_size);
+        ShardedModel::load(options->model, options->backend, options->engine.parallel, options->threads);
     const int64_t limit = model->config().max_position_embeddings;
     if (static_cast<int64_t>(request.prompt_token_ids.size()) + options->max_tokens > limit) {
       fail("prompt of {} tokens plus {} new tokens exceeds the model's context of {}", request.prompt_token_ids.size(),

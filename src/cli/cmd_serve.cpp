@@ -64,13 +64,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--backend", config.model.backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--threads", config.model.num_threads, "CPU backend threads (0: all cores)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--tensor-parallel-size,--tp", config.model.tensor_parallel_size,
-                  "GPUs (or CPU ranks) the model is split over, one thread each, meeting through NCCL")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--expert-parallel-size,--ep", config.model.expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  add_expert_balancing_options(*cmd, config.model.num_redundant_experts, options->eplb_interval_steps);
-  add_decode_context_parallel_option(*cmd, config.model.decode_context_parallel_size);
+  add_parallel_options(*cmd, config.model.parallel);
+  add_eplb_interval_option(*cmd, options->eplb_interval_steps);
   cmd->add_option("--max-num-seqs", config.model.engine.max_num_seqs, "Sequences running at once")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", config.model.engine.max_num_batched_tokens, "Tokens per engine step")
@@ -125,7 +120,7 @@ void add_serve_command(CLI::App& app) {
       config.api_key = std::string(env);
     }
     config.model.engine.eplb_interval_steps =
-        eplb_interval_or_default(options->eplb_interval_steps, config.model.num_redundant_experts);
+        eplb_interval_or_default(options->eplb_interval_steps, config.model.parallel.num_redundant_experts);
     if (!options->kv_cache_memory.empty()) {
       config.model.engine.kv_cache_memory_bytes = parse_memory_size(options->kv_cache_memory);
     }
@@ -135,13 +130,15 @@ void add_serve_command(CLI::App& app) {
     config.http.log_requests = !options->disable_log_requests;
     config.model.engine.overlap_schedule = options->overlap_schedule == "on";
     disagg::check_disagg_config(options->disagg);
-    if (config.model.decode_context_parallel_size > 1 && options->disagg.role != "both") {
+    if (config.model.parallel.decode_context_parallel_size > 1 && options->disagg.role != "both") {
       fail("--role {} does not work with --decode-context-parallel-size {}: KV transfer moves whole blocks of one "
            "rank's cache, and each rank holds only its share of the tokens", options->disagg.role,
-           config.model.decode_context_parallel_size);
+           config.model.parallel.decode_context_parallel_size);
     }
-    if (config.model.tensor_parallel_size > 1 && options->disagg.role != "both") {
-      fail("--role {} needs --tensor-parallel-size 1: KV transfer moves one rank's cache", options->disagg.role);
+    if ((config.model.parallel.tensor_parallel_size > 1 || config.model.parallel.data_parallel_size > 1) &&
+        options->disagg.role != "both") {
+      fail("--role {} needs --tensor-parallel-size 1 and --data-parallel-size 1: KV transfer moves one rank's cache",
+           options->disagg.role);
     }
     config.attach = [disagg = options->disagg](server::OpenAiApi& api, server::ServingModel& model) {
       return disagg::attach_disagg_role(disagg, api, model);

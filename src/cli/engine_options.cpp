@@ -6,13 +6,8 @@
 namespace tern::cli {
 
 void EngineFlags::add_to(CLI::App& cmd) {
-  cmd.add_option("--tensor-parallel-size,--tp", tensor_parallel_size,
-                 "GPUs (or CPU ranks) the model is split over, one thread each")
-      ->check(CLI::PositiveNumber);
-  cmd.add_option("--expert-parallel-size,--ep", expert_parallel_size, "1, or the tensor-parallel size: MoE experts split over the ranks instead of replicated on each")
-      ->check(CLI::PositiveNumber);
-  add_expert_balancing_options(cmd, num_redundant_experts, eplb_interval_steps);
-  add_decode_context_parallel_option(cmd, decode_context_parallel_size);
+  add_parallel_options(cmd, parallel);
+  add_eplb_interval_option(cmd, eplb_interval_steps);
   cmd.add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 2GiB or 512MiB");
   cmd.add_option("--kv-cache-fraction", kv_cache_fraction,
                  "KV cache size as a fraction of available device memory (host memory on the CPU)")
@@ -48,24 +43,33 @@ EngineConfig EngineFlags::to_config(const std::string& default_memory) const {
   config.enable_prefix_cache = !no_prefix_cache;
   config.enable_chunked_prefill = !no_chunked_prefill;
   config.policy = policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-  config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, num_redundant_experts);
+  config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, parallel.num_redundant_experts);
   config.overlap_schedule = overlap_schedule == "on";
   return config;
 }
 
-void add_decode_context_parallel_option(CLI::App& cmd, int& decode_context_parallel_size) {
-  cmd.add_option("--decode-context-parallel-size,--dcp", decode_context_parallel_size,
-                 "1, or the tensor-parallel size: each rank caches every N-th token of each sequence (N times the "
-                 "context per rank's memory) and runs attention whole, merging the ranks' partial results")
+void add_parallel_options(CLI::App& cmd, ParallelConfig& parallel) {
+  cmd.add_option("--tensor-parallel-size,--tp", parallel.tensor_parallel_size,
+                 "GPUs (or CPU ranks) the model is split over, one thread each, meeting through NCCL on GPUs")
       ->check(CLI::PositiveNumber);
-}
-
-void add_expert_balancing_options(CLI::App& cmd, int64_t& num_redundant_experts,
-                                  std::optional<int64_t>& eplb_interval_steps) {
-  cmd.add_option("--num-redundant-experts", num_redundant_experts,
+  cmd.add_option("--expert-parallel-size,--ep", parallel.expert_parallel_size,
+                 "1, or the number of ranks: MoE experts split over the ranks instead of replicated on each")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--num-redundant-experts", parallel.num_redundant_experts,
                  "Extra expert slots per MoE layer, holding replicas of the busiest experts (with --ep; the experts "
                  "plus these must split evenly over the ranks)")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--decode-context-parallel-size,--dcp", parallel.decode_context_parallel_size,
+                 "1, or the tensor-parallel size: each rank caches every N-th token of each sequence (N times the "
+                 "context per rank's memory) and runs attention whole, merging the ranks' partial results")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--data-parallel-size,--dp", parallel.data_parallel_size,
+                 "CPU ranks with data-parallel attention: each runs its own requests with its own KV cache, and the "
+                 "MoE layers send tokens to their experts' ranks (needs --ep equal to it and --tp 1)")
+      ->check(CLI::PositiveNumber);
+}
+
+void add_eplb_interval_option(CLI::App& cmd, std::optional<int64_t>& eplb_interval_steps) {
   cmd.add_option("--eplb-interval", eplb_interval_steps,
                  "Engine steps between expert placements by measured load (0: never; default 1000 with redundant "
                  "experts, else 0)")

@@ -5,15 +5,13 @@
 #include <string>
 
 #include "engine/engine_config.h"
+#include "engine/sharded_model.h"
 #include "engine/sampling_params.h"
 
 namespace tern::cli {
 
 struct EngineFlags {
-  int tensor_parallel_size = 1;  // not EngineConfig fields: they decide how the model is loaded
-  int expert_parallel_size = 1;
-  int64_t num_redundant_experts = 0;
-  int decode_context_parallel_size = 1;
+  ParallelConfig parallel;  // not EngineConfig fields: they decide how the model is loaded
   std::optional<int64_t> eplb_interval_steps;  // unset: eplb_interval_or_default
   std::string kv_cache_memory;  // e.g. "2GiB"; empty: kv_cache_fraction, else the default below
   double kv_cache_fraction = 0.0;
@@ -31,12 +29,12 @@ struct EngineFlags {
   EngineConfig to_config(const std::string& default_memory) const;
 };
 
-// --decode-context-parallel-size (--dcp), shared by the commands that load a model.
-void add_decode_context_parallel_option(CLI::App& cmd, int& decode_context_parallel_size);
-
-// Flags of expert-parallel load balancing shared by the commands: --num-redundant-experts and --eplb-interval.
-void add_expert_balancing_options(CLI::App& cmd, int64_t& num_redundant_experts,
-                                  std::optional<int64_t>& eplb_interval_steps);
+// How the model is spread over ranks (ShardedModel::load), shared by the commands that load a model:
+// --tensor-parallel-size, --expert-parallel-size, --num-redundant-experts, --decode-context-parallel-size and
+// --data-parallel-size.
+void add_parallel_options(CLI::App& cmd, ParallelConfig& parallel);
+// --eplb-interval, for the commands that run the engine.
+void add_eplb_interval_option(CLI::App& cmd, std::optional<int64_t>& eplb_interval_steps);
 // The --eplb-interval given, else rebalancing every 1000 steps when there are redundant experts to place (the slots
 // pay only when placed by load) and never otherwise.
 int64_t eplb_interval_or_default(const std::optional<int64_t>& eplb_interval_steps, int64_t num_redundant_experts);

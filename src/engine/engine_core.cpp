@@ -119,11 +119,14 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   const KvContextShard context_shard = model_.backend(0).kv_context_shard();
   const auto scheduler_block_size = static_cast<int32_t>(context_shard.tokens_per_block(budget_.block_size));
   if (config.log_kv_cache) {
+    const char* per_rank = num_ranks == 1            ? ""
+                           : model_.data_parallel() ? ", per data-parallel rank"
+                                                    : ", per tensor-parallel rank";
     std::fprintf(stderr,
                  "tern: KV cache: %lld bytes per token (%s layers, KV cache groups: %zu%s), %d blocks of %d tokens = "
                  "%lld tokens, %.1f MiB%s\n",
                  static_cast<long long>(budget_.bytes_per_token), kv_layers_summary(layers).c_str(), groups.size(),
-                 num_ranks > 1 ? ", per tensor-parallel rank" : "", budget_.num_blocks, budget_.block_size,
+                 per_rank, budget_.num_blocks, budget_.block_size,
                  static_cast<long long>(budget_.num_tokens()), budget_.total_bytes() / 1048576.0,
                  num_ranks > 1 ? " on each rank" : "");
     if (context_shard.size > 1) {
@@ -136,8 +139,13 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   }
   std::vector<int64_t> group_sliding_windows;
   for (const auto& group : groups) group_sliding_windows.push_back(group.sliding_window_tokens);
-  kv_ = std::make_unique<KvCacheManager>(budget_.num_blocks, scheduler_block_size, config.enable_prefix_cache,
-                                         shareable_prefix_tokens(layers), std::move(group_sliding_windows));
+  const bool data_parallel = model_.data_parallel();
+  std::vector<KvCacheManager*> rank_kvs;
+  for (int r = 0; r < (data_parallel ? num_ranks : 1); ++r) {
+    kvs_.push_back(std::make_unique<KvCacheManager>(budget_.num_blocks, scheduler_block_size, config.enable_prefix_cache,
+                                                    shareable_prefix_tokens(layers), group_sliding_windows));
+    rank_kvs.push_back(kvs_.back().get());
+  }
   SchedulerConfig scheduler_config;
   scheduler_config.max_num_batched_tokens = config.max_num_batched_tokens;
   scheduler_config.max_num_seqs = config.max_num_seqs;
@@ -145,7 +153,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   scheduler_config.enable_chunked_prefill = config.enable_chunked_prefill;
   scheduler_config.policy = config.policy;
   scheduler_config.eos_token_ids = model_.config().eos_token_ids;
-  scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), *kv_, std::move(text_streams));
+  scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), std::move(rank_kvs), std::move(text_streams));
   overlap_schedule_ = config.overlap_schedule;
   runners_.resize(static_cast<size_t>(num_ranks));
   const auto record_start = std::chrono::steady_clock::now();
@@ -153,23 +161,38 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   model_.run_on_ranks([&](int rank) {
     Backend& backend = model_.backend(rank);
     Model& model = model_.model(rank);
-    const bool samples = rank == 0;  // the other ranks only compute their shards
+    // Tensor-parallel ranks other than the first only compute their shards; data-parallel ranks sample their own
+    // sequences.
+    const bool samples = rank == 0 || data_parallel;
+    const int32_t data_parallel_rank = data_parallel ? rank : -1;
     if (on_device) {
       // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size),
-          budget_.num_blocks, config.max_num_seqs, samples);
+          budget_.num_blocks, config.max_num_seqs, samples, data_parallel_rank);
       recorded[rank] = runners_[rank]->record_decode_steps();
     } else {
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks, budget_.block_size), -1, 0,
-          samples);
+          samples, data_parallel_rank);
     }
   });
   if (config.log_kv_cache && recorded[0] > 0) {
     std::fprintf(stderr, "tern: recorded decode steps for %d batch sizes in %.2f s\n", recorded[0],
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count());
   }
+}
+
+StepResult EngineCore::merge_results(const StepPlan& plan, std::vector<StepResult> results) const {
+  if (!model_.data_parallel()) return std::move(results.front());
+  // Each rank's tokens are its sampled chunks in plan order.
+  std::vector<size_t> next(results.size(), 0);
+  StepResult merged;
+  for (const auto& chunk : plan.chunks) {
+    if (!chunk.sample) continue;
+    merged.tokens.push_back(std::move(results.at(static_cast<size_t>(chunk.rank)).tokens.at(next[chunk.rank]++)));
+  }
+  return merged;
 }
 
 void EngineCore::require_one_rank(const char* what) const {
@@ -219,7 +242,7 @@ std::vector<RequestOutput> EngineCore::step() {
     std::vector<StepResult> results(runners_.size());
     model_.run_on_ranks([&](int rank) { results[rank] = runners_[rank]->finish(std::move(ranks[rank])); });
     const auto applying = Clock::now();
-    append(scheduler_->update(finished_plan, results.front()));
+    append(scheduler_->update(finished_plan, merge_results(finished_plan, std::move(results))));
     update_s += std::chrono::duration<double>(Clock::now() - applying).count();
   };
   const auto apply_in_flight = [&] {
@@ -261,17 +284,17 @@ void EngineCore::with_cached_prompt_blocks(std::span<const int32_t> prompt, int3
     fail("KV export: needs a model whose layers all keep every block; this one's are {}", kv_layers_summary(cache.layers));
   }
   SequenceBlocks cached;
-  kv_->match_prefix(cached, prompt);
+  kvs_.front()->match_prefix(cached, prompt);
   const int32_t num_cached = cached.num_blocks();
   const int32_t begin = std::clamp(first_block, 0, num_cached);
   const int32_t end = std::clamp(begin + std::max(max_blocks, 0), begin, num_cached);
   try {
     use(std::span<const int32_t>(cached.tables[0]).subspan(begin, end - begin));
   } catch (...) {
-    kv_->free(cached);
+    kvs_.front()->free(cached);
     throw;
   }
-  kv_->free(cached);
+  kvs_.front()->free(cached);
 }
 
 std::vector<uint8_t> EngineCore::export_prompt_kv(std::span<const int32_t> prompt, int32_t first_block,
@@ -294,13 +317,13 @@ std::vector<uint8_t> EngineCore::export_prompt_kv_to(std::span<const int32_t> pr
 
 int32_t EngineCore::import_prompt_blocks(std::span<const int32_t> prompt, int32_t first_block, int32_t num_blocks,
                                          const std::function<void(std::span<const int32_t>, int32_t)>& fill) {
-  const auto block_size = static_cast<int64_t>(kv_->block_size());
+  const auto block_size = static_cast<int64_t>(kvs_.front()->block_size());
   const int64_t reusable = prompt.empty() ? 0 : static_cast<int64_t>(prompt.size() - 1) / block_size;
   if (first_block < 0 || first_block + num_blocks > reusable) {
     fail("KV import: blocks [{}, {}) of a prompt of {} tokens, which has {} reusable blocks of {}", first_block,
          first_block + num_blocks, prompt.size(), reusable, block_size);
   }
-  const auto to_fill = kv_->import_prefix(prompt, first_block, num_blocks);
+  const auto to_fill = kvs_.front()->import_prefix(prompt, first_block, num_blocks);
   // to_fill is the blocks cached already (-1) followed by the new ones.
   const auto first_new = std::find_if(to_fill.begin(), to_fill.end(), [](int32_t b) { return b >= 0; });
   const std::vector<int32_t> fresh(first_new, to_fill.end());
@@ -349,12 +372,16 @@ EngineStats EngineCore::stats() const {
   EngineStats s;
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
-  s.num_kv_blocks = kv_->num_blocks();
-  s.num_free_kv_blocks = kv_->num_available_blocks();
-  s.kv_usage = kv_->usage();
-  s.prefix_query_tokens = kv_->prefix_stats().num_query_tokens;
-  s.prefix_hit_tokens = kv_->prefix_stats().num_hit_tokens;
-  s.prefix_hit_rate = kv_->prefix_stats().hit_rate();
+  int64_t num_held_blocks = 0;
+  for (const auto& kv : kvs_) {
+    s.num_kv_blocks += kv->num_blocks();
+    s.num_free_kv_blocks += kv->num_available_blocks();
+    num_held_blocks += kv->num_blocks() - kv->num_available_blocks();
+    s.prefix_query_tokens += kv->prefix_stats().num_query_tokens;
+    s.prefix_hit_tokens += kv->prefix_stats().num_hit_tokens;
+  }
+  s.kv_usage = static_cast<double>(num_held_blocks) / s.num_kv_blocks;
+  s.prefix_hit_rate = s.prefix_query_tokens ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;
   const auto& c = scheduler_->counters();
   s.num_preemptions = c.num_preemptions;
   s.num_computed_tokens = c.num_computed_tokens;

@@ -36,6 +36,8 @@ class EngineCore {
   EngineCore(Model& model, Backend& backend, EngineConfig config, TextStreamFactory text_streams = {});
   // Every rank of a tensor-parallel group runs each step; rank 0's sampled tokens are the step's result. The KV
   // pool has the same blocks on every rank (each holds its heads), sized by the rank with the least memory.
+  // Under data-parallel attention each rank runs (and samples) its own sequences with a KV pool of its own, of that
+  // size; the step's result is the ranks' tokens in plan order.
   EngineCore(ShardedModel& model, EngineConfig config, TextStreamFactory text_streams = {});
 
   // Throws tern::Error naming what is wrong with the request. Reads only immutable state: safe from any thread.
@@ -75,7 +77,8 @@ class EngineCore {
   EngineStats stats() const;
   const StepTiming& last_step_timing() const { return last_step_timing_; }
   const KvCacheBudget& kv_budget() const { return budget_; }
-  const KvCacheManager& kv_cache_manager() const { return *kv_; }
+  // Rank `rank`'s blocks under data-parallel attention (each rank has its own cache); else the one pool.
+  const KvCacheManager& kv_cache_manager(int rank = 0) const { return *kvs_.at(static_cast<size_t>(rank)); }
   int64_t max_model_len() const { return max_model_len_; }
 
  private:
@@ -90,6 +93,8 @@ class EngineCore {
   std::vector<PendingStep> launch(const StepPlan& plan);
   ModelRunner& leader() { return *runners_.front(); }
   void require_one_rank(const char* what) const;
+  // The step's result from each rank's: rank 0's, or under data parallelism every rank's tokens in plan order.
+  StepResult merge_results(const StepPlan& plan, std::vector<StepResult> results) const;
   // Calls `use` with the block ids of blocks [first_block, first_block + max_blocks) of `prompt` that the prefix
   // cache holds (see export_prompt_kv), keeping them referenced meanwhile.
   void with_cached_prompt_blocks(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks,
@@ -103,7 +108,7 @@ class EngineCore {
   ShardedModel& model_;
   int64_t max_model_len_ = 0;
   KvCacheBudget budget_;
-  std::unique_ptr<KvCacheManager> kv_;
+  std::vector<std::unique_ptr<KvCacheManager>> kvs_;  // one, or one per data-parallel rank
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<ModelRunner>> runners_;  // one per rank
   bool overlap_schedule_ = true;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "model/layers/sparse_moe.h"
 
 namespace tern {
 
@@ -37,12 +38,13 @@ std::future<void> prepare_masks_async(std::vector<SequenceSampler*> constrained)
 }  // namespace
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block, int32_t max_num_seqs,
-                         bool samples_tokens)
+                         bool samples_tokens, int32_t data_parallel_rank)
     : model_(model),
       backend_(backend),
       cache_(std::move(cache)),
       scratch_block_(scratch_block),
-      samples_tokens_(samples_tokens) {
+      samples_tokens_(samples_tokens),
+      data_parallel_rank_(data_parallel_rank) {
   // Steps an earlier runner recorded on this backend read and write that runner's KV cache, not this one's: a
   // backend keeps its recordings by batch shape, so a second engine on the same model would replay them.
   backend_.discard_recorded_steps();
@@ -105,10 +107,25 @@ bool ModelRunner::samples_on_device(const StepPlan& plan) {
   return true;
 }
 
-PendingStep ModelRunner::launch(const StepPlan& plan) {
-  apply_sequence_changes(plan);
+PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
+  apply_sequence_changes(whole_plan);
   PendingStep pending;
-  if (plan.chunks.empty()) return pending;
+  if (whole_plan.chunks.empty()) return pending;
+  // Under data parallelism: this rank's chunks (samplers of every sequence are kept, which costs little and lets
+  // the first rank decide for all whether a step samples on the device).
+  std::optional<StepPlan> rank_plan;
+  if (data_parallel_rank_ >= 0) {
+    rank_plan.emplace();
+    for (const auto& chunk : whole_plan.chunks) {
+      if (chunk.rank == data_parallel_rank_) rank_plan->chunks.push_back(chunk);
+    }
+    if (rank_plan->chunks.empty()) {
+      serve_expert_peers(model_, backend_);
+      previous_rows_.clear();
+      return pending;
+    }
+  }
+  const StepPlan& plan = rank_plan ? *rank_plan : whole_plan;
 
   ForwardBatch batch;
   batch.token_ids.reserve(static_cast<size_t>(plan.num_tokens()));

@@ -31,8 +31,11 @@ class ModelRunner {
   // `samples_tokens`: false for the tensor-parallel ranks other than the first, which run the same forward steps
   // (their collectives meet the first rank's) but leave host sampling and reading ids back to it; their results
   // hold no tokens. They still pick the device-sampled ids, which their next step's tokens in flight come from.
+  // `data_parallel_rank` >= 0: data-parallel attention (Backend::data_parallel), where this runner computes and
+  // samples only the plan's chunks of that rank (ScheduledChunk::rank) in its own KV cache; with none in a step it
+  // still serves the other ranks' tokens in every MoE layer (serve_expert_peers). -1: every chunk.
   ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block = -1, int32_t max_num_seqs = 0,
-              bool samples_tokens = true);
+              bool samples_tokens = true, int32_t data_parallel_rank = -1);
 
   // Launches the plan's step and returns without waiting for its sampled ids when every sampled row samples on
   // the device (else the host samples its rows before returning). A chunk whose last token is kTokenInFlight gets
@@ -73,6 +76,7 @@ class ModelRunner {
   KvCache cache_;
   int32_t scratch_block_ = -1;
   bool samples_tokens_ = true;
+  int32_t data_parallel_rank_ = -1;
   std::vector<int32_t> decode_buckets_;  // ascending
   std::unordered_map<uint64_t, SequenceSampler> samplers_;
   // The last launched step's sampled ids [R] int32 in the backend's memory, and the row of each sequence it sampled

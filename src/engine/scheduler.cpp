@@ -23,14 +23,21 @@ bool Scheduler::WaitingOrder::operator()(const Sequence* a, const Sequence* b) c
 }
 
 Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, TextStreamFactory text_streams)
-    : config_(std::move(config)), kv_(kv), text_streams_(std::move(text_streams)), waiting_(WaitingOrder{config_.policy}) {
+    : Scheduler(std::move(config), std::vector<KvCacheManager*>{&kv}, std::move(text_streams)) {}
+
+Scheduler::Scheduler(SchedulerConfig config, std::vector<KvCacheManager*> rank_kvs, TextStreamFactory text_streams)
+    : config_(std::move(config)),
+      kvs_(std::move(rank_kvs)),
+      text_streams_(std::move(text_streams)),
+      waiting_(WaitingOrder{config_.policy}) {
+  if (kvs_.empty()) fail("scheduler: needs a KV cache manager");
   if (config_.max_num_batched_tokens < 1) fail("scheduler: max_num_batched_tokens must be >= 1");
   if (config_.max_num_seqs < 1) fail("scheduler: max_num_seqs must be >= 1");
   if (config_.max_model_len < 2) fail("scheduler: max_model_len {} must be >= 2", config_.max_model_len);
 }
 
 Scheduler::~Scheduler() {
-  for (auto& [id, seq] : sequences_) kv_.free(seq->blocks);
+  for (auto& [id, seq] : sequences_) kv(*seq).free(seq->blocks);
 }
 
 void Scheduler::validate(const GenerateRequest& request) const {
@@ -40,9 +47,9 @@ void Scheduler::validate(const GenerateRequest& request) const {
     fail("request: prompt of {} tokens leaves no room to generate within the context of {}", prompt_len,
          config_.max_model_len);
   }
-  if (kv_.max_blocks_held(prompt_len + 1) > kv_.num_blocks()) {
+  if (kvs_[0]->max_blocks_held(prompt_len + 1) > kvs_[0]->num_blocks()) {
     fail("request: prompt of {} tokens needs {} KV blocks but the cache has {} of {} tokens; give the KV cache more "
-         "memory", prompt_len, kv_.max_blocks_held(prompt_len + 1), kv_.num_blocks(), kv_.block_size());
+         "memory", prompt_len, kvs_[0]->max_blocks_held(prompt_len + 1), kvs_[0]->num_blocks(), kvs_[0]->block_size());
   }
   if (!request.stop.stop_strings.empty() && !text_streams_) {
     fail("request: stop strings need detokenized text, and this engine runs without a tokenizer");
@@ -113,7 +120,8 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
     cache_known_blocks(seq);
     const int32_t num_new = std::min(seq.num_uncomputed_tokens(), chunk_limit(seq, budget));
     bool preempted_self = false;
-    while (!kv_.allocate(seq.blocks, seq.num_computed_tokens, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
+    const int64_t end = static_cast<int64_t>(seq.num_computed_tokens) + num_new;
+    while (!kv(seq).allocate(seq.blocks, seq.num_computed_tokens, end)) {
       const size_t victim = pick_victim(i);
       preempt(victim);
       preempted = true;
@@ -137,24 +145,26 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
     if (seq.num_tokens_in_flight > 0) break;
     // A fork arrives holding its prompt's shared blocks; anything else looks its prefix up in the cache.
     const bool matched_now = seq.blocks.num_blocks() == 0;
-    if (matched_now) seq.num_computed_tokens = kv_.match_prefix(seq.blocks, seq.token_ids);
+    if (matched_now) seq.num_computed_tokens = match_prefix_on_best_rank(seq);
     const int32_t remaining = seq.num_uncomputed_tokens();
     const int32_t num_new = std::min(remaining, chunk_limit(seq, budget));
     // Without chunked prefill a prompt waits for a step with room for all of it, unless it exceeds any step.
     const bool whole_or_alone = num_new == remaining || budget == config_.max_num_batched_tokens;
     if ((!config_.enable_chunked_prefill && !whole_or_alone) ||
-        !kv_.allocate(seq.blocks, seq.num_computed_tokens, static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
+        !kv(seq).allocate(seq.blocks, seq.num_computed_tokens,
+                          static_cast<int64_t>(seq.num_computed_tokens) + num_new)) {
       if (matched_now) {
-        kv_.free(seq.blocks);
+        kv(seq).free(seq.blocks);
         seq.num_computed_tokens = 0;
       }
       break;
     }
     if (matched_now) {
-      kv_.record_prefix_query(static_cast<int64_t>(seq.token_ids.size()), seq.num_computed_tokens);
+      kv(seq).record_prefix_query(static_cast<int64_t>(seq.token_ids.size()), seq.num_computed_tokens);
       if (seq.index == 0 && !seq.request->num_cached_tokens) seq.request->num_cached_tokens = seq.num_computed_tokens;
     }
     waiting_.erase(waiting_.begin());
+    seq.rank_fixed = true;
     seq.status = SequenceStatus::kRunning;
     running_.push_back(&seq);
     emit_chunk(plan, seq, num_new);
@@ -162,22 +172,40 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   }
 }
 
+int32_t Scheduler::match_prefix_on_best_rank(Sequence& seq) {
+  if (seq.rank_fixed || kvs_.size() == 1) return kv(seq).match_prefix(seq.blocks, seq.token_ids);
+  std::vector<RankLoad> loads(kvs_.size());
+  for (const Sequence* running : running_) ++loads[static_cast<size_t>(running->rank)].num_running;
+  std::vector<SequenceBlocks> matches(kvs_.size());
+  for (size_t r = 0; r < kvs_.size(); ++r) {
+    loads[r].num_available_blocks = kvs_[r]->num_available_blocks();
+    loads[r].num_cached_tokens = kvs_[r]->match_prefix(matches[r], seq.token_ids);
+  }
+  const int best = pick_data_parallel_rank(loads);
+  for (size_t r = 0; r < kvs_.size(); ++r) {
+    if (static_cast<int>(r) != best) kvs_[r]->free(matches[r]);
+  }
+  seq.rank = best;
+  seq.blocks = std::move(matches[static_cast<size_t>(best)]);
+  return loads[static_cast<size_t>(best)].num_cached_tokens;
+}
+
 bool Scheduler::ends_with_token_in_flight(const Sequence& seq) const {
   if (seq.num_tokens_in_flight == 0) return false;
   // The conditions of append_token's kLength finish, known before the token's id.
   const int32_t num_tokens = seq.num_tokens();
   return num_tokens - seq.num_prompt_tokens >= seq.request->max_output_tokens ||
-         kv_.max_blocks_held(static_cast<int64_t>(num_tokens)) > kv_.num_blocks();
+         kv(seq).max_blocks_held(static_cast<int64_t>(num_tokens)) > kv(seq).num_blocks();
 }
 
 void Scheduler::cache_known_blocks(Sequence& seq) {
   // Only blocks of known tokens: with overlap scheduling the last computed token may still be in flight.
-  kv_.cache_blocks(seq.blocks, seq.token_ids,
-                   std::min(seq.num_computed_tokens, static_cast<int32_t>(seq.token_ids.size())));
+  kv(seq).cache_blocks(seq.blocks, seq.token_ids,
+                       std::min(seq.num_computed_tokens, static_cast<int32_t>(seq.token_ids.size())));
 }
 
 int32_t Scheduler::chunk_limit(const Sequence& seq, int32_t budget) const {
-  const int64_t fitting = kv_.max_tokens_held(seq.num_computed_tokens) - seq.num_computed_tokens;
+  const int64_t fitting = kv(seq).max_tokens_held(seq.num_computed_tokens) - seq.num_computed_tokens;
   return static_cast<int32_t>(std::min<int64_t>(budget, fitting));
 }
 
@@ -189,6 +217,7 @@ void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens
   }
   ScheduledChunk chunk;
   chunk.sequence_id = seq.id;
+  chunk.rank = seq.rank;
   chunk.num_cached_tokens = seq.num_computed_tokens;
   chunk.num_prompt_tokens = seq.num_prompt_tokens;
   const int32_t end = seq.num_computed_tokens + num_new_tokens;
@@ -214,14 +243,14 @@ size_t Scheduler::pick_victim(size_t first) const {
     return std::make_tuple(priority, s->request->arrival, s->index);
   };
   for (size_t i = first + 1; i < running_.size(); ++i) {
-    if (key(running_[i]) > key(running_[victim])) victim = i;
+    if (running_[i]->rank == running_[first]->rank && key(running_[i]) > key(running_[victim])) victim = i;
   }
   return victim;
 }
 
 void Scheduler::preempt(size_t running_index) {
   Sequence& seq = *running_[running_index];
-  kv_.free(seq.blocks);
+  kv(seq).free(seq.blocks);
   seq.num_computed_tokens = 0;
   seq.status = SequenceStatus::kWaiting;
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
@@ -235,11 +264,14 @@ void Scheduler::fork(Sequence& first) {
   // Whole blocks of the prompt, leaving each fork at least one prompt token to compute for its own first sample.
   // A first sequence preempted before its first token arrived holds no blocks to share.
   const int32_t max_shared_blocks =
-      std::min((first.num_prompt_tokens - 1) / kv_.block_size(), first.blocks.num_blocks());
+      std::min((first.num_prompt_tokens - 1) / kv(first).block_size(), first.blocks.num_blocks());
   for (int32_t index = 1; index < request.request.sampling.n; ++index) {
     Sequence& fork = new_sequence(request, index);
-    fork.blocks = kv_.fork(first.blocks, max_shared_blocks);
-    fork.num_computed_tokens = fork.blocks.num_blocks() * kv_.block_size();
+    // Its shared blocks are in the first sequence's rank's cache.
+    fork.rank = first.rank;
+    fork.rank_fixed = true;
+    fork.blocks = kv(first).fork(first.blocks, max_shared_blocks);
+    fork.num_computed_tokens = fork.blocks.num_blocks() * kv(first).block_size();
     waiting_.insert(&fork);
   }
 }
@@ -298,7 +330,7 @@ RequestOutput Scheduler::append_token(Sequence& seq, const SampledToken& sample)
     if (stopped_by_string) {
       finish(seq, FinishReason::kStop, false, output);
     } else if (seq.num_output_tokens() >= request.max_output_tokens ||
-               kv_.max_blocks_held(static_cast<int64_t>(seq.token_ids.size())) > kv_.num_blocks()) {
+               kv(seq).max_blocks_held(static_cast<int64_t>(seq.token_ids.size())) > kv(seq).num_blocks()) {
       // The second condition: the next token's KV would not fit even in an empty pool.
       finish(seq, FinishReason::kLength, true, output);
     }
@@ -319,7 +351,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, bool flush_text, Requ
       output.text += rest;
     }
   }
-  kv_.free(seq.blocks);
+  kv(seq).free(seq.blocks);
   if (seq.status == SequenceStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), &seq));
   } else if (seq.status == SequenceStatus::kWaiting) {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/data_parallel_rank.h"
 #include "engine/request.h"
 #include "engine/sequence.h"
 #include "engine/step_plan.h"
@@ -40,6 +41,10 @@ struct SchedulerCounters {
 class Scheduler {
  public:
   Scheduler(SchedulerConfig config, KvCacheManager& kv, TextStreamFactory text_streams = {});
+  // Data-parallel attention: one KV cache manager per rank (equal sizes), each holding only its sequences' blocks.
+  // A sequence goes to the rank pick_data_parallel_rank chooses when first admitted and stays there (Sequence::rank);
+  // its chunks carry the rank.
+  Scheduler(SchedulerConfig config, std::vector<KvCacheManager*> rank_kvs, TextStreamFactory text_streams = {});
   ~Scheduler();
 
   // Checks what the scheduler can tell about a request (prompt length against the context and the pool, stop
@@ -73,6 +78,10 @@ class Scheduler {
   };
 
   Sequence& new_sequence(RequestState& request, int32_t index);
+  KvCacheManager& kv(const Sequence& seq) const { return *kvs_[static_cast<size_t>(seq.rank)]; }
+  // Gives a sequence without blocks the longest cached prefix of its tokens on its rank, choosing the rank first
+  // when it has none yet (pick_data_parallel_rank); returns the number of cached tokens.
+  int32_t match_prefix_on_best_rank(Sequence& seq);
   bool schedule_running(StepPlan& plan, int32_t& budget);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
   // The most tokens the sequence may compute this step: the budget, and what the pool holds for it alone.
@@ -83,7 +92,8 @@ class Scheduler {
   // nothing more is scheduled for it.
   bool ends_with_token_in_flight(const Sequence& seq) const;
   void emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
-  // The running sequence at or after `first` to preempt: lowest priority, then latest arrival.
+  // The running sequence at or after `first` to preempt, among those on running_[first]'s rank (only their blocks
+  // make room there): lowest priority, then latest arrival.
   size_t pick_victim(size_t first) const;
   void preempt(size_t running_index);
   void fork(Sequence& first);
@@ -97,7 +107,7 @@ class Scheduler {
   Usage usage(const RequestState& request) const;
 
   SchedulerConfig config_;
-  KvCacheManager& kv_;
+  std::vector<KvCacheManager*> kvs_;  // per data-parallel rank
   TextStreamFactory text_streams_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;

@@ -28,6 +28,11 @@ struct Sequence {
   // prompt and output (keeping the output it already streamed).
   int32_t num_computed_tokens = 0;
   SequenceBlocks blocks;
+  // The data-parallel rank whose KV cache holds `blocks` (0 without data parallelism). Chosen when the sequence is
+  // first admitted and fixed from then on (`rank_fixed`): that rank's runner holds its sampler's state (random
+  // draws, the counts of penalties), so a preempted sequence recomputes on the same rank.
+  int32_t rank = 0;
+  bool rank_fixed = false;
   bool known_to_runner = false;
   // Tokens sampled by scheduled steps and not applied yet (Scheduler::update). The overlap scheduler schedules a
   // step before applying the previous one: then one token is in flight while it schedules (a chunk reaching it

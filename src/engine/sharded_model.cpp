@@ -73,8 +73,28 @@ class ShardedModel::RankThread {
 };
 
 std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& dir, const std::string& backend_name,
-                                                 int size, int num_threads, int expert_parallel_size,
-                                                 int64_t num_redundant_experts, int decode_context_parallel_size) {
+                                                 const ParallelConfig& parallel, int num_threads) {
+  const int data_parallel_size = parallel.data_parallel_size;
+  const int expert_parallel_size = parallel.expert_parallel_size;
+  const int64_t num_redundant_experts = parallel.num_redundant_experts;
+  const int decode_context_parallel_size = parallel.decode_context_parallel_size;
+  if (data_parallel_size < 1) fail("--data-parallel-size {}: must be >= 1", data_parallel_size);
+  const bool data_parallel = data_parallel_size > 1;
+  if (data_parallel) {
+    if (parallel.tensor_parallel_size != 1) {
+      fail("--data-parallel-size {} with --tensor-parallel-size {}: the ranks run attention either data-parallel or "
+           "tensor-parallel; give one of them", data_parallel_size, parallel.tensor_parallel_size);
+    }
+    if (expert_parallel_size != data_parallel_size) {
+      fail("--data-parallel-size {}: needs --expert-parallel-size {} (the MoE layers' experts are split over the "
+           "data-parallel ranks, which exchange tokens with them)", data_parallel_size, data_parallel_size);
+    }
+    if (backend_name != "cpu") {
+      fail("--data-parallel-size {}: the {} backend has no all-to-all for the MoE token exchange; data-parallel "
+           "attention runs on CPU ranks (--backend cpu)", data_parallel_size, backend_name);
+    }
+  }
+  const int size = data_parallel ? data_parallel_size : parallel.tensor_parallel_size;
   if (expert_parallel_size != 1 && expert_parallel_size != size) {
     fail("--expert-parallel-size {}: must be 1 or the tensor-parallel size {} (experts are split over the "
          "tensor-parallel ranks)", expert_parallel_size, size);
@@ -85,9 +105,9 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
   }
   // The context-parallel group is the tensor-parallel group: attention runs whole on each rank over its share of the
   // tokens while the MLPs stay split, so one set of ranks and collectives serves both (no 2-D rank grid).
-  if (decode_context_parallel_size != 1 && decode_context_parallel_size != size) {
+  if (decode_context_parallel_size != 1 && decode_context_parallel_size != parallel.tensor_parallel_size) {
     fail("--decode-context-parallel-size {}: must be 1 or the tensor-parallel size {} (the KV cache is split over "
-         "the tensor-parallel ranks)", decode_context_parallel_size, size);
+         "the tensor-parallel ranks)", decode_context_parallel_size, parallel.tensor_parallel_size);
   }
   std::unique_ptr<ShardedModel> sharded(new ShardedModel());
   sharded->dir_ = dir;
@@ -99,6 +119,7 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
     slot.owned_backend = sharded->backend_group_->make(rank);
     slot.backend = slot.owned_backend.get();
     slot.backend->set_expert_parallel(expert_parallel_size > 1, num_redundant_experts);
+    slot.backend->set_data_parallel(data_parallel);
     if (decode_context_parallel_size > 1 && !slot.backend->implements_decode_context_parallel()) {
       fail("--decode-context-parallel-size {}: the {} backend does not implement decode context parallelism "
            "(partial attention with its log-sum-exp); use --backend cpu", decode_context_parallel_size,
@@ -142,13 +163,21 @@ void ShardedModel::run_on_ranks(const std::function<void(int rank)>& work) {
 
 std::vector<std::vector<int64_t>> ShardedModel::take_expert_loads() {
   if (!balances_experts()) fail("expert load balancing: the model was not loaded with expert parallelism");
-  std::vector<std::vector<int64_t>> loads;
+  std::vector<std::vector<std::vector<int64_t>>> rank_loads(static_cast<size_t>(size()));
   // Every rank takes its counts, so that each rank's next window starts at the same step.
   run_on_ranks([&](int rank) {
-    std::vector<std::vector<int64_t>> rank_loads;
-    for (SparseMoe* layer : model(rank).expert_layers()) rank_loads.push_back(layer->take_expert_load(backend(rank)));
-    if (rank == 0) loads = std::move(rank_loads);
+    for (SparseMoe* layer : model(rank).expert_layers()) {
+      rank_loads[rank].push_back(layer->take_expert_load(backend(rank)));
+    }
   });
+  // Tensor-parallel ranks all routed the same tokens: rank 0's counts are the load. Data-parallel ranks each
+  // routed their own: the load is the sum.
+  std::vector<std::vector<int64_t>> loads = std::move(rank_loads[0]);
+  for (int rank = 1; data_parallel() && rank < size(); ++rank) {
+    for (size_t layer = 0; layer < loads.size(); ++layer) {
+      for (size_t e = 0; e < loads[layer].size(); ++e) loads[layer][e] += rank_loads[rank][layer][e];
+    }
+  }
   return loads;
 }
 

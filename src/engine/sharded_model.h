@@ -16,17 +16,28 @@
 
 namespace tern {
 
+// How a model is spread over the ranks of one process (docs/parallelism.md).
+struct ParallelConfig {
+  int tensor_parallel_size = 1;
+  // 1 (every rank holds every expert of the MoE layers) or the group size (each rank its share:
+  // Backend::expert_parallel), with num_redundant_experts extra expert slots per MoE layer for replicas.
+  int expert_parallel_size = 1;
+  int64_t num_redundant_experts = 0;
+  // 1, or the tensor-parallel size: each rank caches every size-th token of each sequence and the attention
+  // layers, whole on every rank, merge the ranks' partial attentions (Backend::decode_context_parallel).
+  int decode_context_parallel_size = 1;
+  // > 1 (with tensor-parallel size 1 and expert-parallel size equal to it, CPU ranks only): that many ranks with
+  // data-parallel attention (Backend::data_parallel).
+  int data_parallel_size = 1;
+};
+
 class ShardedModel {
  public:
-  // Loads the model directory on `size` ranks of backend `backend_name` ("cpu": threads of this process sharing
-  // `num_threads`; "cuda": devices 0 .. size - 1), all ranks at once. `expert_parallel_size`: 1 (every rank holds
-  // every expert of the MoE layers) or `size` (each rank its share: Backend::expert_parallel), with
-  // `num_redundant_experts` extra expert slots per MoE layer for replicas (expert parallelism only).
-  // `decode_context_parallel_size`: 1, or `size` (each rank caches every size-th token of each sequence and the
-  // attention layers, whole on every rank, merge the ranks' partial attentions: Backend::decode_context_parallel).
+  // Loads the model directory on the ranks `parallel` asks for (the tensor- or data-parallel size) of backend
+  // `backend_name` ("cpu": threads of this process sharing `num_threads`; "cuda": devices 0 .. size - 1), all ranks
+  // at once. Combinations that do not fit fail naming the flags.
   static std::unique_ptr<ShardedModel> load(const std::filesystem::path& dir, const std::string& backend_name,
-                                            int size, int num_threads = 0, int expert_parallel_size = 1,
-                                            int64_t num_redundant_experts = 0, int decode_context_parallel_size = 1);
+                                            const ParallelConfig& parallel = {}, int num_threads = 0);
   // One whole model on one backend, both owned by the caller.
   ShardedModel(Model& model, Backend& backend);
   ~ShardedModel();
@@ -37,6 +48,8 @@ class ShardedModel {
   Model& model(int rank) const { return *ranks_.at(static_cast<size_t>(rank)).model; }
   Backend& backend(int rank) const { return *ranks_.at(static_cast<size_t>(rank)).backend; }
   const ModelConfig& config() const { return model(0).config(); }
+  // Data-parallel attention: each rank runs its own sequences (ScheduledChunk::rank) with its own KV cache.
+  bool data_parallel() const { return backend(0).data_parallel(); }
 
   // Runs work(rank) for every rank at once, each on its rank's thread, and returns when all have finished;
   // rethrows the first error. Ranks meet in collectives, so every rank must be given the same work.
@@ -44,8 +57,8 @@ class ShardedModel {
 
   // Expert-parallel load balancing (EPLB), for models loaded with expert parallelism. Call these between steps.
   bool balances_experts() const { return !dir_.empty() && backend(0).expert_parallel(); }
-  // Per MoE layer, the tokens routed to each logical expert since the last call or since loading. Every rank's
-  // router saw the same tokens; rank 0's counters are read.
+  // Per MoE layer, the tokens routed to each logical expert since the last call or since loading: rank 0's
+  // counters (every tensor-parallel rank's router saw the same tokens), or their sum over data-parallel ranks.
   std::vector<std::vector<int64_t>> take_expert_loads();
   // Per MoE layer, the balanced placement for `loads` (balanced_expert_placement); every rank reloads the weights
   // of its slots from the checkpoint, all ranks at once. Layers whose placement stays the same, or that saw no

@@ -22,6 +22,7 @@ struct ScheduledChunk {
   std::vector<std::vector<int32_t>> block_tables;  // per KV cache group: blocks covering cached + new tokens
   bool sample = false;                // the chunk reaches the end of the sequence: sample its next token
   int32_t num_prompt_tokens = 0;      // the sequence's prompt length (some models' outputs depend on it)
+  int32_t rank = 0;  // the data-parallel rank that runs the chunk, whose KV cache block_tables index
 };
 
 // A sequence the runner has not seen: what its sampler needs.

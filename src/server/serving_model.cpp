@@ -55,10 +55,7 @@ std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& confi
   for (int32_t id = 0; id < model->tokenizer_.vocab_size(); ++id) {
     model->max_token_bytes_ = std::max(model->max_token_bytes_, model->tokenizer_.token_bytes(id).size());
   }
-  model->model_ =
-      ShardedModel::load(config.model_dir, config.backend, config.tensor_parallel_size, config.num_threads,
-                         config.expert_parallel_size, config.num_redundant_experts,
-                         config.decode_context_parallel_size);
+  model->model_ = ShardedModel::load(config.model_dir, config.backend, config.parallel, config.num_threads);
   model->grammars_ = std::make_unique<grammar::GrammarCache>(
       grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids));
   model->grammars_->warm_up();

@@ -8,6 +8,7 @@
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
+#include "engine/sharded_model.h"
 #include "grammar/grammar_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,10 +18,7 @@ struct ServingModelConfig {
   std::filesystem::path model_dir;
   std::string backend = "cpu";
   int num_threads = 0;  // CPU backend threads; 0: all cores
-  int tensor_parallel_size = 1;
-  int expert_parallel_size = 1;  // 1 or tensor_parallel_size (ShardedModel::load)
-  int64_t num_redundant_experts = 0;  // with expert parallelism (ShardedModel::load)
-  int decode_context_parallel_size = 1;  // 1 or tensor_parallel_size (ShardedModel::load)
+  ParallelConfig parallel;
   EngineConfig engine;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -304,6 +305,47 @@ TEST_F(CpuOpsTest, EmbeddingShardZeroesOtherRanksTokens) {
   batch.token_ids = {7, 0, 0, 0};
   step = backend->begin_step(batch);
   EXPECT_THROW(backend->embedding(backend->from_host_f32(table, {2, 3}), *step, {4, 7}), Error);
+}
+
+// The dispatch and combine of data-parallel MoE layers: a row gather, and a scatter-add in order (a target twice
+// adds twice).
+TEST_F(CpuOpsTest, SelectRowsGathersAndAddRowsAddsIntoTargets) {
+  using Floats = std::vector<float>;
+  const Tensor x = backend->from_host_f32(Floats{1, 2, 3, 4, 5, 6}, {3, 2});
+  EXPECT_EQ(backend->to_host_f32(backend->select_rows(x, std::vector<int32_t>{2, 0, 2})), (Floats{5, 6, 1, 2, 5, 6}));
+  EXPECT_EQ(backend->select_rows(x, {}).shape, (std::vector<int64_t>{0, 2}));
+  EXPECT_THROW(backend->select_rows(x, std::vector<int32_t>{3}), Error);
+  Tensor out = backend->from_host_f32(Floats{10, 20, 30, 40}, {2, 2});
+  backend->add_rows(out, x, std::vector<int32_t>{1, 0, 1});
+  EXPECT_EQ(backend->to_host_f32(out), (Floats{13, 24, 36, 48}));  // row 1 gets x[0] + x[2]
+  EXPECT_THROW(backend->add_rows(out, x, std::vector<int32_t>{0, 1}), Error) << "3 rows for 2 targets";
+  Tensor none = backend->from_host_f32({}, {0, 2});
+  backend->add_rows(none, backend->from_host_f32({}, {0, 2}), {});  // a rank with no tokens
+  std::vector<int64_t> received_counts;
+  EXPECT_THROW(backend->all_to_all_rows(x, std::vector<int64_t>{3}, received_counts), Error)
+      << "a backend outside a group";
+}
+
+// all_to_all_rows on two CPU ranks: rank 0 sends one row to itself and two to rank 1, rank 1 sends nothing.
+TEST(CpuGroupOpsTest, AllToAllRowsDeliversEachRanksShareIncludingNone) {
+  auto group = make_cpu_backend_group(2, 2);
+  std::vector<std::vector<float>> received(2);
+  std::vector<std::vector<int64_t>> received_counts(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto backend = group->make(r);
+      const Tensor rows = r == 0 ? backend->from_host_f32(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2})
+                                 : backend->from_host_f32({}, {0, 2});
+      const std::vector<int64_t> counts = r == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{0, 0};
+      received[r] = backend->to_host_f32(backend->all_to_all_rows(rows, counts, received_counts[r]));
+    });
+  }
+  for (auto& rank : ranks) rank.join();
+  EXPECT_EQ(received[0], (std::vector<float>{1, 2}));
+  EXPECT_EQ(received_counts[0], (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(received[1], (std::vector<float>{3, 4, 5, 6}));
+  EXPECT_EQ(received_counts[1], (std::vector<int64_t>{2, 0}));
 }
 
 // Overlap scheduling: a token whose id is row r of the previous step's sampled ids (a tensor the host never read)

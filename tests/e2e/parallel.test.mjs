@@ -1,7 +1,8 @@
 // `tern serve --tensor-parallel-size 2` on CPU ranks (threads of one process, as CI has no GPUs): the same greedy
 // chat completions, streamed and not, as one rank; and the combinations it refuses. `tern generate` with expert
 // parallelism, redundant experts and expert placement every 2 steps gives one rank's greedy tokens, and so does
-// decode context parallelism (each rank caching every other token), which refuses what it does not cover by name.
+// decode context parallelism (each rank caching every other token), which refuses what it does not cover by name;
+// and data-parallel attention (`--dp 2 --ep 2`: each rank its own requests, MoE tokens exchanged all-to-all).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -10,14 +11,17 @@ import { startServer, post, readSse, ternBinary, modelDir } from './server.mjs';
 let one;
 let two;
 let contextParallel;
+let dataParallel;
 
 before(async () => {
-  [one, two, contextParallel] = await Promise.all([startServer(), startServer({ args: ['--tensor-parallel-size', '2'] }),
-    startServer({ args: ['--tp', '2', '--decode-context-parallel-size', '2'] })]);
+  [one, two, contextParallel, dataParallel] = await Promise.all([startServer(),
+    startServer({ args: ['--tensor-parallel-size', '2'] }),
+    startServer({ args: ['--tp', '2', '--decode-context-parallel-size', '2'] }),
+    startServer({ args: ['--data-parallel-size', '2', '--expert-parallel-size', '2'] })]);
 });
 
 after(async () => {
-  await Promise.all([one, two, contextParallel].filter(Boolean).map((s) => s.stop()));
+  await Promise.all([one, two, contextParallel, dataParallel].filter(Boolean).map((s) => s.stop()));
 });
 
 const QUESTIONS = ['What is the capital of France?', 'Write a haiku about the sea.', 'List three prime numbers.'];
@@ -115,4 +119,40 @@ test('decode context parallelism refuses flag combinations and layers by name', 
     '--role', 'prefill', '--port', '0'], { encoding: 'utf8', timeout: 60_000 });
   assert.equal(role.status, 1);
   assert.match(role.stderr, /--role prefill does not work with --decode-context-parallel-size 2/);
+});
+
+test('data-parallel ranks answer concurrent greedy chat completions exactly as one rank', async () => {
+  const expected = [];
+  for (const question of QUESTIONS) expected.push(await chat(one, question));
+  // At once, so that the two ranks each run some of them.
+  assert.deepEqual(await Promise.all(QUESTIONS.map((q) => chat(dataParallel, q))), expected);
+  assert.deepEqual(await Promise.all(QUESTIONS.map((q) => chat(dataParallel, q, true))), expected);
+  assert.match(dataParallel.stderr, /per data-parallel rank/);
+});
+
+test('data-parallel attention with expert parallelism generates what one rank generates', () => {
+  const one = generate('qwen3_moe', []);
+  assert.equal(one.status, 0, one.stderr);
+  for (const model of ['qwen3_moe', 'deepseek_v3']) {
+    const expected = model === 'qwen3_moe' ? one : generate(model, []);
+    const dp = generate(model, ['--dp', '2', '--ep', '2']);
+    assert.equal(dp.status, 0, dp.stderr);
+    assert.equal(dp.stdout, expected.stdout, model);
+  }
+});
+
+test('data parallelism refuses flag combinations by name', () => {
+  const withTp = generate('qwen3_moe', ['--dp', '2', '--ep', '2', '--tp', '2']);
+  assert.equal(withTp.status, 1);
+  assert.match(withTp.stderr, /--data-parallel-size 2 with --tensor-parallel-size 2/);
+  const withoutEp = generate('qwen3_moe', ['--dp', '2']);
+  assert.equal(withoutEp.status, 1);
+  assert.match(withoutEp.stderr, /--data-parallel-size 2: needs --expert-parallel-size 2/);
+  const cuda = generate('qwen3_moe', ['--dp', '2', '--ep', '2', '--backend', 'cuda']);
+  assert.equal(cuda.status, 1);
+  assert.match(cuda.stderr, /the cuda backend has no all-to-all/);
+  const role = spawnSync(ternBinary, ['serve', '--model', modelDir('qwen3-chat-tiny'), '--dp', '2', '--ep', '2',
+    '--role', 'prefill', '--port', '0'], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(role.status, 1);
+  assert.match(role.stderr, /--role prefill needs --tensor-parallel-size 1 and --data-parallel-size 1/);
 });

@@ -205,7 +205,7 @@ TEST(EngineOverlap, EachStepsTokensComeOutOfTheNextCall) {
 // Tensor-parallel CPU ranks: every rank fills in the tokens in flight from its own copy of the sampled ids.
 TEST(EngineOverlap, TensorParallelRanksStreamWhatOneStepAtATimeStreams) {
   const auto dir = fixtures_dir() / "models" / "llama";
-  auto model = ShardedModel::load(dir, "cpu", 2, 2);
+  auto model = ShardedModel::load(dir, "cpu", {.tensor_parallel_size = 2}, 2);
   std::mt19937 rng(9);
   Workload workload;
   for (uint64_t id = 1; id <= 8; ++id) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -63,6 +64,45 @@ TEST(HostCollectiveTest, AllGatherPlacesShardsSideBySideAndCutsThePadding) {
   on_threads(kRanks, [&](int r) { collective.all_gather_columns(r, shards[r].data(), 2, 2, out[r].data(), 5); });
   const std::vector<float> expected = {0, 1, 10, 11, 20, 2, 3, 12, 13, 22};
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(out[r], expected) << "rank " << r;
+}
+
+TEST(HostCollectiveTest, AllToAllDeliversRowsBySourceRankWithEmptyShares) {
+  constexpr int kRanks = 3;
+  HostCollective collective(kRanks);
+  // counts[source][destination]; rank 1 sends and receives nothing, rank 2 sends to itself.
+  const std::vector<std::vector<int64_t>> counts = {{1, 0, 2}, {0, 0, 0}, {3, 0, 1}};
+  // A row is two int32s: 100 * source + 10 * destination + index, and the source again.
+  const auto row = [](int source, int destination, int index) {
+    return std::vector<int32_t>{100 * source + 10 * destination + index, source};
+  };
+  std::vector<std::vector<int32_t>> received(kRanks);
+  std::vector<std::vector<int64_t>> received_counts(kRanks);
+  on_threads(kRanks, [&](int r) {
+    std::vector<int32_t> rows;
+    for (int d = 0; d < kRanks; ++d) {
+      for (int i = 0; i < counts[r][d]; ++i) {
+        const auto values = row(r, d, i);
+        rows.insert(rows.end(), values.begin(), values.end());
+      }
+    }
+    const auto bytes = collective.all_to_all(r, reinterpret_cast<const std::byte*>(rows.data()), 2 * sizeof(int32_t),
+                                             counts[r], received_counts[r]);
+    received[r].resize(bytes.size() / sizeof(int32_t));
+    std::memcpy(received[r].data(), bytes.data(), bytes.size());
+  });
+  for (int d = 0; d < kRanks; ++d) {
+    std::vector<int32_t> expected;
+    std::vector<int64_t> expected_counts;
+    for (int s = 0; s < kRanks; ++s) {
+      expected_counts.push_back(counts[s][d]);
+      for (int i = 0; i < counts[s][d]; ++i) {
+        const auto values = row(s, d, i);
+        expected.insert(expected.end(), values.begin(), values.end());
+      }
+    }
+    EXPECT_EQ(received[d], expected) << "rank " << d;
+    EXPECT_EQ(received_counts[d], expected_counts) << "rank " << d;
+  }
 }
 
 std::vector<float> loaded(Backend& backend, const Tensor& t) { return backend.to_host_f32(t); }
@@ -167,8 +207,12 @@ TEST_P(ShardedModelTest, MatchesTheUnshardedModel) {
   const auto& [name, size, kv_heads_per_rank, expert_parallel_size, num_redundant_experts] = GetParam();
   const auto dir = fixtures_dir() / "models" / name;
   const auto golden = read_json(dir / "golden.json");
-  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
-  auto sharded = ShardedModel::load(dir, "cpu", size, 2, expert_parallel_size, num_redundant_experts);
+  auto whole = ShardedModel::load(dir, "cpu", {}, 2);
+  auto sharded = ShardedModel::load(dir, "cpu",
+                                      {.tensor_parallel_size = size,
+                                       .expert_parallel_size = expert_parallel_size,
+                                       .num_redundant_experts = num_redundant_experts},
+                                      2);
   ASSERT_EQ(sharded->size(), size);
   EXPECT_EQ(sharded->backend(size - 1).tensor_parallel_rank(), size - 1);
   EXPECT_EQ(sharded->backend(0).expert_parallel(), expert_parallel_size > 1);
@@ -216,8 +260,8 @@ TEST_P(DecodeContextParallelTest, MatchesTheUnshardedModel) {
   const auto& [name, size] = GetParam();
   const auto dir = fixtures_dir() / "models" / name;
   const auto golden = read_json(dir / "golden.json");
-  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
-  auto sharded = ShardedModel::load(dir, "cpu", size, 2, 1, 0, size);
+  auto whole = ShardedModel::load(dir, "cpu", {}, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", {.tensor_parallel_size = size, .decode_context_parallel_size = size}, 2);
   for (int rank = 0; rank < size; ++rank) {
     EXPECT_TRUE(sharded->backend(rank).decode_context_parallel());
     EXPECT_EQ(sharded->backend(rank).kv_context_shard().rank, rank);
@@ -238,8 +282,8 @@ TEST_P(DecodeContextParallelTest, MatchesTheUnshardedModel) {
 TEST_P(DecodeContextParallelTest, PrefixHitsAndPreemptionKeepTheTokens) {
   const auto& [name, size] = GetParam();
   const auto dir = fixtures_dir() / "models" / name;
-  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
-  auto sharded = ShardedModel::load(dir, "cpu", size, 2, 1, 0, size);
+  auto whole = ShardedModel::load(dir, "cpu", {}, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", {.tensor_parallel_size = size, .decode_context_parallel_size = size}, 2);
   std::mt19937 rng(7);
   std::vector<int32_t> prefix(24);
   for (auto& t : prefix) t = static_cast<int32_t>(rng() % 512);
@@ -315,8 +359,8 @@ TEST_P(ExpertLoadBalancingTest, CountsTokensAndKeepsOutputsThroughNewPlacements)
   const auto golden = read_json(dir / "golden.json");
   const auto config = read_json(dir / "config.json");
   const int64_t top_k = config["num_experts_per_tok"].get<int64_t>();
-  auto whole = ShardedModel::load(dir, "cpu", 1, 2);
-  auto sharded = ShardedModel::load(dir, "cpu", 2, 2, 2, 2);
+  auto whole = ShardedModel::load(dir, "cpu", {}, 2);
+  auto sharded = ShardedModel::load(dir, "cpu", {.tensor_parallel_size = 2, .expert_parallel_size = 2, .num_redundant_experts = 2}, 2);
   ASSERT_TRUE(sharded->balances_experts());
   EXPECT_FALSE(whole->balances_experts());
 
@@ -381,12 +425,12 @@ void expect_failure(Load load, const std::string& message) {
 
 TEST(ShardedModelErrors, ExpertBalancingFlagsFailByName) {
   const auto dir = fixtures_dir() / "models" / "qwen3_moe";
-  expect_failure([&] { ShardedModel::load(dir, "cpu", 2, 2, 1, 2); },
+  expect_failure([&] { ShardedModel::load(dir, "cpu", {.tensor_parallel_size = 2, .num_redundant_experts = 2}, 2); },
                  "--num-redundant-experts 2: needs expert parallelism");
-  expect_failure([&] { ShardedModel::load(dir, "cpu", 2, 2, 2, 1); },
+  expect_failure([&] { ShardedModel::load(dir, "cpu", {.tensor_parallel_size = 2, .expert_parallel_size = 2, .num_redundant_experts = 1}, 2); },
                  "8 experts + 1 redundant (--num-redundant-experts) = 9 expert slots do not split evenly over 2 "
                  "expert-parallel ranks");
-  auto tensor_parallel = ShardedModel::load(dir, "cpu", 2, 2);
+  auto tensor_parallel = ShardedModel::load(dir, "cpu", {.tensor_parallel_size = 2}, 2);
   EngineConfig config;
   config.num_kv_blocks = 16;
   config.log_kv_cache = false;
@@ -394,9 +438,18 @@ TEST(ShardedModelErrors, ExpertBalancingFlagsFailByName) {
   expect_failure([&] { EngineCore core(*tensor_parallel, config); }, "--eplb-interval 10: needs expert parallelism");
 }
 
+TEST(ShardedModelErrors, DataParallelCombinationsFailByName) {
+  const auto dir = fixtures_dir() / "models" / "qwen3_moe";
+  expect_failure([&] { ShardedModel::load(dir, "cpu", {.tensor_parallel_size = 2, .expert_parallel_size = 2, .data_parallel_size = 2}, 2); },
+                 "--data-parallel-size 2 with --tensor-parallel-size 2");
+  expect_failure([&] { ShardedModel::load(dir, "cpu", {.data_parallel_size = 2}, 2); },
+                 "--data-parallel-size 2: needs --expert-parallel-size 2");
+  expect_failure([&] { ShardedModel::load(dir, "cuda", {.expert_parallel_size = 2, .data_parallel_size = 2}); }, "the cuda backend has no all-to-all");
+}
+
 TEST(ShardedModelErrors, ExpertParallelSizeMustBeOneOrTheTensorParallelSize) {
   try {
-    ShardedModel::load(fixtures_dir() / "models" / "qwen3_moe", "cpu", 2, 2, 4);
+    ShardedModel::load(fixtures_dir() / "models" / "qwen3_moe", "cpu", {.tensor_parallel_size = 2, .expert_parallel_size = 4}, 2);
     FAIL() << "expert parallel size 4 on 2 ranks was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--expert-parallel-size 4: must be 1 or the tensor-parallel size 2"),
@@ -406,18 +459,18 @@ TEST(ShardedModelErrors, ExpertParallelSizeMustBeOneOrTheTensorParallelSize) {
 }
 
 TEST(ShardedModelErrors, DecodeContextParallelismRefusesWhatItDoesNotCover) {
-  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", 2, 2, 1, 0, 4); },
+  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", {.tensor_parallel_size = 2, .decode_context_parallel_size = 4}, 2); },
                  "--decode-context-parallel-size 4: must be 1 or the tensor-parallel size 2");
-  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "gpt_oss", "cpu", 2, 2, 1, 0, 2); },
+  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "gpt_oss", "cpu", {.tensor_parallel_size = 2, .decode_context_parallel_size = 2}, 2); },
                  "has attention sinks");
-  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "deepseek_v4", "cpu", 2, 2, 1, 0, 2); },
+  expect_failure([&] { ShardedModel::load(fixtures_dir() / "models" / "deepseek_v4", "cpu", {.tensor_parallel_size = 2, .decode_context_parallel_size = 2}, 2); },
                  "is DeepSeek-V4's compressed attention");
 }
 
 TEST(ShardedModelErrors, HeadsThatDoNotSplitFailByName) {
   // The llama fixture has 4 attention heads: 3 ranks cannot split them.
   try {
-    ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", 3, 3);
+    ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", {.tensor_parallel_size = 3}, 3);
     FAIL() << "loading 4 attention heads on 3 ranks succeeded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("attention heads (4) does not split evenly over 3 ranks"), std::string::npos)

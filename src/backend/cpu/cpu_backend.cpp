@@ -62,6 +62,13 @@ float rms_scale(const float* x, int64_t n, float eps) {
   return static_cast<float>(1.0 / std::sqrt(sum / n + eps));
 }
 
+// Elements of one row of x [rows, ...], also when there are no rows (row_numel divides by them).
+int64_t elements_per_row(const Tensor& x) {
+  int64_t n = 1;
+  for (size_t d = 1; d < x.shape.size(); ++d) n *= x.shape[d];
+  return n;
+}
+
 class CpuBackend final : public Backend {
  public:
   // `collective`: the tensor-parallel group this backend is rank `rank` of; null for a group of one.
@@ -190,24 +197,71 @@ class CpuBackend final : public Backend {
     return out;
   }
 
-  int tensor_parallel_rank() const override { return rank_; }
-  int tensor_parallel_size() const override { return collective_ ? collective_->size() : 1; }
+  int group_rank() const override { return rank_; }
+  int group_size() const override { return collective_ ? collective_->size() : 1; }
   bool implements_decode_context_parallel() const override { return true; }
 
   void all_reduce_sum(Tensor& x) override {
-    if (!collective_) return;
+    if (tensor_parallel_size() == 1) return;
     require_f32(x, "all_reduce_sum");
     collective_->all_reduce_sum(rank_, x.ptr<float>(), x.numel());
   }
 
   Tensor all_gather_columns(const Tensor& x, int64_t num_columns) override {
-    if (!collective_) return Backend::all_gather_columns(x, num_columns);
+    if (tensor_parallel_size() == 1) return Backend::all_gather_columns(x, num_columns);
     require_f32(x, "all_gather_columns");
     const int64_t columns = x.size(-1);
     const int64_t rows = x.numel() / columns;
     Tensor out = host_tensor(DType::F32, {rows, num_columns});
     collective_->all_gather_columns(rank_, x.ptr<float>(), rows, columns, out.ptr<float>(), num_columns);
     return out;
+  }
+
+  Tensor all_to_all_rows(const Tensor& x, std::span<const int64_t> send_counts,
+                         std::vector<int64_t>& received_counts) override {
+    if (!collective_) fail("all_to_all_rows: the cpu backend is not part of a group");
+    if (x.shape.empty()) fail("all_to_all_rows: expects rows [S, ...]");
+    const size_t row_bytes = static_cast<size_t>(elements_per_row(x)) * dtype_size(x.dtype);
+    int64_t num_sent = 0;
+    for (int64_t count : send_counts) num_sent += count;
+    if (num_sent != x.size(0)) fail("all_to_all_rows: send counts add up to {} rows, x has {}", num_sent, x.size(0));
+    const std::vector<std::byte> received =
+        collective_->all_to_all(rank_, static_cast<const std::byte*>(x.data), row_bytes, send_counts, received_counts);
+    std::vector<int64_t> shape = x.shape;
+    shape[0] = static_cast<int64_t>(received.size() / std::max<size_t>(row_bytes, 1));
+    Tensor out = host_tensor(x.dtype, std::move(shape));
+    std::copy(received.begin(), received.end(), out.ptr<std::byte>());
+    return out;
+  }
+
+  Tensor select_rows(const Tensor& x, std::span<const int32_t> rows) override {
+    const size_t row_bytes = static_cast<size_t>(elements_per_row(x)) * dtype_size(x.dtype);
+    std::vector<int64_t> shape = x.shape;
+    shape[0] = static_cast<int64_t>(rows.size());
+    Tensor out = host_tensor(x.dtype, std::move(shape));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= x.size(0)) fail("select_rows: row {} outside [0, {})", rows[i], x.size(0));
+      std::memcpy(out.ptr<std::byte>() + i * row_bytes, x.ptr<std::byte>() + rows[i] * row_bytes, row_bytes);
+    }
+    return out;
+  }
+
+  void add_rows(Tensor& out, const Tensor& x, std::span<const int32_t> targets) override {
+    require_f32(out, "add_rows");
+    require_f32(x, "add_rows");
+    const int64_t width = elements_per_row(out);
+    if (elements_per_row(x) != width || (x.shape.empty() ? 0 : x.size(0)) != static_cast<int64_t>(targets.size())) {
+      fail("add_rows: {} target rows of width {} for rows {} of width {}", targets.size(), width,
+           shape_string(x.shape), elements_per_row(x));
+    }
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (targets[i] < 0 || targets[i] >= out.size(0)) {
+        fail("add_rows: row {} outside [0, {})", targets[i], out.size(0));
+      }
+      float* target = out.ptr<float>() + targets[i] * width;
+      const float* row = x.ptr<float>() + static_cast<int64_t>(i) * width;
+      for (int64_t c = 0; c < width; ++c) target[c] += row[c];
+    }
   }
 
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override {

@@ -3,7 +3,9 @@
 // other's buffers between two barriers. Every rank sums in rank order, so all ranks get bit-identical results (what
 // NCCL guarantees too), which keeps their greedy choices equal.
 #include <barrier>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace tern {
@@ -19,11 +21,19 @@ class HostCollective {
   // num_columns.
   void all_gather_columns(int rank, const float* shard, int64_t rows, int64_t columns, float* out,
                           int64_t num_columns);
+  // All-to-all of rows of `row_bytes` bytes: `rows` holds send_counts[0] rows for rank 0, then send_counts[1] for
+  // rank 1, ...; returns the rows sent to `rank`, grouped by source rank in rank order, with their counts per
+  // source in received_counts.
+  std::vector<std::byte> all_to_all(int rank, const std::byte* rows, size_t row_bytes,
+                                    std::span<const int64_t> send_counts, std::vector<int64_t>& received_counts);
 
  private:
   int size_;
   std::barrier<> barrier_;
   std::vector<const float*> buffers_;  // the rank's buffer of the collective in progress
+  // all_to_all's: each rank's rows and counts
+  std::vector<const std::byte*> byte_buffers_;
+  std::vector<std::span<const int64_t>> counts_;
 };
 
 }  // namespace tern

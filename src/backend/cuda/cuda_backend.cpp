@@ -266,8 +266,8 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  int tensor_parallel_rank() const override { return group_ ? rank_ : 0; }
-  int tensor_parallel_size() const override { return group_ ? group_->size() : 1; }
+  int group_rank() const override { return group_ ? rank_ : 0; }
+  int group_size() const override { return group_ ? group_->size() : 1; }
 
   void all_reduce_sum(Tensor& x) override {
     if (!group_) return;

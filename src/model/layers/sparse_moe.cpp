@@ -40,11 +40,11 @@ SparseMoe::SparseMoe(WeightLoader& weights, const std::string& prefix, const Spa
   Backend& backend = weights.backend();
   if (backend.expert_parallel()) {
     const int64_t num_slots = num_experts + backend.num_redundant_experts();
-    check_expert_slots(num_experts, num_slots, weights.shard().size, prefix);
+    check_expert_slots(num_experts, num_slots, backend.group_size(), prefix);
     balancing_.emplace();
     balancing_->load_counts = backend.from_host_i32(std::vector<int32_t>(num_experts, 0), {num_experts});
     balancing_->counted.assign(num_experts, 0);
-    place_experts(weights, initial_expert_placement(num_experts, num_slots, weights.shard().size));
+    place_experts(weights, initial_expert_placement(num_experts, num_slots, backend.group_size()));
   } else {
     std::vector<int32_t> all(num_experts);
     for (int64_t e = 0; e < num_experts; ++e) all[e] = static_cast<int32_t>(e);
@@ -104,13 +104,15 @@ void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& 
 void SparseMoe::place_experts(WeightLoader& weights, const ExpertPlacement& placement) {
   if (!balancing_) fail("{}: experts are placed only under expert parallelism", prefix_);
   const int64_t num_experts = config_.router.num_experts;
-  if (placement.num_experts != num_experts || placement.num_ranks != weights.shard().size ||
+  // Experts split over the whole group, also under data parallelism (where nothing else is sharded).
+  const int group_size = weights.backend().group_size();
+  if (placement.num_experts != num_experts || placement.num_ranks != group_size ||
       placement.num_slots() != num_experts + weights.backend().num_redundant_experts()) {
     fail("{}: a placement of {} experts in {} slots over {} ranks does not fit this layer", prefix_,
          placement.num_experts, placement.num_slots(), placement.num_ranks);
   }
   const int64_t slots_per_rank = placement.slots_per_rank();
-  first_slot_ = weights.shard().rank * slots_per_rank;
+  first_slot_ = weights.backend().group_rank() * slots_per_rank;
   load_experts(weights, std::vector<int32_t>(placement.slot_experts.begin() + first_slot_,
                                              placement.slot_experts.begin() + first_slot_ + slots_per_rank));
   const auto replicas = placement.expert_slots();
@@ -146,12 +148,70 @@ Tensor SparseMoe::forward(Backend& backend, const Tensor& x, const StepContext& 
   ExpertLoadBalancing routing_balance;
   if (balancing_) routing_balance = {&balancing_->load_counts, &balancing_->replica_slots, &balancing_->replica_counts};
   const ExpertRouting routing = router_->route(backend, x, step, routing_balance);
-  const ExpertWeights experts{gate_up_, down_, gate_up_bias_ ? &*gate_up_bias_ : nullptr,
-                              down_bias_ ? &*down_bias_ : nullptr, first_slot_};
-  Tensor out = backend.moe_experts(x, routing, experts, config_.activation);
-  // Each rank added its own slots' outputs; every rank needs every expert's.
-  if (balancing_) backend.all_reduce_sum(out);
+  Tensor out;
+  if (backend.data_parallel()) {
+    out = exchange_tokens(backend, &x, &routing);
+  } else {
+    out = backend.moe_experts(x, routing, local_experts(), config_.activation);
+    // Each rank added its own slots' outputs; every rank needs every expert's.
+    if (balancing_) backend.all_reduce_sum(out);
+  }
   if (shared_experts_) backend.add_in_place(out, shared_experts_->forward(backend, x));
+  return out;
+}
+
+void SparseMoe::serve_peers(Backend& backend) const { exchange_tokens(backend, nullptr, nullptr); }
+
+void serve_expert_peers(Model& model, Backend& backend) {
+  for (const SparseMoe* layer : model.expert_layers()) layer->serve_peers(backend);
+}
+
+ExpertWeights SparseMoe::local_experts() const {
+  return {gate_up_, down_, gate_up_bias_ ? &*gate_up_bias_ : nullptr, down_bias_ ? &*down_bias_ : nullptr,
+          first_slot_};
+}
+
+Tensor SparseMoe::exchange_tokens(Backend& backend, const Tensor* x, const ExpertRouting* routing) const {
+  const int num_ranks = backend.group_size();
+  const int64_t hidden = config_.hidden_size;
+  const int64_t top_k = config_.router.params.top_k;
+  const int64_t slots_per_rank = balancing_->placement.slots_per_rank();
+  const int64_t num_tokens = x ? x->size(0) : 0;
+  // Dispatch: one row per (token, rank holding any of its slots), in rank order, tokens ascending within a rank.
+  std::vector<int32_t> sent_tokens;
+  std::vector<int64_t> send_counts(static_cast<size_t>(num_ranks), 0);
+  if (num_tokens > 0) {
+    const std::vector<int32_t> slots = backend.to_host_i32(routing->expert_ids);
+    for (int rank = 0; rank < num_ranks; ++rank) {
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        const auto first = slots.begin() + t * top_k;
+        if (std::any_of(first, first + top_k, [&](int32_t s) { return s / slots_per_rank == rank; })) {
+          sent_tokens.push_back(static_cast<int32_t>(t));
+          ++send_counts[rank];
+        }
+      }
+    }
+  }
+  const auto rows_of = [&](const Tensor* source, DType dtype, int64_t width) {
+    if (source) return backend.select_rows(*source, sent_tokens);
+    return dtype == DType::I32 ? backend.from_host_i32({}, {0, width}) : backend.from_host_f32({}, {0, width});
+  };
+  std::vector<int64_t> received_counts;
+  const Tensor received_x = backend.all_to_all_rows(rows_of(x, DType::F32, hidden), send_counts, received_counts);
+  const Tensor received_slots = backend.all_to_all_rows(
+      rows_of(routing ? &routing->expert_ids : nullptr, DType::I32, top_k), send_counts, received_counts);
+  const Tensor received_weights = backend.all_to_all_rows(
+      rows_of(routing ? &routing->weights : nullptr, DType::F32, top_k), send_counts, received_counts);
+  // Each received row carries all of its token's slots; slots of other ranks add nothing here, so a row comes back
+  // as the weighted sum of this rank's experts for that token.
+  const Tensor expert_out =
+      backend.moe_experts(received_x, {received_slots, received_weights}, local_experts(), config_.activation);
+  std::vector<int64_t> returned_counts;
+  const Tensor returned = backend.all_to_all_rows(expert_out, received_counts, returned_counts);
+  // Combine: the rows come back in the order they were sent; each token adds its ranks' parts in rank order.
+  Tensor out = backend.from_host_f32(std::vector<float>(static_cast<size_t>(num_tokens * hidden), 0.0f),
+                                     {num_tokens, hidden});
+  backend.add_rows(out, returned, sent_tokens);
   return out;
 }
 

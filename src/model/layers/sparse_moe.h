@@ -2,7 +2,9 @@
 // A sparse mixture-of-experts feed-forward block: router, routed experts and optional shared experts whose output
 // is added (DeepSeek). Under tensor parallelism the experts are replicated on every rank, or split over the ranks
 // with expert parallelism: the layer's experts plus its redundant slots are placed over the ranks (expert_placement.h),
-// each rank computes its slots for the tokens routed to them and an all-reduce sums the ranks' parts; the router
+// each rank computes its slots for the tokens routed to them and an all-reduce sums the ranks' parts (or, under
+// data-parallel attention, where each rank holds other tokens, an all-to-all sends tokens to their experts' ranks
+// and the outputs back); the router
 // counts each expert's tokens so that a load balancer (EPLB) can place them again. Covers the checkpoint layouts of
 // Mixtral (w1/w3/w2), Qwen-MoE and DeepSeek (gate_proj/up_proj/down_proj per expert) and gpt-oss (fused,
 // interleaved gate/up with biases).
@@ -15,6 +17,7 @@
 #include "model/layers/decoder_block.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/moe_router.h"
+#include "model/model.h"
 #include "model/weight_loader.h"
 
 namespace tern {
@@ -41,6 +44,10 @@ class SparseMoe final : public FeedForwardBlock {
   SparseMoe(WeightLoader& weights, const std::string& prefix, const SparseMoeConfig& config);
   // [T, hidden] -> [T, hidden]
   Tensor forward(Backend& backend, const Tensor& x, const StepContext& step) const override;
+  // Under data parallelism, for a rank without tokens in this step: computes its experts for the other ranks'
+  // tokens (forward's token exchange with nothing of its own to send), so that every rank meets every MoE layer's
+  // all-to-alls.
+  void serve_peers(Backend& backend) const;
 
   // Expert parallelism only (null otherwise): where the layer's experts are, the same on every rank.
   const ExpertPlacement* placement() const { return balancing_ ? &balancing_->placement : nullptr; }
@@ -52,6 +59,11 @@ class SparseMoe final : public FeedForwardBlock {
   void place_experts(WeightLoader& weights, const ExpertPlacement& placement);
 
  private:
+  ExpertWeights local_experts() const;
+  // Data-parallel expert parallelism: sends each token (x [T, hidden] with its routing; null for none) to the ranks
+  // holding its routed slots, computes this rank's experts for the tokens it receives, and returns each token's
+  // routed output [T, hidden], summed over the ranks that computed it.
+  Tensor exchange_tokens(Backend& backend, const Tensor* x, const ExpertRouting* routing) const;
   // The weights of the given logical experts, stacked in that order (repeats allowed), into gate_up_ .. down_bias_.
   void load_experts(WeightLoader& weights, const std::vector<int32_t>& experts);
 
@@ -75,5 +87,9 @@ class SparseMoe final : public FeedForwardBlock {
   std::optional<Balancing> balancing_;  // under expert parallelism (Backend::expert_parallel)
   std::optional<GatedMlp> shared_experts_;
 };
+
+// A data-parallel rank's part in a forward step of the others when it has no tokens of its own: serve_peers in
+// every MoE layer of `model`, in layer order, as the others' forwards meet them.
+void serve_expert_peers(Model& model, Backend& backend);
 
 }  // namespace tern

@@ -48,7 +48,7 @@ TEST(CudaEngineOverlapTest, OverlappedStepsStreamTheTokensOfStepsOneAtATime) {
   const auto dir = fixtures_dir() / "models" / "llama";
   if (!std::filesystem::exists(dir / "golden.json")) GTEST_SKIP() << "fixture missing: " << dir;
   const auto golden = read_json(dir / "golden.json");
-  auto model = ShardedModel::load(dir, "cuda", 1);
+  auto model = ShardedModel::load(dir, "cuda");
 
   std::vector<std::pair<uint64_t, GenerateRequest>> requests;
   std::mt19937 rng(4);

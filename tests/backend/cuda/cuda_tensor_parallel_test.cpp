@@ -91,8 +91,9 @@ TEST_P(CudaShardedModelTest, TwoGpusGiveTheGreedyTokensOfOne) {
   const auto dir = fixtures_dir() / "models" / name;
   if (!std::filesystem::exists(dir / "golden.json")) GTEST_SKIP() << "fixture missing: " << dir;
   const auto golden = read_json(dir / "golden.json");
-  auto one = ShardedModel::load(dir, "cuda", 1);
-  auto two = ShardedModel::load(dir, "cuda", 2, 0, GetParam().expert_parallel_size);
+  auto one = ShardedModel::load(dir, "cuda");
+  auto two = ShardedModel::load(
+      dir, "cuda", {.tensor_parallel_size = 2, .expert_parallel_size = GetParam().expert_parallel_size});
   size_t equal = 0;
   const size_t num_prompts = golden["prompts"].size();
   for (size_t p = 0; p < num_prompts; ++p) {
