@@ -13,18 +13,13 @@
 
 #include "backend/backend.h"
 #include "backend/kv_context_shard.h"
+#include "attention_reference.h"
 #include "core/error.h"
 
 namespace tern {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::naive_attention;
 
 TEST(KvContextShardTest, EachPositionLivesOnOneRankInTheNextFreeSlotOfItsBlock) {
   const int64_t block_size = 4;
@@ -102,33 +97,6 @@ TEST(AttentionMergeTest, WeightsEachRankByItsLogSumExp) {
                Error);
 }
 
-// Dense causal GQA attention of one sequence in double: outputs [tokens, heads, dim].
-std::vector<double> dense_attention(const std::vector<float>& q, const std::vector<float>& k,
-                                    const std::vector<float>& v, int num_tokens, int num_heads, int num_kv_heads,
-                                    int dim, int first_query_pos, double scale) {
-  std::vector<double> out;
-  for (int t = 0; t < num_tokens; ++t) {
-    const int pos = first_query_pos + t;
-    for (int h = 0; h < num_heads; ++h) {
-      const int kvh = h / (num_heads / num_kv_heads);
-      std::vector<double> weights;
-      for (int j = 0; j <= pos; ++j) {
-        double dot = 0;
-        for (int d = 0; d < dim; ++d) dot += double(q[(t * num_heads + h) * dim + d]) * k[(j * num_kv_heads + kvh) * dim + d];
-        weights.push_back(std::exp(dot * scale));
-      }
-      double total = 0;
-      for (double w : weights) total += w;
-      for (int d = 0; d < dim; ++d) {
-        double acc = 0;
-        for (int j = 0; j <= pos; ++j) acc += weights[j] / total * v[(j * num_kv_heads + kvh) * dim + d];
-        out.push_back(acc);
-      }
-    }
-  }
-  return out;
-}
-
 class ContextParallelAttentionTest : public ::testing::TestWithParam<int> {};
 
 // Two sequences, one with a cached prefix written in an earlier step, over `size` ranks' caches (one backend, a
@@ -136,10 +104,6 @@ class ContextParallelAttentionTest : public ::testing::TestWithParam<int> {};
 TEST_P(ContextParallelAttentionTest, MergedPartialsMatchDenseAttention) {
   const int size = GetParam();
   const int num_heads = 4, num_kv_heads = 2, dim = 8, block_size = 2;
-  const int cached[] = {7, 0};
-  const int fresh[] = {4, 5};
-  const int total[] = {11, 5};
-  const double scale = 1.0 / std::sqrt(double(dim));
   auto backend = make_cpu_backend(2);
   // Logical blocks of block_size * size tokens; shuffled block ids.
   const std::vector<std::vector<int32_t>> tables = {{5, 1, 6, 0, 7, 9}, {3, 2, 4}};
@@ -148,45 +112,25 @@ TEST_P(ContextParallelAttentionTest, MergedPartialsMatchDenseAttention) {
     caches.push_back(backend->allocate_kv_cache({{num_kv_heads, dim, dim}}, 10, block_size));
     caches.back().context_shard = {rank, size};
   }
-  std::vector<std::vector<float>> full_k(2), full_v(2), queries(2);
-  for (int s = 0; s < 2; ++s) {
-    full_k[s] = random_values(total[s] * num_kv_heads * dim, 10 + s);
-    full_v[s] = random_values(total[s] * num_kv_heads * dim, 20 + s);
-    queries[s] = random_values(fresh[s] * num_heads * dim, 30 + s);
-  }
-  const int64_t row = num_kv_heads * dim;
+  const auto a = testing::two_sequence_attention(num_heads, num_kv_heads, dim, {7, 0}, {4, 5}, tables);
   {
-    ForwardBatch batch;
-    batch.token_ids.assign(cached[0], 0);
-    batch.sequences.push_back({0, cached[0], {tables[0]}});
-    auto step = backend->begin_step(batch);
-    const std::vector<float> k(full_k[0].begin(), full_k[0].begin() + cached[0] * row);
-    const std::vector<float> v(full_v[0].begin(), full_v[0].begin() + cached[0] * row);
+    auto step = backend->begin_step(a.prefix);
     for (auto& cache : caches) {
-      backend->store_kv(cache, 0, backend->from_host_f32(k, {cached[0], num_kv_heads, dim}),
-                        backend->from_host_f32(v, {cached[0], num_kv_heads, dim}), *step);
+      backend->store_kv(cache, 0, backend->from_host_f32(a.prefix_k, {a.cached[0], num_kv_heads, dim}),
+                        backend->from_host_f32(a.prefix_v, {a.cached[0], num_kv_heads, dim}), *step);
     }
   }
-  ForwardBatch batch;
-  std::vector<float> k, v, q;
-  for (int s = 0; s < 2; ++s) {
-    batch.token_ids.insert(batch.token_ids.end(), fresh[s], 0);
-    batch.sequences.push_back({cached[s], fresh[s], {tables[s]}});
-    k.insert(k.end(), full_k[s].begin() + cached[s] * row, full_k[s].end());
-    v.insert(v.end(), full_v[s].begin() + cached[s] * row, full_v[s].end());
-    q.insert(q.end(), queries[s].begin(), queries[s].end());
-  }
-  auto step = backend->begin_step(batch);
-  const int num_tokens = fresh[0] + fresh[1];
-  const Tensor query = backend->from_host_f32(q, {num_tokens, num_heads, dim});
+  auto step = backend->begin_step(a.step);
+  const int num_tokens = a.num_tokens();
+  const Tensor query = backend->from_host_f32(a.q, {num_tokens, num_heads, dim});
   AttentionParams params;
-  params.scale = static_cast<float>(scale);
+  params.scale = 1.0f / std::sqrt(float(dim));
   // Gathered as the ranks' all_gather_columns lay them out: [tokens, heads, ranks, dim] and [tokens, heads, ranks].
   std::vector<float> outs(static_cast<size_t>(num_tokens * num_heads * size * dim));
   std::vector<float> lses(static_cast<size_t>(num_tokens * num_heads * size));
   for (int rank = 0; rank < size; ++rank) {
-    backend->store_kv(caches[rank], 0, backend->from_host_f32(k, {num_tokens, num_kv_heads, dim}),
-                      backend->from_host_f32(v, {num_tokens, num_kv_heads, dim}), *step);
+    backend->store_kv(caches[rank], 0, backend->from_host_f32(a.k, {num_tokens, num_kv_heads, dim}),
+                      backend->from_host_f32(a.v, {num_tokens, num_kv_heads, dim}), *step);
     const AttentionPartial partial = backend->partial_attention(query, caches[rank], 0, params, *step);
     const auto out = backend->to_host_f32(partial.out);
     const auto lse = backend->to_host_f32(partial.lse);
@@ -201,7 +145,7 @@ TEST_P(ContextParallelAttentionTest, MergedPartialsMatchDenseAttention) {
   if (size > 1) {
     // Sequence 1's first query (position 0, row fresh[0]) sees one token, which rank 0 holds.
     for (int h = 0; h < num_heads; ++h) {
-      EXPECT_EQ(lses[(fresh[0] * num_heads + h) * size + 1], -std::numeric_limits<float>::infinity());
+      EXPECT_EQ(lses[(a.fresh[0] * num_heads + h) * size + 1], -std::numeric_limits<float>::infinity());
     }
   }
   const auto merged = backend->to_host_f32(
@@ -209,8 +153,8 @@ TEST_P(ContextParallelAttentionTest, MergedPartialsMatchDenseAttention) {
                                         backend->from_host_f32(lses, {num_tokens, num_heads, size})));
   size_t offset = 0;
   for (int s = 0; s < 2; ++s) {
-    const auto expected =
-        dense_attention(queries[s], full_k[s], full_v[s], fresh[s], num_heads, num_kv_heads, dim, cached[s], scale);
+    const auto expected = naive_attention(a.queries[s], a.full_k[s], a.full_v[s], a.fresh[s], num_heads, num_kv_heads,
+                                          dim, a.cached[s]);
     for (size_t i = 0; i < expected.size(); ++i) {
       ASSERT_NEAR(merged[offset + i], expected[i], 1e-5) << "sequence " << s << " over " << size << " ranks";
     }

@@ -8,18 +8,14 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "attention_reference.h"
 #include "core/error.h"
 
 namespace tern {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::naive_attention;
+using testing::random_values;
 
 TensorInfo host_view(const std::vector<uint16_t>& data, std::vector<int64_t> shape) {
   TensorInfo info;
@@ -104,37 +100,6 @@ TEST_F(CpuOpsTest, SiluMul) {
   }
 }
 
-// Dense reference attention for one sequence: causal, GQA, optional sliding window and sinks.
-std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
-                                    const std::vector<float>& v, int num_tokens, int num_heads, int num_kv_heads,
-                                    int dim, int first_query_pos, int window, const std::vector<float>* sinks) {
-  std::vector<double> out;
-  const int group = num_heads / num_kv_heads;
-  for (int t = 0; t < num_tokens; ++t) {
-    const int pos = first_query_pos + t;
-    for (int h = 0; h < num_heads; ++h) {
-      const int kvh = h / group;
-      std::vector<double> scores;
-      const int first = window ? std::max(0, pos - window + 1) : 0;
-      for (int j = first; j <= pos; ++j) {
-        double dot = 0;
-        for (int d = 0; d < dim; ++d) dot += double(q[(t * num_heads + h) * dim + d]) * k[(j * num_kv_heads + kvh) * dim + d];
-        scores.push_back(dot / std::sqrt(double(dim)));
-      }
-      double max_score = *std::max_element(scores.begin(), scores.end());
-      if (sinks) max_score = std::max(max_score, double((*sinks)[h]));
-      double denominator = sinks ? std::exp((*sinks)[h] - max_score) : 0.0;
-      for (double& s : scores) denominator += (s = std::exp(s - max_score));
-      for (int d = 0; d < dim; ++d) {
-        double acc = 0;
-        for (int j = first; j <= pos; ++j) acc += scores[j - first] / denominator * v[(j * num_kv_heads + kvh) * dim + d];
-        out.push_back(acc);
-      }
-    }
-  }
-  return out;
-}
-
 struct AttentionCase {
   int window;
   bool sinks;
@@ -146,56 +111,31 @@ class CpuAttentionTest : public CpuOpsTest, public ::testing::WithParamInterface
 // attention over the full sequence.
 TEST_P(CpuAttentionTest, PagedGqaMatchesDenseAttention) {
   const int num_heads = 4, num_kv_heads = 2, dim = 8, block_size = 4;
-  const int cached[] = {6, 0};
-  const int fresh[] = {3, 5};
-  const int total[] = {9, 5};
   const auto [window, use_sinks] = GetParam();
   KvCache cache = backend->allocate_kv_cache({{num_kv_heads, dim, dim}}, 8, block_size);
   const std::vector<std::vector<int32_t>> tables = {{5, 1, 6}, {3, 0}};
   const auto sinks_values = random_values(num_heads, 99);
   const Tensor sinks = backend->from_host_f32(sinks_values, {num_heads});
-
-  std::vector<std::vector<float>> full_k(2), full_v(2), queries(2);
-  for (int s = 0; s < 2; ++s) {
-    full_k[s] = random_values(total[s] * num_kv_heads * dim, 10 + s);
-    full_v[s] = random_values(total[s] * num_kv_heads * dim, 20 + s);
-    queries[s] = random_values(fresh[s] * num_heads * dim, 30 + s);
-  }
-  // Step 1: write the cached prefix of sequence 0.
+  const auto a = testing::two_sequence_attention(num_heads, num_kv_heads, dim, {6, 0}, {3, 5}, tables);
   {
-    ForwardBatch batch;
-    batch.token_ids.assign(cached[0], 0);
-    batch.sequences.push_back({0, cached[0], {tables[0]}});
-    auto step = backend->begin_step(batch);
-    std::vector<float> k(full_k[0].begin(), full_k[0].begin() + cached[0] * num_kv_heads * dim);
-    std::vector<float> v(full_v[0].begin(), full_v[0].begin() + cached[0] * num_kv_heads * dim);
-    backend->store_kv(cache, 0, backend->from_host_f32(k, {cached[0], num_kv_heads, dim}),
-                      backend->from_host_f32(v, {cached[0], num_kv_heads, dim}), *step);
+    auto step = backend->begin_step(a.prefix);
+    backend->store_kv(cache, 0, backend->from_host_f32(a.prefix_k, {a.cached[0], num_kv_heads, dim}),
+                      backend->from_host_f32(a.prefix_v, {a.cached[0], num_kv_heads, dim}), *step);
   }
-  // Step 2: both sequences' new tokens.
-  ForwardBatch batch;
-  std::vector<float> k, v, q;
-  for (int s = 0; s < 2; ++s) {
-    batch.token_ids.insert(batch.token_ids.end(), fresh[s], 0);
-    batch.sequences.push_back({cached[s], fresh[s], {tables[s]}});
-    k.insert(k.end(), full_k[s].begin() + cached[s] * num_kv_heads * dim, full_k[s].end());
-    v.insert(v.end(), full_v[s].begin() + cached[s] * num_kv_heads * dim, full_v[s].end());
-    q.insert(q.end(), queries[s].begin(), queries[s].end());
-  }
-  auto step = backend->begin_step(batch);
-  const int num_tokens = fresh[0] + fresh[1];
-  backend->store_kv(cache, 0, backend->from_host_f32(k, {num_tokens, num_kv_heads, dim}),
-                    backend->from_host_f32(v, {num_tokens, num_kv_heads, dim}), *step);
+  auto step = backend->begin_step(a.step);
+  const int num_tokens = a.num_tokens();
+  backend->store_kv(cache, 0, backend->from_host_f32(a.k, {num_tokens, num_kv_heads, dim}),
+                    backend->from_host_f32(a.v, {num_tokens, num_kv_heads, dim}), *step);
   AttentionParams params;
   params.scale = 1.0f / std::sqrt(float(dim));
   params.sliding_window = window;
   params.sinks = use_sinks ? &sinks : nullptr;
   const auto out = backend->to_host_f32(
-      backend->attention(backend->from_host_f32(q, {num_tokens, num_heads, dim}), cache, 0, params, *step));
+      backend->attention(backend->from_host_f32(a.q, {num_tokens, num_heads, dim}), cache, 0, params, *step));
   size_t offset = 0;
   for (int s = 0; s < 2; ++s) {
-    const auto expected = naive_attention(queries[s], full_k[s], full_v[s], fresh[s], num_heads, num_kv_heads, dim,
-                                          cached[s], window, use_sinks ? &sinks_values : nullptr);
+    const auto expected = naive_attention(a.queries[s], a.full_k[s], a.full_v[s], a.fresh[s], num_heads, num_kv_heads,
+                                          dim, a.cached[s], window, use_sinks ? &sinks_values : nullptr);
     for (size_t i = 0; i < expected.size(); ++i) ASSERT_NEAR(out[offset + i], expected[i], 1e-5) << "seq " << s;
     offset += expected.size();
   }
