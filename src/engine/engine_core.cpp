@@ -372,16 +372,18 @@ EngineStats EngineCore::stats() const {
   EngineStats s;
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
-  int64_t num_held_blocks = 0;
+  // Data-parallel ranks' pools and prefix caches add up; usage and hit rate are KvCacheManager's over the sums.
+  PrefixCacheStats prefix;
   for (const auto& kv : kvs_) {
     s.num_kv_blocks += kv->num_blocks();
     s.num_free_kv_blocks += kv->num_available_blocks();
-    num_held_blocks += kv->num_blocks() - kv->num_available_blocks();
-    s.prefix_query_tokens += kv->prefix_stats().num_query_tokens;
-    s.prefix_hit_tokens += kv->prefix_stats().num_hit_tokens;
+    prefix.num_query_tokens += kv->prefix_stats().num_query_tokens;
+    prefix.num_hit_tokens += kv->prefix_stats().num_hit_tokens;
   }
-  s.kv_usage = static_cast<double>(num_held_blocks) / s.num_kv_blocks;
-  s.prefix_hit_rate = s.prefix_query_tokens ? static_cast<double>(s.prefix_hit_tokens) / s.prefix_query_tokens : 0.0;
+  s.kv_usage = 1.0 - static_cast<double>(s.num_free_kv_blocks) / s.num_kv_blocks;
+  s.prefix_query_tokens = prefix.num_query_tokens;
+  s.prefix_hit_tokens = prefix.num_hit_tokens;
+  s.prefix_hit_rate = prefix.hit_rate();
   const auto& c = scheduler_->counters();
   s.num_preemptions = c.num_preemptions;
   s.num_computed_tokens = c.num_computed_tokens;
