@@ -20,6 +20,17 @@ using tern::bench::check;
 using tern::bench::fill_random;
 using tern::bench::median_ms;
 
+static tern::kernels::GemvParams gemv_params(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* out,
+                                             int64_t n, int64_t k) {
+  tern::kernels::GemvParams p;
+  p.x = x;
+  p.weight = weight;
+  p.out = out;
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(k);
+  return p;
+}
+
 int main() {
   struct Shape {
     const char* name;
@@ -74,8 +85,7 @@ int main() {
       if (tern::kernels::gemv_supports(m, s.n, s.k)) {
         picked_ms = median_ms(
             [&] {
-              tern::kernels::launch_gemv(x, next_weight(), nullptr, out, static_cast<int>(m), static_cast<int>(s.n),
-                                         static_cast<int>(s.k), stream);
+              tern::kernels::launch_gemv(gemv_params(x, next_weight(), out, s.n, s.k), stream);
             },
             5, 50, stream);
         report("gemv", picked_ms);
@@ -106,7 +116,7 @@ int main() {
     const double chain_ms = median_ms(
         [&] {
           for (const auto& [w, s] : chain) {
-            tern::kernels::launch_gemv(x, w, nullptr, out, 1, static_cast<int>(s.n), static_cast<int>(s.k), stream);
+            tern::kernels::launch_gemv(gemv_params(x, w, out, s.n, s.k), stream);
           }
         },
         2, 10, stream);

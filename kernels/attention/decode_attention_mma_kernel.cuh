@@ -54,9 +54,9 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   float* merge_sum = merge_max + Warps * kRows;
 
   __shared__ uint64_t tile_ready[Stages];  // one mbarrier per stage: its keys and values have landed
-  wait_for_prior_grids();
-  allow_dependent_grids();
 
+  // Before the wait (dependent_launch.cuh): the split plan and the batch (step metadata), and the first tiles' rows
+  // that earlier steps cached; after it, the queries and this step's rows, which the kernels before write.
   const int item = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32;
@@ -78,18 +78,6 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   const int kv_end = min(kv_begin + split_tokens, position + 1);
   const int num_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileKeys - 1) / kTileKeys : 0;
 
-  // The group's query rows; the rows past the group are zeros, which score 0 and are never written.
-  for (int i = threadIdx.x; i < kRows * L::kChunksPerRow; i += blockDim.x) {
-    const int r = i / L::kChunksPerRow;
-    const int c = i % L::kChunksPerRow;
-    const bool valid = r < group;
-    const __nv_bfloat16* src =
-        valid ? p.query + (static_cast<int64_t>(token) * s.num_heads + kv_head * group + r) * HeadDim + c * 8 : p.query;
-    cp_async_16(q_smem + r * L::kRowStride + c * 8, src, valid ? 16 : 0);
-  }
-
-  cp_async_commit();
-
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Stages; ++stage) mbarrier_init(&tile_ready[stage], kTileKeys);
     mbarrier_init_fence();
@@ -101,9 +89,10 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   // never multiplies garbage.
   const int32_t* table = p.kv.block_tables + p.kv.block_table_offsets[seq];
   constexpr uint32_t kRowBytes = HeadDim * sizeof(__nv_bfloat16);
-  auto load_tile = [&](int tile, int stage) {
-    if (tile >= num_tiles || threadIdx.x >= kTileKeys) return;
-    const int pos = min(kv_begin + tile * kTileKeys + static_cast<int>(threadIdx.x), kv_end - 1);
+  const auto tile_position = [&](int tile) {
+    return min(kv_begin + tile * kTileKeys + static_cast<int>(threadIdx.x), kv_end - 1);
+  };
+  const auto load_row = [&](int stage, int pos) {
     const int64_t slot = static_cast<int64_t>(table[pos / p.kv.block_size]) * p.kv.block_size + pos % p.kv.block_size;
     const int64_t row = (slot * s.num_kv_heads + kv_head) * HeadDim;
     const int dst = stage * L::kTileElems + threadIdx.x * L::kRowStride;
@@ -111,7 +100,30 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
     bulk_copy_g2s(k_tiles + dst, p.kv.keys + row, kRowBytes, &tile_ready[stage]);
     bulk_copy_g2s(v_tiles + dst, p.kv.values + row, kRowBytes, &tile_ready[stage]);
   };
-  for (int t = 0; t < Stages - 1; ++t) load_tile(t, t);
+  const auto load_tile = [&](int tile, int stage) {
+    if (tile < num_tiles && threadIdx.x < kTileKeys) load_row(stage, tile_position(tile));
+  };
+  const int cached_before_step = p.batch.num_cached_tokens[seq];
+  const auto load_first_tiles = [&](bool cached_rows) {
+    for (int t = 0; t < Stages - 1 && t < num_tiles; ++t) {
+      if (threadIdx.x < kTileKeys && (tile_position(t) < cached_before_step) == cached_rows) load_row(t, tile_position(t));
+    }
+  };
+  load_first_tiles(true);
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  load_first_tiles(false);
+
+  // The group's query rows; the rows past the group are zeros, which score 0 and are never written.
+  for (int i = threadIdx.x; i < kRows * L::kChunksPerRow; i += blockDim.x) {
+    const int r = i / L::kChunksPerRow;
+    const int c = i % L::kChunksPerRow;
+    const bool valid = r < group;
+    const __nv_bfloat16* src =
+        valid ? p.query + (static_cast<int64_t>(token) * s.num_heads + kv_head * group + r) * HeadDim + c * 8 : p.query;
+    cp_async_16(q_smem + r * L::kRowStride + c * 8, src, valid ? 16 : 0);
+  }
+  cp_async_commit();
   cp_async_wait<0>();  // the queries
   __syncthreads();
 

@@ -19,15 +19,15 @@ constexpr float kLog2e = 1.4426950408889634f;
 __global__ void __launch_bounds__(kWarps * 32) merge_shares_kernel(const MergeSharesParams p) {
   __shared__ float weights[kMergeMaxShares];
   __shared__ __align__(16) float sums[kWarps][kMergeMaxValueDim];
-  wait_for_prior_grids();
-  allow_dependent_grids();
   const int i = blockIdx.x;
   const int head = blockIdx.y;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int token = p.tokens[i];
+  const int token = p.tokens[i];  // the split plan, step metadata: read before the wait
   const int begin = p.token_item_begin[i];
   const int count = p.token_item_begin[i + 1] - begin;
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int num_heads = p.num_heads;
   const int value_dim = p.value_dim;
 

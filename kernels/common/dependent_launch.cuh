@@ -4,7 +4,10 @@
 // Batch-1 decode is a chain of ~330 dependent kernels of a few microseconds each, so the launch and ramp-up of
 // each one, hidden behind its predecessor, is a large part of a step. Rules for a kernel launched this way:
 // nothing before wait_for_prior_grids may read memory an earlier kernel writes, or write memory an earlier kernel
-// reads (weights and other constants are fine). Both calls are no-ops in a kernel launched the usual way.
+// reads (weights and other constants are fine). Every kernel calls allow_dependent_grids after its own wait, so a
+// kernel starts only once everything before its predecessor is done: before its wait it may also read what was
+// copied from the host before the step (the step's metadata: positions, block tables, split plans) and the KV
+// cache rows of earlier steps. Both calls are no-ops in a kernel launched the usual way.
 #include <cuda_runtime.h>
 
 #include <stdexcept>

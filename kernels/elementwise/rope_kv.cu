@@ -73,10 +73,10 @@ __device__ void rope_heads_in_place(__nv_bfloat16* x, int num_heads, int head_di
 __global__ void __launch_bounds__(kThreads) rope_kernel(__nv_bfloat16* x, int num_heads, int head_dim, RopeSpec rope,
                                                         const int32_t* positions) {
   __shared__ float2 angles[kMaxRotaryPairs];
+  const int token = blockIdx.x;
+  load_angles(angles, static_cast<float>(positions[token]), rope);  // step metadata: before the wait
   wait_for_prior_grids();
   allow_dependent_grids();
-  const int token = blockIdx.x;
-  load_angles(angles, static_cast<float>(positions[token]), rope);
   rope_heads_in_place(x + static_cast<int64_t>(token) * num_heads * head_dim, num_heads, head_dim, angles, rope);
 }
 
@@ -85,12 +85,12 @@ template <bool Rotate>
 __global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p,
                                                             RopeSpec rope) {
   __shared__ float2 angles[kMaxRotaryPairs];
+  const int token = blockIdx.x;
+  const int64_t slot = slot_of(p.slots, token);  // step metadata: read before the wait
+  if (Rotate) load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
   wait_for_prior_grids();
   allow_dependent_grids();
-  const int token = blockIdx.x;
-  const int64_t slot = slot_of(p.slots, token);
   if (Rotate) {
-    load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
     rope_heads_in_place(query + static_cast<int64_t>(token) * num_heads * p.key_dim, num_heads, p.key_dim, angles, rope);
   }
   const int key_row = p.num_kv_heads * p.key_dim;
@@ -119,11 +119,11 @@ __global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query
 __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p,
                                                                RopeSpec rope) {
   __shared__ float2 angles[kMaxRotaryPairs];
+  const int token = blockIdx.x;
+  const int64_t slot = slot_of(p.slots, token);  // step metadata: read before the wait
+  load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
   wait_for_prior_grids();
   allow_dependent_grids();
-  const int token = blockIdx.x;
-  const int64_t slot = slot_of(p.slots, token);
-  load_angles(angles, static_cast<float>(p.slots.positions[token]), rope);
   const int half = rope.rotary_dim / 2;
   const int pair_vectors = half / 8;                           // per head
   const int pass_vectors = (p.key_dim - rope.rotary_dim) / 8;  // unrotated dims of a key head

@@ -98,6 +98,12 @@ Tensor Backend::gated_activation(const Tensor&, const GluActivation&) {
   fail("backend {} has no gated_activation op", name());
 }
 
+Tensor Backend::norm_linear(Tensor& residual, const Tensor* addend, const Tensor& norm_weight, float eps,
+                            const Tensor& weight, const Tensor* bias) {
+  const Tensor x = addend ? add_rms_norm(residual, *addend, norm_weight, eps) : rms_norm(residual, norm_weight, eps);
+  return linear(x, weight, bias);
+}
+
 Tensor Backend::grouped_linear(const Tensor&, const Tensor&) { fail("backend {} has no grouped_linear op", name()); }
 
 ExpertRouting Backend::route_experts(const Tensor&, const RouterParams&, const StepContext&) {

@@ -153,6 +153,11 @@ class Backend {
   virtual Tensor add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps) = 0;
   // x [T, K] times weight [N, K] transposed, plus bias [N] -> [T, N]
   virtual Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) = 0;
+  // A block's pre-norm projection as one op, so that a backend can run it as one kernel (the CUDA batch-1 GEMV
+  // normalizes its input as it loads it): residual += addend when one is given (the residual may become a new
+  // tensor), then linear(rms_norm(residual), weight, bias). The default runs the ops one after another.
+  virtual Tensor norm_linear(Tensor& residual, const Tensor* addend, const Tensor& norm_weight, float eps,
+                             const Tensor& weight, const Tensor* bias);
   // The same with float32 outputs where the backend's activations are narrower (router logits: choosing experts
   // by rounded logits flips near-ties).
   virtual Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias); }

@@ -320,6 +320,38 @@ class CudaBackend final : public Backend {
     return linear_to(x, weight, bias, DType::BF16);
   }
 
+  // At batch 1, one GEMV that adds and normalizes its input, instead of a norm kernel and a GEMV.
+  Tensor norm_linear(Tensor& residual, const Tensor* addend, const Tensor& norm_weight, float eps,
+                     const Tensor& weight, const Tensor* bias) override {
+    const int64_t k = residual.shape.empty() ? 0 : residual.size(-1);
+    const int64_t n = weight.shape.size() == 2 ? weight.size(0) : 0;
+    const bool fits = residual.dtype == DType::BF16 && weight.dtype == DType::BF16 && residual.numel() == k &&
+                      weight.size(1) == k && norm_weight.numel() == k && (!addend || addend->numel() == k) &&
+                      kernels::gemv_supports(1, n, k) && (!bias || bias->numel() == n) && aligned16(residual.data) &&
+                      aligned16(weight.data) && (!addend || aligned16(addend->data));
+    if (!fits) return Backend::norm_linear(residual, addend, norm_weight, eps, weight, bias);
+    const Tensor norm_w = activation(norm_weight, "norm_linear (norm weight)");
+    std::optional<Tensor> added, b;
+    if (addend) added = activation(*addend, "norm_linear (addend)");
+    if (bias) b = activation(*bias, "norm_linear (bias)");
+    Tensor out = allocator_->allocate(DType::BF16, {1, n});
+    Tensor next_residual = addend ? allocator_->allocate(DType::BF16, residual.shape) : residual;
+    kernels::GemvParams p;
+    p.x = residual.ptr<bf16>();
+    p.weight = weight.ptr<bf16>();
+    p.bias = b ? b->ptr<bf16>() : nullptr;
+    p.out = out.ptr<bf16>();
+    p.n = static_cast<int>(n);
+    p.k = static_cast<int>(k);
+    p.addend = added ? added->ptr<bf16>() : nullptr;
+    p.norm_weight = norm_w.ptr<bf16>();
+    p.residual_out = addend ? next_residual.ptr<bf16>() : nullptr;
+    p.eps = eps;
+    launch("norm_linear (gemv)", [&] { kernels::launch_gemv(p, stream_); });
+    residual = next_residual;
+    return out;
+  }
+
   Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
     return linear_to(x, weight, bias, DType::F32);
   }
@@ -859,6 +891,8 @@ class CudaBackend final : public Backend {
     return {activation.kind == GluActivation::Kind::gpt_oss, activation.limit, activation.alpha};
   }
 
+  static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
   static void require_bf16(const Tensor& t, const char* op) {
     if (t.dtype != DType::BF16) fail("cuda backend: {} works in place on bf16 activations, got {}", op, dtype_name(t.dtype));
   }
@@ -965,12 +999,15 @@ class CudaBackend final : public Backend {
     }
     const int64_t m = x.numel() / k;
     Tensor out = allocator_->allocate(out_dtype, {m, n});
-    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (out_dtype == DType::BF16 && kernels::gemv_supports(m, n, k) && aligned(in.data) && aligned(w.data)) {
-      launch("linear (gemv)", [&] {
-        kernels::launch_gemv(in.ptr<bf16>(), w.ptr<bf16>(), b ? b->ptr<bf16>() : nullptr, out.ptr<bf16>(),
-                             static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), stream_);
-      });
+    if (out_dtype == DType::BF16 && kernels::gemv_supports(m, n, k) && aligned16(in.data) && aligned16(w.data)) {
+      kernels::GemvParams p;
+      p.x = in.ptr<bf16>();
+      p.weight = w.ptr<bf16>();
+      p.bias = b ? b->ptr<bf16>() : nullptr;
+      p.out = out.ptr<bf16>();
+      p.n = static_cast<int>(n);
+      p.k = static_cast<int>(k);
+      launch("linear (gemv)", [&] { kernels::launch_gemv(p, stream_); });
       return out;
     }
     gemm_->run(in.data, w.data, b ? b->data : nullptr, out.data, m, n, k, out_dtype == DType::F32);

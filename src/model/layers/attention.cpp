@@ -68,13 +68,13 @@ GqaAttention::GqaAttention(WeightLoader& checkpoint_weights, const std::string& 
   if (config.sinks) sinks_ = weights.load_row_shards({{prefix + ".sinks", {config.num_heads}}});
 }
 
-Tensor GqaAttention::forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+Tensor GqaAttention::forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,
                              const StepContext& step) const {
-  const int64_t num_tokens = x.size(0);
+  const int64_t num_tokens = input.num_tokens();
   const int64_t head_dim = config_.head_dim;
   const int64_t q_width = config_.num_heads * head_dim;
   const int64_t kv_width = config_.num_kv_heads * head_dim;
-  const Tensor qkv = backend.linear(x, qkv_weight_, qkv_bias_ ? &*qkv_bias_ : nullptr);
+  const Tensor qkv = input.linear(qkv_weight_, qkv_bias_ ? &*qkv_bias_ : nullptr);
   Tensor q = backend.slice_columns(qkv, 0, q_width).reshape({num_tokens, config_.num_heads, head_dim});
   Tensor k = backend.slice_columns(qkv, q_width, kv_width).reshape({num_tokens, config_.num_kv_heads, head_dim});
   const Tensor v = backend.slice_columns(qkv, q_width + kv_width, kv_width)

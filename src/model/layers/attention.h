@@ -39,7 +39,7 @@ class GqaAttention final : public AttentionBlock {
     return spec;
   }
   // x [T, hidden] -> [T, hidden]; writes the tokens' keys and values into layer `layer` of the cache.
-  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+  Tensor forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,
                  const StepContext& step) const override;
 
  private:

@@ -60,16 +60,18 @@ Tensor DecoderStack::logits(Backend& backend, const Tensor& rows) const {
 
 Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache) const {
   Tensor residual = embed(backend, step);
-  Tensor x = backend.rms_norm(residual, layers_[0].attention_norm, norm_eps_);
+  // Each block's output is added into the residual by the norm that reads it next (BlockInput): the next block's,
+  // or the final norm.
+  std::optional<Tensor> output;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const DecoderLayer& layer = layers_[i];
-    const Tensor attended = layer.attention->forward(backend, x, cache, static_cast<int>(i), step);
-    x = backend.add_rms_norm(residual, attended, layer.feed_forward_norm, norm_eps_);
-    const Tensor fed = layer.feed_forward->forward(backend, x, step);
-    // Each residual add is fused with the norm that reads it next: the next layer's input norm, or the final norm.
-    const Tensor& next_norm = i + 1 < layers_.size() ? layers_[i + 1].attention_norm : final_norm_;
-    x = backend.add_rms_norm(residual, fed, next_norm, norm_eps_);
+    const Tensor attended =
+        layer.attention->forward(backend, BlockInput(backend, residual, std::move(output), layer.attention_norm, norm_eps_),
+                                 cache, static_cast<int>(i), step);
+    output = layer.feed_forward->forward(
+        backend, BlockInput(backend, residual, attended, layer.feed_forward_norm, norm_eps_), step);
   }
+  const Tensor x = BlockInput(backend, residual, std::move(output), final_norm_, norm_eps_).normalized();
   return logits(backend, backend.gather_logit_rows(x, step));
 }
 

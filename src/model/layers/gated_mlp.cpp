@@ -13,7 +13,14 @@ GatedMlp::GatedMlp(WeightLoader& weights, const std::string& prefix, int64_t hid
 }
 
 Tensor GatedMlp::forward(Backend& backend, const Tensor& x) const {
-  const Tensor gate_up = backend.linear(x, gate_up_weight_, nullptr);
+  return activate_down(backend, backend.linear(x, gate_up_weight_, nullptr));
+}
+
+Tensor GatedMlp::forward(Backend& backend, const BlockInput& input, const StepContext&) const {
+  return activate_down(backend, input.linear(gate_up_weight_));
+}
+
+Tensor GatedMlp::activate_down(Backend& backend, const Tensor& gate_up) const {
   const bool plain_swiglu = activation_.kind == GluActivation::Kind::silu && activation_.limit <= 0.0f;
   const Tensor activated = plain_swiglu ? backend.silu_mul(gate_up) : backend.gated_activation(gate_up, activation_);
   return backend.linear_all_reduce(activated, down_weight_, nullptr);

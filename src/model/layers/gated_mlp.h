@@ -22,9 +22,12 @@ class GatedMlp final : public FeedForwardBlock {
   GatedMlp(WeightLoader& weights, const std::string& prefix, int64_t hidden_size, int64_t intermediate_size,
            const MlpNames& names = {}, const GluActivation& activation = {});
   Tensor forward(Backend& backend, const Tensor& x) const;  // [T, hidden] -> [T, hidden]
-  Tensor forward(Backend& backend, const Tensor& x, const StepContext&) const override { return forward(backend, x); }
+  Tensor forward(Backend& backend, const BlockInput& input, const StepContext&) const override;
 
  private:
+  // gate_up [T, 2 * intermediate] -> down(activation(gate, up)) [T, hidden]
+  Tensor activate_down(Backend& backend, const Tensor& gate_up) const;
+
   Tensor gate_up_weight_;  // [2 * intermediate, hidden]
   Tensor down_weight_;     // [hidden, intermediate]
   GluActivation activation_;

@@ -57,8 +57,9 @@ MlaAttention::MlaAttention(WeightLoader& weights, const std::string& prefix, con
   output_weight_ = weights.load(prefix + ".o_proj.weight", {hidden, config.num_heads * config.v_head_dim});
 }
 
-Tensor MlaAttention::forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+Tensor MlaAttention::forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,
                              const StepContext& step) const {
+  const Tensor& x = input.normalized();  // read by the query and the latent projections
   const int64_t num_tokens = x.size(0);
   const int64_t heads = config_.num_heads;
   const int64_t nope = config_.qk_nope_head_dim, rope_dim = config_.qk_rope_head_dim, rank = config_.kv_lora_rank;

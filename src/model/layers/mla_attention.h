@@ -40,7 +40,7 @@ class MlaAttention final : public AttentionBlock {
     return spec;
   }
   // x [T, hidden] -> [T, hidden]; writes the tokens' latents into layer `layer` of the cache.
-  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+  Tensor forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,
                  const StepContext& step) const override;
 
  private:

@@ -144,7 +144,8 @@ std::vector<int64_t> SparseMoe::take_expert_load(Backend& backend) {
   return load;
 }
 
-Tensor SparseMoe::forward(Backend& backend, const Tensor& x, const StepContext& step) const {
+Tensor SparseMoe::forward(Backend& backend, const BlockInput& input, const StepContext& step) const {
+  const Tensor& x = input.normalized();  // read by the router, the experts and the shared experts
   ExpertLoadBalancing routing_balance;
   if (balancing_) routing_balance = {&balancing_->load_counts, &balancing_->replica_slots, &balancing_->replica_counts};
   const ExpertRouting routing = router_->route(backend, x, step, routing_balance);

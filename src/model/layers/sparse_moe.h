@@ -43,7 +43,7 @@ class SparseMoe final : public FeedForwardBlock {
  public:
   SparseMoe(WeightLoader& weights, const std::string& prefix, const SparseMoeConfig& config);
   // [T, hidden] -> [T, hidden]
-  Tensor forward(Backend& backend, const Tensor& x, const StepContext& step) const override;
+  Tensor forward(Backend& backend, const BlockInput& input, const StepContext& step) const override;
   // Under data parallelism, for a rank without tokens in this step: computes its experts for the other ranks'
   // tokens (forward's token exchange with nothing of its own to send), so that every rank meets every MoE layer's
   // all-to-alls.

@@ -95,6 +95,39 @@ TEST_F(CudaOpsTest, LinearWithAndWithoutBias) {
   }
 }
 
+// At batch 1 norm_linear is one GEMV that adds the residual and normalizes; it must agree with the same ops run one
+// by one on the GPU (the residual bit for bit) and with the CPU. Widths past one chunk per thread (5120), outputs
+// that fill no whole block, biases; 3 rows take the ops one by one.
+TEST_F(CudaOpsTest, NormLinearMatchesTheOpsOneByOne) {
+  struct Case {
+    int rows, k, n;
+    bool addend, bias;
+  };
+  for (const Case& c : {Case{1, 4096, 6144, true, false}, Case{1, 1024, 1000, false, true},
+                        Case{1, 5120, 264, true, true}, Case{1, 512, 36, false, false}, Case{3, 256, 96, true, false}}) {
+    const std::string what =
+        fmt::format("{}x{}x{}{}{}", c.rows, c.k, c.n, c.addend ? " addend" : "", c.bias ? " bias" : "");
+    auto residual = input(random_bf16_values(c.rows * c.k, 20), {c.rows, c.k});
+    auto residual_by_ops = input(random_bf16_values(c.rows * c.k, 20), {c.rows, c.k});
+    const auto addend = input(random_bf16_values(c.rows * c.k, 21), {c.rows, c.k});
+    const auto norm = weight(random_bf16_values(c.k, 22, 0.5f), {c.k});
+    const auto w = weight(random_bf16_values(c.n * c.k, 23, 0.1f), {c.n, c.k});
+    const auto b = weight(random_bf16_values(c.n, 24), {c.n});
+    const Tensor gpu_out = gpu->norm_linear(residual.gpu, c.addend ? &addend.gpu : nullptr, norm.gpu, 1e-5f, w.gpu,
+                                            c.bias ? &b.gpu : nullptr);
+    const Tensor cpu_out = cpu->norm_linear(residual.cpu, c.addend ? &addend.cpu : nullptr, norm.cpu, 1e-5f, w.cpu,
+                                            c.bias ? &b.cpu : nullptr);
+    const Tensor x = c.addend ? gpu->add_rms_norm(residual_by_ops.gpu, addend.gpu, norm.gpu, 1e-5f)
+                              : gpu->rms_norm(residual_by_ops.gpu, norm.gpu, 1e-5f);
+    const Tensor by_ops = gpu->linear(x, w.gpu, c.bias ? &b.gpu : nullptr);
+    ASSERT_EQ(gpu_out.shape, (std::vector<int64_t>{c.rows, c.n})) << what;
+    EXPECT_EQ(gpu->to_host_f32(residual.gpu), gpu->to_host_f32(residual_by_ops.gpu)) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(gpu_out), gpu->to_host_f32(by_ops)), 1e-2) << what;
+    expect_close(residual.gpu, residual.cpu, 1e-2, "residual " + what);
+    expect_close(gpu_out, cpu_out, 2e-2, what);
+  }
+}
+
 TEST_F(CudaOpsTest, LinearRejectsMismatchedFeatures) {
   const auto x = input(random_bf16_values(4 * 8, 1), {4, 8});
   const auto w = weight(random_bf16_values(3 * 9, 2), {3, 9});

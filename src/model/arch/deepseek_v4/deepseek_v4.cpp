@@ -101,12 +101,16 @@ class DeepseekV4Model final : public Model {
     for (size_t i = 0; i < layers.size(); ++i) {
       const DecoderLayer& layer = layers[i];
       Tensor mix = hyper_[i].attention.mix(backend_, streams);
-      Tensor x = backend_.rms_norm(backend_.hyper_collapse(streams, mix), layer.attention_norm, eps);
-      const Tensor attended = layer.attention->forward(backend_, x, cache, static_cast<int>(i), step);
+      Tensor collapsed = backend_.hyper_collapse(streams, mix);
+      const Tensor attended = layer.attention->forward(
+          backend_, BlockInput(backend_, collapsed, std::nullopt, layer.attention_norm, eps), cache, static_cast<int>(i),
+          step);
       streams = backend_.hyper_expand(streams, attended, mix);
       mix = hyper_[i].feed_forward.mix(backend_, streams);
-      x = backend_.rms_norm(backend_.hyper_collapse(streams, mix), layer.feed_forward_norm, eps);
-      streams = backend_.hyper_expand(streams, layer.feed_forward->forward(backend_, x, step), mix);
+      collapsed = backend_.hyper_collapse(streams, mix);
+      const Tensor fed =
+          layer.feed_forward->forward(backend_, BlockInput(backend_, collapsed, std::nullopt, layer.feed_forward_norm, eps), step);
+      streams = backend_.hyper_expand(streams, fed, mix);
     }
     const Tensor gathered = backend_.gather_logit_rows(streams.reshape({num_tokens, v4_.hc_mult * hidden}), step);
     const Tensor rows = gathered.reshape({gathered.size(0), v4_.hc_mult, hidden});

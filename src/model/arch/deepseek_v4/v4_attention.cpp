@@ -98,8 +98,9 @@ void V4Attention::compress(Backend& backend, const Compressor& compressor, const
                       backend.linear(x, compressor.gate_weight, nullptr), params, step);
 }
 
-Tensor V4Attention::forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+Tensor V4Attention::forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,
                             const StepContext& step) const {
+  const Tensor& x = input.normalized();  // read by the query, key/value, compressor and indexer projections
   const int64_t num_tokens = x.size(0);
   const Tensor q_residual = backend.rms_norm(backend.linear(x, q_a_weight_, nullptr), q_a_norm_, norm_eps_);
   Tensor query = backend.rms_norm(

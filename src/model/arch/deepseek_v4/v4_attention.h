@@ -22,7 +22,7 @@ class V4Attention final : public AttentionBlock {
 
   KvLayerSpec kv_spec() const override;
   // x [T, hidden] (normalized block input) -> [T, hidden].
-  Tensor forward(Backend& backend, const Tensor& x, KvCache& cache, int layer,
+  Tensor forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,
                  const StepContext& step) const override;
 
  private:
