@@ -45,6 +45,8 @@ void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t s
   merge.partial_lse = params.partial_lse;
   merge.sinks = s.sinks;
   merge.out = params.out;
+  merge.out_f32 = params.out_f32;
+  merge.out_lse = params.out_lse;
   merge.tokens = params.tokens;
   merge.token_item_begin = params.token_item_begin;
   merge.num_decode_tokens = params.num_decode_tokens;

@@ -17,6 +17,10 @@ struct DecodeAttentionParams {
   PagedKv kv;
   AttentionBatch batch;
   AttentionShape shape;
+  // Whether `batch` is step metadata copied from the host (not written by a kernel of the step), so that the
+  // kernel may read it, and the KV rows cached before the step, before waiting for the kernel before it
+  // (dependent_launch.cuh).
+  bool batch_from_host = true;
 
   // The plan, made once per step: items sorted by token, each token's keys (its window) cut into num_splits
   // shares of whole key tiles (64 keys, 32 on the CUDA-core kernel); item_chunk is the share's index. Shares past
@@ -32,6 +36,10 @@ struct DecodeAttentionParams {
 
   float* partial_out = nullptr;  // workspace [num_items, num_heads, head_dim]
   float* partial_lse = nullptr;  // workspace [num_items, num_heads], log2 domain
+
+  // Decode context parallelism: float32 output and log-sum-exp in place of `out` (MergeSharesParams).
+  float* out_f32 = nullptr;
+  float* out_lse = nullptr;
 };
 
 // Shares per token for `num_tokens` decode tokens: as many blocks (token x share x KV head) as fit on `num_sms`

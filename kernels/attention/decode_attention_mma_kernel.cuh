@@ -55,8 +55,10 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
 
   __shared__ uint64_t tile_ready[Stages];  // one mbarrier per stage: its keys and values have landed
 
-  // Before the wait (dependent_launch.cuh): the split plan and the batch (step metadata), and the first tiles' rows
-  // that earlier steps cached; after it, the queries and this step's rows, which the kernels before write.
+  // Before the wait (dependent_launch.cuh): the split plan and the batch when it is step metadata, and the first
+  // tiles' rows that earlier steps cached; after it, the queries and this step's rows, which the kernels before
+  // write.
+  if (!p.batch_from_host) wait_for_prior_grids();
   const int item = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32;
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
     }
   };
   load_first_tiles(true);
-  wait_for_prior_grids();
+  if (p.batch_from_host) wait_for_prior_grids();
   allow_dependent_grids();
   load_first_tiles(false);
 

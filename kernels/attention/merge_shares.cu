@@ -11,11 +11,14 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // One block per (decode token, head): out = sum_c w_c * out_c / (sum_c w_c + sink weight), w_c = 2^(lse_c - max).
 // Warp 0 turns the shares' log-sum-exps into normalized weights; then warp w sums shares w, w + 4, ... over 16-byte
 // chunks of the head (all of a warp's loads independent, so that they overlap), skipping shares of weight 0 (past
 // the keys: short contexts leave most of them empty), and the warps' sums are added in shared memory.
+// WithLse: the partial attention of decode context parallelism (float32 output and the log-sum-exp).
+template <bool WithLse>
 __global__ void __launch_bounds__(kWarps * 32) merge_shares_kernel(const MergeSharesParams p) {
   __shared__ float weights[kMergeMaxShares];
   __shared__ __align__(16) float sums[kWarps][kMergeMaxValueDim];
@@ -45,6 +48,10 @@ __global__ void __launch_bounds__(kWarps * 32) merge_shares_kernel(const MergeSh
     }
     denominator = warp_sum(denominator) + (p.sinks ? exp2f(sink - shift) : 0.0f);
     const float inv = denominator > 0.0f ? 1.0f / denominator : 0.0f;
+    if (WithLse && lane == 0) {
+      p.out_lse[static_cast<int64_t>(token) * num_heads + head] =
+          denominator > 0.0f ? (shift + log2f(denominator)) * kLn2 : -INFINITY;
+    }
     __syncwarp();
     for (int c = lane; c < count; c += 32) weights[c] *= inv;
   }
@@ -71,7 +78,12 @@ __global__ void __launch_bounds__(kWarps * 32) merge_shares_kernel(const MergeSh
     float total = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) total += sums[w][d];
-    p.out[(static_cast<int64_t>(token) * num_heads + head) * value_dim + d] = __float2bfloat16(total);
+    const int64_t at = (static_cast<int64_t>(token) * num_heads + head) * value_dim + d;
+    if (WithLse) {
+      p.out_f32[at] = total;
+    } else {
+      p.out[at] = __float2bfloat16(total);
+    }
   }
 }
 
@@ -82,9 +94,16 @@ void launch_merge_shares(const MergeSharesParams& params, cudaStream_t stream) {
     throw std::invalid_argument("merge of attention shares: value_dim " + std::to_string(params.value_dim) +
                                 " is not a multiple of 4 up to " + std::to_string(kMergeMaxValueDim));
   }
+  if ((params.out_f32 == nullptr) != (params.out_lse == nullptr)) {
+    throw std::invalid_argument("merge of attention shares: the float32 output and the log-sum-exps come together");
+  }
   if (params.num_decode_tokens == 0) return;
-  launch_dependent("merge of attention shares", merge_shares_kernel, dim3(params.num_decode_tokens, params.num_heads),
-                   kWarps * 32, 0, stream, params);
+  const dim3 grid(params.num_decode_tokens, params.num_heads);
+  if (params.out_lse) {
+    launch_dependent("merge of attention shares", merge_shares_kernel<true>, grid, kWarps * 32, 0, stream, params);
+  } else {
+    launch_dependent("merge of attention shares", merge_shares_kernel<false>, grid, kWarps * 32, 0, stream, params);
+  }
 }
 
 }  // namespace tern::kernels

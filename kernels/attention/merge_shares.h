@@ -17,6 +17,11 @@ struct MergeSharesParams {
   const float* partial_lse = nullptr;  // [num_items, num_heads], log2 domain; -inf for a share without keys
   const float* sinks = nullptr;        // [num_heads] sink logits, or null
   __nv_bfloat16* out = nullptr;        // [num_tokens, num_heads, value_dim]
+  // Decode context parallelism (partial attention over a rank's share of the keys): with both set, the output
+  // goes to out_f32 [num_tokens, num_heads, value_dim] float32 instead of `out`, and each (token, head)'s
+  // log-sum-exp of scores, natural log, to out_lse [num_tokens, num_heads] (-inf where no share had keys).
+  float* out_f32 = nullptr;
+  float* out_lse = nullptr;
   const int32_t* tokens = nullptr;            // [num_decode_tokens]: each decode token's output row
   const int32_t* token_item_begin = nullptr;  // [num_decode_tokens + 1]: each token's shares (items)
   int num_decode_tokens = 0;

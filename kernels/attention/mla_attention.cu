@@ -45,6 +45,8 @@ void launch_mla_attention(const MlaAttentionParams& params, cudaStream_t stream)
   merge.partial_out = params.partial_out;
   merge.partial_lse = params.partial_lse;
   merge.out = params.out;
+  merge.out_f32 = params.out_f32;
+  merge.out_lse = params.out_lse;
   merge.tokens = params.tokens;
   merge.token_item_begin = params.token_item_begin;
   merge.num_decode_tokens = params.num_decode_tokens;

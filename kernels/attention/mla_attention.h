@@ -50,6 +50,10 @@ struct MlaAttentionParams {
   int num_decode_tokens = 0;
   float* partial_out = nullptr;  // workspace [num_items, num_heads, value_dim]
   float* partial_lse = nullptr;  // workspace [num_items, num_heads], log2 domain
+  // Decode context parallelism: float32 output and log-sum-exp of the decode items in place of `out`
+  // (MergeSharesParams).
+  float* out_f32 = nullptr;
+  float* out_lse = nullptr;
 };
 
 // Key and value dims this kernel is built for: multiples of 8, value_dim <= key_dim <= kMlaMaxKeyDim.

@@ -9,8 +9,13 @@ namespace tern::kernels {
 
 namespace {
 
+// -1 for a token another context-parallel rank caches.
 __device__ __forceinline__ int64_t slot_of(const KvSlots& s, int token) {
-  const int position = s.positions[token];
+  int position = s.positions[token];
+  if (s.shard_size > 1) {
+    if (position % s.shard_size != s.shard_rank) return -1;
+    position /= s.shard_size;
+  }
   const int block = s.block_tables[s.block_table_offsets[s.token_seq[token]] + position / s.block_size];
   return static_cast<int64_t>(block) * s.block_size + position % s.block_size;
 }
@@ -93,6 +98,7 @@ __global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query
   if (Rotate) {
     rope_heads_in_place(query + static_cast<int64_t>(token) * num_heads * p.key_dim, num_heads, p.key_dim, angles, rope);
   }
+  if (slot < 0) return;
   const int key_row = p.num_kv_heads * p.key_dim;
   const __nv_bfloat16* key = p.key + static_cast<int64_t>(token) * key_row;
   __nv_bfloat16* key_dst = p.key_cache + slot * key_row;
@@ -128,8 +134,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* qu
   const int pair_vectors = half / 8;                           // per head
   const int pass_vectors = (p.key_dim - rope.rotary_dim) / 8;  // unrotated dims of a key head
   const int query_units = num_heads * pair_vectors;
-  const int key_units = p.num_kv_heads * (pair_vectors + pass_vectors);
-  const int value_units = p.num_kv_heads * p.value_dim / 8;
+  const int key_units = slot < 0 ? 0 : p.num_kv_heads * (pair_vectors + pass_vectors);
+  const int value_units = slot < 0 ? 0 : p.num_kv_heads * p.value_dim / 8;
   __nv_bfloat16* q = query + static_cast<int64_t>(token) * num_heads * p.key_dim;
   const __nv_bfloat16* key = p.key + static_cast<int64_t>(token) * p.num_kv_heads * p.key_dim;
   __nv_bfloat16* key_dst = p.key_cache + slot * p.num_kv_heads * p.key_dim;
@@ -183,6 +189,10 @@ void check_rope(const RopeSpec& rope, int head_dim) {
 
 void check_kv(const KvWriteParams& p) {
   if (p.slots.block_size <= 0) throw std::invalid_argument("store_kv: block size must be positive");
+  if (p.slots.shard_size < 1 || p.slots.shard_rank < 0 || p.slots.shard_rank >= p.slots.shard_size) {
+    throw std::invalid_argument("store_kv: context shard rank " + std::to_string(p.slots.shard_rank) + " of " +
+                                std::to_string(p.slots.shard_size));
+  }
   if (p.value_dim > 0 && (!p.value || !p.value_cache)) throw std::invalid_argument("store_kv: values missing");
 }
 

@@ -18,12 +18,17 @@ struct RopeSpec {
 };
 
 // Where each token's KV goes: slot = block_tables[offsets[seq] + position / block_size] * block_size + offset.
+// Under decode context parallelism (shard_size > 1, src/backend/kv_context_shard.h) this rank caches only the
+// positions p with p % shard_size == shard_rank, each as its rank-local token p / shard_size in place of the
+// position; the others' keys and values are not written (their queries are still rotated).
 struct KvSlots {
   const int32_t* positions = nullptr;            // [num_tokens]
   const int32_t* token_seq = nullptr;            // [num_tokens]
   const int32_t* block_tables = nullptr;         // all sequences' tables back to back
   const int32_t* block_table_offsets = nullptr;  // [num_seqs]
   int block_size = 0;
+  int shard_rank = 0;
+  int shard_size = 1;
 };
 
 // x [num_tokens, num_heads, head_dim], rotated in place.

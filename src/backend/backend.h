@@ -92,6 +92,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The dtype of the activations the ops return (float32 on the CPU, bf16 on CUDA).
+  virtual DType activation_dtype() const = 0;
 
   // Memory
   // Loads checkpoint tensors, concatenated along dimension 0 (e.g. fused q/k/v), keeping bf16/f32 weights as
@@ -131,7 +133,8 @@ class Backend {
   // before): the first step of each shape (tokens, sequences, logit rows) runs `forward` eagerly and records it;
   // later steps of that shape replay the recording with their own metadata (deferred tokens filled in first).
   // `forward` must launch work only (no reads back to the host) and do the same work for every step of a shape: a
-  // backend serves one model. nullopt where the backend does not record steps, which then run eagerly.
+  // backend serves one model. nullopt where the backend does not record steps, which then run eagerly (the CPU
+  // backend; the CUDA backend under data parallelism, whose MoE token exchange reads the host).
   virtual std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward) {
     (void)batch;
     (void)forward;
@@ -259,11 +262,14 @@ class Backend {
   // All-to-all of rows x [S, ...] (any dtype): the first send_counts[0] rows go to rank 0, the next send_counts[1]
   // to rank 1, and so on (one count per rank, zeros allowed). Returns the rows the ranks sent to this one, grouped
   // by source rank in rank order, each source's in the order it sent them, and sets received_counts to their
-  // counts per source. Every rank of the group calls it, with or without rows to send.
+  // counts per source. Every rank of the group calls it, with or without rows to send, and all send rows of one
+  // dtype and width (a rank without rows passes an empty tensor of them). The CUDA backend reads the counts back to
+  // the host (a stream sync) and refuses to be recorded in a CUDA graph.
   virtual Tensor all_to_all_rows(const Tensor& x, std::span<const int64_t> send_counts,
                                  std::vector<int64_t>& received_counts);
   // Row gather and scatter-add of the MoE dispatch and combine: x [T, C] -> [rows.size(), C] with row i x[rows[i]];
-  // out[targets[i]] += x[i] for i in order.
+  // out[targets[i]] += x[i] for i in order, in float32 (a bf16 out on CUDA is rounded once per row, after its
+  // sum; x may be bf16 there).
   virtual Tensor select_rows(const Tensor& x, std::span<const int32_t> rows);
   virtual void add_rows(Tensor& out, const Tensor& x, std::span<const int32_t> targets);
   // x <- sum of x over the group's ranks; every rank gets the same values.

@@ -64,8 +64,8 @@ void add_parallel_options(CLI::App& cmd, ParallelConfig& parallel) {
                  "context per rank's memory) and runs attention whole, merging the ranks' partial results")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--data-parallel-size,--dp", parallel.data_parallel_size,
-                 "CPU ranks with data-parallel attention: each runs its own requests with its own KV cache, and the "
-                 "MoE layers send tokens to their experts' ranks (needs --ep equal to it and --tp 1)")
+                 "Ranks (GPUs, or CPU threads) with data-parallel attention: each runs its own requests with its own "
+                 "KV cache, and the MoE layers send tokens to their experts' ranks (needs --ep equal to it and --tp 1)")
       ->check(CLI::PositiveNumber);
 }
 

@@ -89,10 +89,6 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
       fail("--data-parallel-size {}: needs --expert-parallel-size {} (the MoE layers' experts are split over the "
            "data-parallel ranks, which exchange tokens with them)", data_parallel_size, data_parallel_size);
     }
-    if (backend_name != "cpu") {
-      fail("--data-parallel-size {}: the {} backend has no all-to-all for the MoE token exchange; data-parallel "
-           "attention runs on CPU ranks (--backend cpu)", data_parallel_size, backend_name);
-    }
   }
   const int size = data_parallel ? data_parallel_size : parallel.tensor_parallel_size;
   if (expert_parallel_size != 1 && expert_parallel_size != size) {

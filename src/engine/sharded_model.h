@@ -26,7 +26,7 @@ struct ParallelConfig {
   // 1, or the tensor-parallel size: each rank caches every size-th token of each sequence and the attention
   // layers, whole on every rank, merge the ranks' partial attentions (Backend::decode_context_parallel).
   int decode_context_parallel_size = 1;
-  // > 1 (with tensor-parallel size 1 and expert-parallel size equal to it, CPU ranks only): that many ranks with
+  // > 1 (with tensor-parallel size 1 and expert-parallel size equal to it): that many ranks with
   // data-parallel attention (Backend::data_parallel).
   int data_parallel_size = 1;
 };

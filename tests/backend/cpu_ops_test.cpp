@@ -266,6 +266,15 @@ TEST_F(CpuOpsTest, SelectRowsGathersAndAddRowsAddsIntoTargets) {
       << "a backend outside a group";
 }
 
+// A data-parallel rank without tokens sends empty hidden-state rows of this dtype (SparseMoe), which must be the
+// dtype the ops give the other ranks' rows.
+TEST_F(CpuOpsTest, ActivationDtypeIsTheDtypeOpsReturn) {
+  const Tensor x = backend->from_host_f32(std::vector<float>{1, 2, 3, 4}, {2, 2});
+  const Tensor weight = backend->from_host_f32(std::vector<float>{1, 1}, {2});
+  EXPECT_EQ(backend->rms_norm(x, weight, 1e-6f).dtype, backend->activation_dtype());
+  EXPECT_EQ(backend->linear(x, x, nullptr).dtype, backend->activation_dtype());
+}
+
 // all_to_all_rows on two CPU ranks: rank 0 sends one row to itself and two to rank 1, rank 1 sends nothing.
 TEST(CpuGroupOpsTest, AllToAllRowsDeliversEachRanksShareIncludingNone) {
   auto group = make_cpu_backend_group(2, 2);

@@ -78,6 +78,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override { return std::string("cpu-") + cpu::matmul_isa(); }
+  DType activation_dtype() const override { return DType::F32; }
 
   Tensor load_weight(std::span<const TensorInfo* const> parts) override {
     if (parts.empty()) fail("load_weight: no tensors given");

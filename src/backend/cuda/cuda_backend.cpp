@@ -7,6 +7,7 @@
 #include <optional>
 #include <tuple>
 
+#include "attention/context_parallel.h"
 #include "attention/decode_attention.h"
 #include "attention/mla_attention.h"
 #include "attention/prefill_attention.h"
@@ -19,6 +20,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/nccl_library.h"
 #include "backend/cuda/pinned_ids.h"
+#include "backend/cuda/row_exchange.h"
 #include "backend/cuda/step_graphs.h"
 #include "elementwise/argmax.h"
 #include "elementwise/gated_activation.h"
@@ -136,6 +138,7 @@ class CudaBackend final : public Backend {
   Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) override {
     Tensor out = allocator_->allocate(DType::F32, std::move(shape));
     if (static_cast<size_t>(out.numel()) != values.size()) fail("from_host_f32: shape does not match value count");
+    if (values.empty()) return out;  // e.g. the zero rows of a data-parallel rank without tokens
     check(cudaMemcpyAsync(out.data, values.data(), values.size_bytes(), cudaMemcpyHostToDevice, stream_),
           "from_host_f32");
     check(cudaStreamSynchronize(stream_), "from_host_f32");
@@ -162,6 +165,7 @@ class CudaBackend final : public Backend {
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
     if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
     auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
+    cache.context_shard = kv_context_shard();
     const int64_t slots = num_blocks * block_size;
     for (const auto& layer : layers) {
       const int heads = layer.kind == KvLayerKind::mla_latent ? kernels::kMlaDecodeSplitHeads
@@ -234,7 +238,10 @@ class CudaBackend final : public Backend {
     return DeviceMemory{static_cast<int64_t>(free), static_cast<int64_t>(total)};
   }
 
+  // Data-parallel steps run eagerly: their MoE layers read the routed ids and the all-to-all counts back to the
+  // host (row_exchange.h), which a recorded graph cannot do, and a graph would replay one step's dispatch.
   std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward) override {
+    if (data_parallel()) return std::nullopt;
     if (!graphs_) graphs_ = std::make_unique<cuda::StepGraphs>(*allocator_, stream_);
     return graphs_->run(
         batch,
@@ -265,6 +272,8 @@ class CudaBackend final : public Backend {
     });
     return out;
   }
+
+  DType activation_dtype() const override { return DType::BF16; }
 
   int group_rank() const override { return group_ ? rank_ : 0; }
   int group_size() const override { return group_ ? group_->size() : 1; }
@@ -298,6 +307,20 @@ class CudaBackend final : public Backend {
             "all_gather_columns");
     }
     return out;
+  }
+
+  Tensor all_to_all_rows(const Tensor& x, std::span<const int64_t> send_counts,
+                         std::vector<int64_t>& received_counts) override {
+    if (!group_) fail("all_to_all_rows: the cuda backend is not part of a group");
+    return cuda::all_to_all_rows(rank_stream(), *group_, rank_, x, send_counts, received_counts);
+  }
+
+  Tensor select_rows(const Tensor& x, std::span<const int32_t> rows) override {
+    return cuda::select_rows(rank_stream(), x, rows);
+  }
+
+  void add_rows(Tensor& out, const Tensor& x, std::span<const int32_t> targets) override {
+    cuda::add_rows(rank_stream(), out, x, targets);
   }
 
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override {
@@ -593,18 +616,14 @@ class CudaBackend final : public Backend {
   Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                    const StepContext& step) override {
     const auto& ctx = cuda_step(step);
-    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("attention: layer {} not in the cache", layer);
-    const KvLayerSpec& spec = cache.layers[layer];
-    if (query.shape.size() != 3) fail("attention: query must be [tokens, heads, dim], got {}", shape_string(query.shape));
-    check_tokens(query, step, "attention");
+    check_attention_query(query, cache, layer, step, "attention");
+    if (cache.context_shard.size > 1) {
+      fail("attention: layer {}'s cache holds rank {}'s share of {} (decode context parallelism); its attention is "
+           "partial_attention merged over the ranks", layer, cache.context_shard.rank, cache.context_shard.size);
+    }
     if (params.values_from_keys > 0) return latent_attention(query, cache, layer, params, ctx);
-    if (spec.value_dim != spec.key_dim || query.size(2) != spec.key_dim) {
-      fail("attention: the CUDA kernels need query dim = key_dim = value_dim; got {}, {}, {}", query.size(2),
-           spec.key_dim, spec.value_dim);
-    }
-    if (spec.num_kv_heads <= 0 || query.size(1) % spec.num_kv_heads != 0) {
-      fail("attention: {} query heads are not a multiple of {} KV heads", query.size(1), spec.num_kv_heads);
-    }
+    const KvLayerSpec& spec = cache.layers[layer];
+    check_dense_attention(query, spec);
     ctx.check_block_tables(cache.block_size);
     const Tensor q = activation(query, "attention");
     const int num_tokens = checked_int(query.size(0), "tokens");
@@ -613,12 +632,7 @@ class CudaBackend final : public Backend {
     Tensor out = allocator_->allocate(DType::BF16, {query.size(0), query.size(1), spec.value_dim});
     if (num_tokens == 0) return out;
 
-    kernels::PagedKv kv;
-    kv.keys = cache.keys[layer].ptr<bf16>();
-    kv.values = cache.values[layer].ptr<bf16>();
-    kv.block_size = checked_int(cache.block_size, "block_size");
-    kv.block_tables = ctx.block_tables();
-    kv.block_table_offsets = ctx.block_table_offsets(cache.layer_group.at(layer));
+    const kernels::PagedKv kv = paged_kv(cache, layer, ctx);
     kernels::AttentionBatch batch{ctx.cu_seqlens(), ctx.num_cached(), ctx.token_seq(), ctx.positions()};
     std::optional<Tensor> sinks;
     if (params.sinks) {
@@ -666,6 +680,111 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // Every token, prefill chunks included, goes through the split-KV kernels (decode_attention, the MLA kernel's
+  // split items): given each query's rank-local position (context_parallel.h) for its causal bound, they read a
+  // context shard's cache unchanged, and merge_shares returns the float32 output with its log-sum-exp. The tiled
+  // prefill kernels are not used: a prefill chunk costs one pass over its context per query token instead of one
+  // per tile of 64 (docs/parallelism.md).
+  AttentionPartial partial_attention(const Tensor& query, const KvCache& cache, int layer,
+                                     const AttentionParams& params, const StepContext& step) override {
+    const auto& ctx = cuda_step(step);
+    check_attention_query(query, cache, layer, step, "partial_attention");
+    if (params.sinks) fail("partial_attention: layer {} has attention sinks, which no rank's share of tokens holds", layer);
+    if (params.sliding_window > 0) {
+      fail("partial_attention: layer {} has a sliding window ({} tokens); the CUDA backend splits the context of "
+           "full-attention layers only", layer, params.sliding_window);
+    }
+    const KvLayerSpec& spec = cache.layers[layer];
+    const bool latent = params.values_from_keys > 0;
+    if (latent) {
+      check_latent_attention(query, spec, layer, params);
+    } else {
+      check_dense_attention(query, spec);
+    }
+    const KvContextShard& shard = cache.context_shard;
+    ctx.check_block_tables(shard.tokens_per_block(cache.block_size));
+    const int64_t num_heads = query.size(1);
+    const int64_t value_dim = latent ? params.values_from_keys : spec.value_dim;
+    AttentionPartial partial{allocator_->allocate(DType::F32, {query.size(0), num_heads, value_dim}),
+                             allocator_->allocate(DType::F32, {query.size(0), num_heads})};
+    const int num_tokens = checked_int(query.size(0), "tokens");
+    if (num_tokens == 0) return partial;
+    const Tensor q = activation(query, "partial_attention");
+    Tensor local_positions = allocator_->allocate(DType::I32, {query.size(0)});
+    launch("partial_attention (shard positions)", [&] {
+      kernels::launch_context_shard_positions(ctx.positions(), local_positions.ptr<int32_t>(), num_tokens, shard.rank,
+                                              shard.size, stream_);
+    });
+    const cuda::AttentionPlan& plan = ctx.attention_plan(false);
+    const Tensor partial_out = allocator_->allocate(DType::F32, {plan.num_items, num_heads, value_dim});
+    const Tensor partial_lse = allocator_->allocate(DType::F32, {plan.num_items, num_heads});
+    const kernels::AttentionBatch batch{ctx.cu_seqlens(), ctx.num_cached(), ctx.token_seq(),
+                                        local_positions.ptr<int32_t>()};
+    if (latent) {
+      kernels::MlaAttentionParams p;
+      p.query = q.ptr<bf16>();
+      p.kv = paged_kv(cache, layer, ctx);
+      p.batch = batch;
+      p.num_heads = checked_int(num_heads, "heads");
+      p.key_dim = checked_int(spec.key_dim, "key_dim");
+      p.value_dim = checked_int(value_dim, "values_from_keys");
+      p.scale = params.scale;
+      p.item_token = plan.item_token;
+      p.item_chunk = plan.item_chunk;
+      p.num_items = plan.num_items;
+      p.num_splits = plan.num_splits;
+      p.tokens = plan.decode_tokens;
+      p.token_item_begin = plan.token_item_begin;
+      p.num_decode_tokens = plan.num_decode_tokens;
+      p.partial_out = partial_out.ptr<float>();
+      p.partial_lse = partial_lse.ptr<float>();
+      p.out_f32 = partial.out.ptr<float>();
+      p.out_lse = partial.lse.ptr<float>();
+      launch("partial_attention (MLA)", [&] { kernels::launch_mla_attention(p, stream_); });
+      return partial;
+    }
+    kernels::DecodeAttentionParams p;
+    p.batch_from_host = false;  // its positions are the rank-local ones a kernel of the step writes
+    p.query = q.ptr<bf16>();
+    p.kv = paged_kv(cache, layer, ctx);
+    p.batch = batch;
+    p.shape = {checked_int(num_heads, "heads"), static_cast<int>(spec.num_kv_heads),
+               checked_int(spec.key_dim, "head_dim"), params.scale, 0, nullptr};
+    p.item_token = plan.item_token;
+    p.item_chunk = plan.item_chunk;
+    p.num_items = plan.num_items;
+    p.num_splits = plan.num_splits;
+    p.tokens = plan.decode_tokens;
+    p.token_item_begin = plan.token_item_begin;
+    p.num_decode_tokens = plan.num_decode_tokens;
+    p.partial_out = partial_out.ptr<float>();
+    p.partial_lse = partial_lse.ptr<float>();
+    p.out_f32 = partial.out.ptr<float>();
+    p.out_lse = partial.lse.ptr<float>();
+    launch("partial_attention", [&] { kernels::launch_decode_attention(p, stream_); });
+    return partial;
+  }
+
+  // bf16, as attention's output, for the o_proj (or the MLA value up-projection) that follows.
+  Tensor merge_attention_partials(const Tensor& outs, const Tensor& lses) override {
+    if (outs.dtype != DType::F32 || lses.dtype != DType::F32 || outs.shape.size() != 4 || lses.shape.size() != 3 ||
+        outs.size(0) != lses.size(0) || outs.size(1) != lses.size(1) || outs.size(2) != lses.size(2)) {
+      fail("merge_attention_partials: outputs {} {} and log-sum-exps {} {} are not float32 [T, heads, ranks, dim] "
+           "and [T, heads, ranks]", dtype_name(outs.dtype), shape_string(outs.shape), dtype_name(lses.dtype),
+           shape_string(lses.shape));
+    }
+    Tensor merged = allocator_->allocate(DType::BF16, {outs.size(0), outs.size(1), outs.size(3)});
+    kernels::MergeAttentionPartialsParams p;
+    p.outs = outs.ptr<float>();
+    p.lses = lses.ptr<float>();
+    p.out = merged.ptr<bf16>();
+    p.num_rows = checked_int(outs.size(0) * outs.size(1), "rows");
+    p.num_ranks = checked_int(outs.size(2), "ranks");
+    p.value_dim = checked_int(outs.size(3), "value_dim");
+    launch("merge_attention_partials", [&] { kernels::launch_merge_attention_partials(p, stream_); });
+    return merged;
+  }
+
   Tensor gather_logit_rows(const Tensor& x, const StepContext& step) override {
     const auto& ctx = cuda_step(step);
     const auto& rows = step.batch().logit_rows;
@@ -683,6 +802,8 @@ class CudaBackend final : public Backend {
   }
 
   bool samples_on_device() const override { return true; }
+
+  bool implements_decode_context_parallel() const override { return true; }
 
   std::optional<Tensor> sample(const Tensor& logits, std::span<const RowSampling> rows) override {
     static_assert(sizeof(RowSampling) == sizeof(kernels::RowSampling), "RowSampling layouts differ");
@@ -731,22 +852,9 @@ class CudaBackend final : public Backend {
   // latent): every query head reads the same keys, which the MLA kernel loads once per 64 heads.
   Tensor latent_attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                           const cuda::CudaStepContext& ctx) {
-    const KvLayerSpec& spec = cache.layers[layer];
-    if (spec.num_kv_heads != 1 || spec.value_dim != 0 || query.size(2) != spec.key_dim) {
-      fail("attention: values_from_keys needs one cached KV head of keys only with the query's dim; layer {} caches "
-           "{} heads of {}+{} for queries of {}",
-           layer, spec.num_kv_heads, spec.key_dim, spec.value_dim, query.size(2));
-    }
-    if (params.sliding_window > 0 || params.sinks) {
-      fail("attention: the CUDA MLA kernel has no sliding window or sinks");
-    }
-    const int key_dim = checked_int(spec.key_dim, "key_dim");
+    check_latent_attention(query, cache.layers[layer], layer, params);
+    const int key_dim = checked_int(cache.layers[layer].key_dim, "key_dim");
     const int value_dim = checked_int(params.values_from_keys, "values_from_keys");
-    if (!kernels::mla_attention_supports(key_dim, value_dim)) {
-      fail("attention: the CUDA MLA kernel needs key and value dims that are multiples of 8 with value_dim <= key_dim "
-           "<= {}; got {} and {}",
-           kernels::kMlaMaxKeyDim, key_dim, value_dim);
-    }
     ctx.check_block_tables(cache.block_size);
     const Tensor q = activation(query, "attention");
     const int64_t num_heads = query.size(1);
@@ -757,10 +865,7 @@ class CudaBackend final : public Backend {
     kernels::MlaAttentionParams p;
     p.query = q.ptr<bf16>();
     p.out = out.ptr<bf16>();
-    p.kv.keys = cache.keys[layer].ptr<bf16>();
-    p.kv.block_size = checked_int(cache.block_size, "block_size");
-    p.kv.block_tables = ctx.block_tables();
-    p.kv.block_table_offsets = ctx.block_table_offsets(cache.layer_group.at(layer));
+    p.kv = paged_kv(cache, layer, ctx);
     p.batch = {ctx.cu_seqlens(), ctx.num_cached(), ctx.token_seq(), ctx.positions()};
     p.num_heads = checked_int(num_heads, "heads");
     p.key_dim = key_dim;
@@ -785,6 +890,52 @@ class CudaBackend final : public Backend {
     }
     launch("attention (MLA)", [&] { kernels::launch_mla_attention(p, stream_); });
     return out;
+  }
+
+  static void check_attention_query(const Tensor& query, const KvCache& cache, int layer, const StepContext& step,
+                                    const char* op) {
+    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("{}: layer {} not in the cache", op, layer);
+    if (query.shape.size() != 3) fail("{}: query must be [tokens, heads, dim], got {}", op, shape_string(query.shape));
+    check_tokens(query, step, op);
+  }
+
+  static void check_dense_attention(const Tensor& query, const KvLayerSpec& spec) {
+    if (spec.value_dim != spec.key_dim || query.size(2) != spec.key_dim) {
+      fail("attention: the CUDA kernels need query dim = key_dim = value_dim; got {}, {}, {}", query.size(2),
+           spec.key_dim, spec.value_dim);
+    }
+    if (spec.num_kv_heads <= 0 || query.size(1) % spec.num_kv_heads != 0) {
+      fail("attention: {} query heads are not a multiple of {} KV heads", query.size(1), spec.num_kv_heads);
+    }
+  }
+
+  static void check_latent_attention(const Tensor& query, const KvLayerSpec& spec, int layer,
+                                     const AttentionParams& params) {
+    if (spec.num_kv_heads != 1 || spec.value_dim != 0 || query.size(2) != spec.key_dim) {
+      fail("attention: values_from_keys needs one cached KV head of keys only with the query's dim; layer {} caches "
+           "{} heads of {}+{} for queries of {}",
+           layer, spec.num_kv_heads, spec.key_dim, spec.value_dim, query.size(2));
+    }
+    if (params.sliding_window > 0 || params.sinks) {
+      fail("attention: the CUDA MLA kernel has no sliding window or sinks");
+    }
+    if (!kernels::mla_attention_supports(static_cast<int>(spec.key_dim), static_cast<int>(params.values_from_keys))) {
+      fail("attention: the CUDA MLA kernel needs key and value dims that are multiples of 8 with value_dim <= key_dim "
+           "<= {}; got {} and {}",
+           kernels::kMlaMaxKeyDim, spec.key_dim, params.values_from_keys);
+    }
+  }
+
+  // Layer `layer`'s cache as the kernels read it: in its own token order a context shard's cache is an ordinary
+  // paged cache under the same tables (kv_context_shard.h).
+  kernels::PagedKv paged_kv(const KvCache& cache, int layer, const cuda::CudaStepContext& ctx) {
+    kernels::PagedKv kv;
+    kv.keys = cache.keys[layer].ptr<bf16>();
+    kv.values = cache.layers[layer].value_dim ? cache.values[layer].ptr<bf16>() : nullptr;
+    kv.block_size = checked_int(cache.block_size, "block_size");
+    kv.block_tables = ctx.block_tables();
+    kv.block_table_offsets = ctx.block_table_offsets(cache.layer_group.at(layer));
+    return kv;
   }
 
   // Steps with this many rows per expert on average (long prefill chunks of models with few experts) run each
@@ -875,6 +1026,8 @@ class CudaBackend final : public Backend {
     }
   }
 
+
+  cuda::RankStream rank_stream() { return {*allocator_, *staging_, stream_}; }
 
   void copy_to_host(const Tensor& t, void* dst) {
     check(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
@@ -967,7 +1120,7 @@ class CudaBackend final : public Backend {
            value_row ? value.row_numel() : 0);
     }
     check_tokens(key, step, "store_kv");
-    ctx.check_block_tables(cache.block_size);
+    ctx.check_block_tables(cache.context_shard.tokens_per_block(cache.block_size));
     KvWrite write;
     write.key = activation(key, "store_kv (key)");
     if (value_row) write.value = activation(value, "store_kv (value)");
@@ -981,7 +1134,8 @@ class CudaBackend final : public Backend {
     p.key_dim = checked_int(spec.key_dim, "key_dim");
     p.value_dim = checked_int(spec.value_dim, "value_dim");
     p.slots = {ctx.positions(), ctx.token_seq(), ctx.block_tables(),
-               ctx.block_table_offsets(cache.layer_group.at(layer)), checked_int(cache.block_size, "block_size")};
+               ctx.block_table_offsets(cache.layer_group.at(layer)), checked_int(cache.block_size, "block_size"),
+               cache.context_shard.rank, cache.context_shard.size};
     return write;
   }
 

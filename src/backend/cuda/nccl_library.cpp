@@ -24,8 +24,8 @@ NcclLibrary load() {
   void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* reason = dlerror();
-    fail("NCCL is needed for --tensor-parallel-size > 1 on CUDA and could not be loaded from {}: {} (set "
-         "TERN_NCCL_LIBRARY to the path of libnccl.so.2)",
+    fail("NCCL is needed for --tensor-parallel-size or --data-parallel-size > 1 on CUDA and could not be loaded "
+         "from {}: {} (set TERN_NCCL_LIBRARY to the path of libnccl.so.2)",
          file, reason ? reason : "unknown error");
   }
   NcclLibrary library;
@@ -35,6 +35,10 @@ NcclLibrary load() {
   bind(handle, "ncclCommDestroy", file, library.comm_destroy);
   bind(handle, "ncclAllReduce", file, library.all_reduce);
   bind(handle, "ncclAllGather", file, library.all_gather);
+  bind(handle, "ncclSend", file, library.send);
+  bind(handle, "ncclRecv", file, library.recv);
+  bind(handle, "ncclGroupStart", file, library.group_start);
+  bind(handle, "ncclGroupEnd", file, library.group_end);
   int version = 0;
   library.check(library.get_version(&version), "ncclGetVersion");
   // bfloat16 reductions arrived in NCCL 2.10.
@@ -57,7 +61,7 @@ NcclGroup::NcclGroup(int size) : library_(NcclLibrary::get()) {
   int num_devices = 0;
   if (cudaGetDeviceCount(&num_devices) != cudaSuccess) num_devices = 0;
   if (size < 1 || size > num_devices) {
-    fail("tensor parallel size {} needs that many GPUs; {} found", size, num_devices);
+    fail("a group of {} ranks (tensor- or data-parallel size) needs that many GPUs; {} found", size, num_devices);
   }
   // NVLink SHARP (multicast) can take a host's GPUs out of service on the machines tern is tested on; it is not
   // needed for the small messages of decode.

@@ -17,6 +17,12 @@ struct NcclLibrary {
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
+  // Point-to-point, for the all-to-all of data-parallel MoE layers: sends and receives between group_start and
+  // group_end run as one operation, so no rank waits on a peer that is itself waiting.
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
 
   // Loads the library once; fails naming the file and the dynamic loader's reason.
   static const NcclLibrary& get();

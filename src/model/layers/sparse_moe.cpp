@@ -149,14 +149,17 @@ Tensor SparseMoe::forward(Backend& backend, const BlockInput& input, const StepC
   ExpertLoadBalancing routing_balance;
   if (balancing_) routing_balance = {&balancing_->load_counts, &balancing_->replica_slots, &balancing_->replica_counts};
   const ExpertRouting routing = router_->route(backend, x, step, routing_balance);
-  Tensor out;
   if (backend.data_parallel()) {
-    out = exchange_tokens(backend, &x, &routing);
-  } else {
-    out = backend.moe_experts(x, routing, local_experts(), config_.activation);
-    // Each rank added its own slots' outputs; every rank needs every expert's.
-    if (balancing_) backend.all_reduce_sum(out);
+    // The exchange's sums are float32 on every backend; add_in_place takes them as its second operand on all.
+    const Tensor routed = exchange_tokens(backend, &x, &routing);
+    if (!shared_experts_) return routed;
+    Tensor out = shared_experts_->forward(backend, x);
+    backend.add_in_place(out, routed);
+    return out;
   }
+  Tensor out = backend.moe_experts(x, routing, local_experts(), config_.activation);
+  // Each rank added its own slots' outputs; every rank needs every expert's.
+  if (balancing_) backend.all_reduce_sum(out);
   if (shared_experts_) backend.add_in_place(out, shared_experts_->forward(backend, x));
   return out;
 }
@@ -193,12 +196,18 @@ Tensor SparseMoe::exchange_tokens(Backend& backend, const Tensor* x, const Exper
       }
     }
   }
+  // A rank without tokens sends no rows, of the dtype and width the others send (the hidden states are in the
+  // backend's activation dtype, the routing in int32 and float32 on every backend).
   const auto rows_of = [&](const Tensor* source, DType dtype, int64_t width) {
     if (source) return backend.select_rows(*source, sent_tokens);
-    return dtype == DType::I32 ? backend.from_host_i32({}, {0, width}) : backend.from_host_f32({}, {0, width});
+    Tensor none;  // no rows: no storage
+    none.dtype = dtype;
+    none.shape = {0, width};
+    return none;
   };
   std::vector<int64_t> received_counts;
-  const Tensor received_x = backend.all_to_all_rows(rows_of(x, DType::F32, hidden), send_counts, received_counts);
+  const Tensor received_x =
+      backend.all_to_all_rows(rows_of(x, backend.activation_dtype(), hidden), send_counts, received_counts);
   const Tensor received_slots = backend.all_to_all_rows(
       rows_of(routing ? &routing->expert_ids : nullptr, DType::I32, top_k), send_counts, received_counts);
   const Tensor received_weights = backend.all_to_all_rows(

@@ -2,7 +2,6 @@
 // float64 golden_logits, and greedy tokens equal to the CPU backend's over 24 steps on at least 2 of 3 prompts
 // (bf16 rounding may flip a near-tie).
 #include <algorithm>
-#include <fstream>
 
 #include "cuda_test_util.h"
 #include "fixtures.h"
@@ -84,25 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Dense, CudaModelTest, ::testing::Values("llama", "llama
 // MoE path against the CPU backend on the same checkpoint with every expert routed (top_k = experts: the choice
 // is gone, the weights stay). deepseek_v3 runs MLA (a keys-only latent cache, absorbed per-head projections,
 // interleaved rope) and DeepSeek's group-limited router with a selection bias.
-class CudaMoeModelTest : public CudaModelTest {
- protected:
-  // The fixture with num_experts_per_tok raised to the expert count, in a temporary directory.
-  std::filesystem::path every_expert_routed() {
-    const auto out = std::filesystem::temp_directory_path() / ("tern_every_expert_" + GetParam());
-    std::filesystem::remove_all(out);
-    std::filesystem::create_directories(out);
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      if (entry.path().filename() != "config.json") std::filesystem::create_symlink(entry.path(), out / entry.path().filename());
-    }
-    auto config = read_json(dir / "config.json");
-    config["num_experts_per_tok"] = config.contains("n_routed_experts") ? config["n_routed_experts"]
-                                                                        : config["num_local_experts"];
-    // DeepSeek's group-limited choice would otherwise still exclude the experts of the groups not chosen.
-    if (config.contains("n_group")) config["topk_group"] = config["n_group"];
-    std::ofstream(out / "config.json") << config.dump();
-    return out;
-  }
-};
+class CudaMoeModelTest : public CudaModelTest {};
 
 TEST_P(CudaMoeModelTest, LogitsMatchTransformersOnTwoOfThreePrompts) {
   const auto errors = golden_logit_errors();
@@ -113,7 +94,7 @@ TEST_P(CudaMoeModelTest, LogitsMatchTransformersOnTwoOfThreePrompts) {
 // way does not send them down different texts: every step's logits must be within 2e-2 of the CPU's, and the
 // CUDA backend's choice must be the CPU's or a token the CPU scores within that tolerance of its best.
 TEST_P(CudaMoeModelTest, EveryExpertRoutedMatchesCpuBackend) {
-  const auto every = every_expert_routed();
+  const auto every = testing::every_expert_routed(dir, GetParam());
   auto gpu = make_cuda_backend(0);
   auto cpu = make_cpu_backend(2);
   auto gpu_model = load_model(every, *gpu);
