@@ -22,8 +22,12 @@ struct Tensor {
   }
   int64_t size(int dim) const { return shape.at(dim < 0 ? shape.size() + dim : dim); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
-  // Elements per row of dimension 0.
-  int64_t row_numel() const { return shape.empty() ? 1 : numel() / shape[0]; }
+  // Elements per row of dimension 0 (also of a tensor with no rows).
+  int64_t row_numel() const {
+    int64_t n = 1;
+    for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+    return n;
+  }
 
   template <typename T>
   T* ptr() const {

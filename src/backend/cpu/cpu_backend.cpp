@@ -62,13 +62,6 @@ float rms_scale(const float* x, int64_t n, float eps) {
   return static_cast<float>(1.0 / std::sqrt(sum / n + eps));
 }
 
-// Elements of one row of x [rows, ...], also when there are no rows (row_numel divides by them).
-int64_t elements_per_row(const Tensor& x) {
-  int64_t n = 1;
-  for (size_t d = 1; d < x.shape.size(); ++d) n *= x.shape[d];
-  return n;
-}
-
 class CpuBackend final : public Backend {
  public:
   // `collective`: the tensor-parallel group this backend is rank `rank` of; null for a group of one.
@@ -222,7 +215,7 @@ class CpuBackend final : public Backend {
                          std::vector<int64_t>& received_counts) override {
     if (!collective_) fail("all_to_all_rows: the cpu backend is not part of a group");
     if (x.shape.empty()) fail("all_to_all_rows: expects rows [S, ...]");
-    const size_t row_bytes = static_cast<size_t>(elements_per_row(x)) * dtype_size(x.dtype);
+    const size_t row_bytes = static_cast<size_t>(x.row_numel()) * dtype_size(x.dtype);
     int64_t num_sent = 0;
     for (int64_t count : send_counts) num_sent += count;
     if (num_sent != x.size(0)) fail("all_to_all_rows: send counts add up to {} rows, x has {}", num_sent, x.size(0));
@@ -236,7 +229,7 @@ class CpuBackend final : public Backend {
   }
 
   Tensor select_rows(const Tensor& x, std::span<const int32_t> rows) override {
-    const size_t row_bytes = static_cast<size_t>(elements_per_row(x)) * dtype_size(x.dtype);
+    const size_t row_bytes = static_cast<size_t>(x.row_numel()) * dtype_size(x.dtype);
     std::vector<int64_t> shape = x.shape;
     shape[0] = static_cast<int64_t>(rows.size());
     Tensor out = host_tensor(x.dtype, std::move(shape));
@@ -250,10 +243,10 @@ class CpuBackend final : public Backend {
   void add_rows(Tensor& out, const Tensor& x, std::span<const int32_t> targets) override {
     require_f32(out, "add_rows");
     require_f32(x, "add_rows");
-    const int64_t width = elements_per_row(out);
-    if (elements_per_row(x) != width || (x.shape.empty() ? 0 : x.size(0)) != static_cast<int64_t>(targets.size())) {
+    const int64_t width = out.row_numel();
+    if (x.row_numel() != width || (x.shape.empty() ? 0 : x.size(0)) != static_cast<int64_t>(targets.size())) {
       fail("add_rows: {} target rows of width {} for rows {} of width {}", targets.size(), width,
-           shape_string(x.shape), elements_per_row(x));
+           shape_string(x.shape), x.row_numel());
     }
     for (size_t i = 0; i < targets.size(); ++i) {
       if (targets[i] < 0 || targets[i] >= out.size(0)) {

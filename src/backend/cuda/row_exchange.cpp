@@ -34,19 +34,12 @@ Tensor upload(const RankStream& on, std::span<const int32_t> values) {
   return out;
 }
 
-// Elements of one row of x [rows, ...], also when there are no rows (Tensor::row_numel divides by them).
-int64_t elements_per_row(const Tensor& x) {
-  int64_t n = 1;
-  for (size_t d = 1; d < x.shape.size(); ++d) n *= x.shape[d];
-  return n;
-}
-
-size_t row_bytes(const Tensor& x) { return static_cast<size_t>(elements_per_row(x)) * dtype_size(x.dtype); }
+size_t row_bytes(const Tensor& x) { return static_cast<size_t>(x.row_numel()) * dtype_size(x.dtype); }
 
 template <typename Out, typename In>
 void add_rows_as(Tensor& out, const Tensor& x, const kernels::RowsByTarget& rows, cudaStream_t stream) {
   launch("add_rows", [&] {
-    kernels::launch_add_rows(out.ptr<Out>(), x.ptr<In>(), elements_per_row(out), rows, stream);
+    kernels::launch_add_rows(out.ptr<Out>(), x.ptr<In>(), out.row_numel(), rows, stream);
   });
 }
 
@@ -155,11 +148,11 @@ void add_rows(const RankStream& on, Tensor& out, const Tensor& x, std::span<cons
   if (!float_type(out) || !float_type(x)) {
     fail("add_rows: adds float32 or bf16 rows, got {} rows into {}", dtype_name(x.dtype), dtype_name(out.dtype));
   }
-  const int64_t width = elements_per_row(out);
+  const int64_t width = out.row_numel();
   const int64_t num_rows = x.shape.empty() ? 0 : x.size(0);
-  if (out.shape.empty() || elements_per_row(x) != width || num_rows != static_cast<int64_t>(targets.size())) {
+  if (out.shape.empty() || x.row_numel() != width || num_rows != static_cast<int64_t>(targets.size())) {
     fail("add_rows: {} target rows of width {} for rows {} of width {}", targets.size(), width, shape_string(x.shape),
-         elements_per_row(x));
+         x.row_numel());
   }
   const int64_t num_out_rows = out.size(0);
   // The sources of each target, ascending (a counting sort by target keeps the index order within a target).
