@@ -1,11 +1,13 @@
 #pragma once
-// Greedy tokens of one request through an engine over a (possibly tensor-parallel) model, for the tests that
-// compare sharded models with unsharded ones.
+// Greedy tokens and logits through a (possibly tensor-, expert- or data-parallel) model, for the tests that compare
+// sharded models with unsharded ones.
 #include <cstdint>
 #include <vector>
 
 #include "engine/engine_core.h"
 #include "engine/sharded_model.h"
+#include "model/layers/sparse_moe.h"
+#include "model/sequence_runner.h"
 
 namespace tern::testing {
 
@@ -31,6 +33,34 @@ inline std::vector<int32_t> sharded_greedy_tokens(ShardedModel& model, const std
     for (const auto& out : core.step()) tokens.insert(tokens.end(), out.token_ids.begin(), out.token_ids.end());
   }
   return tokens;
+}
+
+// Last-token logits of `prompt` from rank 0 (every rank runs the step).
+inline std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>& prompt) {
+  std::vector<float> logits;
+  model.run_on_ranks([&](int rank) {
+    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(prompt.size()));
+    const Tensor out = runner.append(prompt, false);
+    if (rank == 0) logits = model.backend(rank).to_host_f32(out);
+  });
+  return logits;
+}
+
+// All logits [T, vocab] of each prompt under data parallelism, prompt p run on rank p at once (ranks past the
+// prompts only serve the others' tokens in the MoE layers).
+inline std::vector<std::vector<float>> logits_on_ranks(ShardedModel& model,
+                                                       const std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<std::vector<float>> logits(prompts.size());
+  model.run_on_ranks([&](int rank) {
+    if (rank >= static_cast<int>(prompts.size())) {
+      serve_expert_peers(model.model(rank), model.backend(rank));
+      return;
+    }
+    const auto& prompt = prompts[rank];
+    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(prompt.size()));
+    logits[rank] = model.backend(rank).to_host_f32(runner.append(prompt, true));
+  });
+  return logits;
 }
 
 }  // namespace tern::testing

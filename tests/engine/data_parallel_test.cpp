@@ -17,6 +17,7 @@
 #include "engine/sharded_model.h"
 #include "fixtures.h"
 #include "greedy_request.h"
+#include "sharded_greedy.h"
 #include "model/expert_placement.h"
 #include "model/layers/sparse_moe.h"
 #include "model/sequence_runner.h"
@@ -63,21 +64,6 @@ class DataParallelTest : public ::testing::TestWithParam<DataParallelCase> {
   }
 };
 
-// All logits [T, vocab] of each prompt, prompt p run on rank p at once (ranks past the prompts idle: they only
-// serve the others' tokens in the MoE layers).
-std::vector<std::vector<float>> logits_on_ranks(ShardedModel& model, const std::vector<std::vector<int32_t>>& prompts) {
-  std::vector<std::vector<float>> logits(prompts.size());
-  model.run_on_ranks([&](int rank) {
-    if (rank >= static_cast<int>(prompts.size())) {
-      serve_expert_peers(model.model(rank), model.backend(rank));
-      return;
-    }
-    const auto& prompt = prompts[rank];
-    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(prompt.size()));
-    logits[rank] = model.backend(rank).to_host_f32(runner.append(prompt, true));
-  });
-  return logits;
-}
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& expected, const std::string& label) {
   ASSERT_EQ(got.size(), expected.size()) << label;
@@ -99,9 +85,9 @@ TEST_P(DataParallelTest, LogitsOfSequencesOnDifferentRanksMatchOneRank) {
   std::vector<std::vector<int32_t>> prompts;
   for (int r = 0; r < GetParam().size; ++r) prompts.push_back(prompt_of(5 + 17 * r, r));
   for (const auto& batch : {prompts, std::vector<std::vector<int32_t>>{prompt_of(23, 9)}}) {
-    const auto got = logits_on_ranks(*data_parallel, batch);
+    const auto got = testing::logits_on_ranks(*data_parallel, batch);
     for (size_t p = 0; p < batch.size(); ++p) {
-      expect_close(got[p], logits_on_ranks(*whole, {batch[p]})[0],
+      expect_close(got[p], testing::logits_on_ranks(*whole, {batch[p]})[0],
                    "prompt " + std::to_string(p) + " of " + std::to_string(batch.size()));
     }
   }
@@ -233,7 +219,7 @@ TEST_P(DataParallelTest, RedundantExpertsArePlacedByTheRanksSummedLoad) {
     prompts.push_back(prompt_of(3 + 11 * r, 20 + r));
     num_tokens += static_cast<int64_t>(prompts.back().size());
   }
-  logits_on_ranks(*data_parallel, prompts);
+  testing::logits_on_ranks(*data_parallel, prompts);
   for (const auto& layer : data_parallel->take_expert_loads()) {
     EXPECT_EQ(std::accumulate(layer.begin(), layer.end(), int64_t{0}), num_tokens * top_k);
   }

@@ -158,23 +158,13 @@ TEST(WeightShardTest, ShardsRecombineIntoTheWholeTensor) {
   }
 }
 
-// Last-token logits of `prompt` from rank 0 of a sharded model (every rank runs the step).
-std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>& prompt) {
-  std::vector<float> logits;
-  model.run_on_ranks([&](int rank) {
-    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(prompt.size()));
-    const Tensor out = runner.append(prompt, false);
-    if (rank == 0) logits = model.backend(rank).to_host_f32(out);
-  });
-  return logits;
-}
 
 // The sharded model gives `prompt` the unsharded model's last-token logits (float32 sums in another order: rounding
 // only) and greedy tokens (through the engine, placing experts every `eplb_interval_steps` steps when above 0).
 void expect_same_outputs(ShardedModel& whole, ShardedModel& sharded, const std::vector<int32_t>& prompt,
                          const std::string& label, int64_t eplb_interval_steps = 0) {
-  const auto expected = prompt_logits(whole, prompt);
-  const auto got = prompt_logits(sharded, prompt);
+  const auto expected = testing::prompt_logits(whole, prompt);
+  const auto got = testing::prompt_logits(sharded, prompt);
   ASSERT_EQ(got.size(), expected.size());
   float max_diff = 0.0f, max_ref = 0.0f;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -366,7 +356,7 @@ TEST_P(ExpertLoadBalancingTest, CountsTokensAndKeepsOutputsThroughNewPlacements)
 
   // A known batch: one prompt's tokens, each routed to top_k experts by every MoE layer.
   const auto prompt = golden["prompts"][0].get<std::vector<int32_t>>();
-  prompt_logits(*sharded, prompt);
+  testing::prompt_logits(*sharded, prompt);
   const auto loads = sharded->take_expert_loads();
   const auto initial = placements(*sharded);
   ASSERT_FALSE(loads.empty());

@@ -55,6 +55,18 @@ const cuda::CudaStepContext& cuda_step(const StepContext& step) {
   return *ctx;
 }
 
+// The split-KV plan's fields, which the decode and MLA kernels' params both have.
+template <typename SplitKvParams>
+void set_split_plan(SplitKvParams& p, const cuda::AttentionPlan& plan) {
+  p.item_token = plan.item_token;
+  p.item_chunk = plan.item_chunk;
+  p.num_items = plan.num_items;
+  p.num_splits = plan.num_splits;
+  p.tokens = plan.decode_tokens;
+  p.token_item_begin = plan.token_item_begin;
+  p.num_decode_tokens = plan.num_decode_tokens;
+}
+
 int checked_int(int64_t v, const char* what) {
   if (v < 0 || v > INT32_MAX) fail("cuda backend: {} = {} is outside the 32-bit range the kernels index with", what, v);
   return static_cast<int>(v);
@@ -666,13 +678,7 @@ class CudaBackend final : public Backend {
       p.kv = kv;
       p.batch = batch;
       p.shape = shape;
-      p.item_token = plan.item_token;
-      p.item_chunk = plan.item_chunk;
-      p.num_items = plan.num_items;
-      p.num_splits = plan.num_splits;
-      p.tokens = plan.decode_tokens;
-      p.token_item_begin = plan.token_item_begin;
-      p.num_decode_tokens = plan.num_decode_tokens;
+      set_split_plan(p, plan);
       p.partial_out = partial_out.ptr<float>();
       p.partial_lse = partial_lse.ptr<float>();
       launch("attention (decode)", [&] { kernels::launch_decode_attention(p, stream_); });
@@ -729,13 +735,7 @@ class CudaBackend final : public Backend {
       p.key_dim = checked_int(spec.key_dim, "key_dim");
       p.value_dim = checked_int(value_dim, "values_from_keys");
       p.scale = params.scale;
-      p.item_token = plan.item_token;
-      p.item_chunk = plan.item_chunk;
-      p.num_items = plan.num_items;
-      p.num_splits = plan.num_splits;
-      p.tokens = plan.decode_tokens;
-      p.token_item_begin = plan.token_item_begin;
-      p.num_decode_tokens = plan.num_decode_tokens;
+      set_split_plan(p, plan);
       p.partial_out = partial_out.ptr<float>();
       p.partial_lse = partial_lse.ptr<float>();
       p.out_f32 = partial.out.ptr<float>();
@@ -750,13 +750,7 @@ class CudaBackend final : public Backend {
     p.batch = batch;
     p.shape = {checked_int(num_heads, "heads"), static_cast<int>(spec.num_kv_heads),
                checked_int(spec.key_dim, "head_dim"), params.scale, 0, nullptr};
-    p.item_token = plan.item_token;
-    p.item_chunk = plan.item_chunk;
-    p.num_items = plan.num_items;
-    p.num_splits = plan.num_splits;
-    p.tokens = plan.decode_tokens;
-    p.token_item_begin = plan.token_item_begin;
-    p.num_decode_tokens = plan.num_decode_tokens;
+    set_split_plan(p, plan);
     p.partial_out = partial_out.ptr<float>();
     p.partial_lse = partial_lse.ptr<float>();
     p.out_f32 = partial.out.ptr<float>();
@@ -874,13 +868,7 @@ class CudaBackend final : public Backend {
     p.tile_seq = plan.tile_seq;
     p.tile_row = plan.tile_row;
     p.num_tiles = plan.num_tiles;
-    p.item_token = plan.item_token;
-    p.item_chunk = plan.item_chunk;
-    p.num_items = plan.num_items;
-    p.num_splits = plan.num_splits;
-    p.tokens = plan.decode_tokens;
-    p.token_item_begin = plan.token_item_begin;
-    p.num_decode_tokens = plan.num_decode_tokens;
+    set_split_plan(p, plan);
     std::optional<Tensor> partial_out, partial_lse;
     if (plan.num_items > 0) {
       partial_out = allocator_->allocate(DType::F32, {plan.num_items, num_heads, value_dim});

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "engine/sharded_model.h"
+#include "cuda_test_util.h"
 #include "fixtures.h"
 #include "model/layers/sparse_moe.h"
 #include "model/sequence_runner.h"
@@ -110,19 +111,6 @@ class TwoRanks {
   std::unique_ptr<Backend> backends_[2];
 };
 
-// bf16 rows on the device, as the experts' outputs and hidden states are.
-Tensor bf16_rows(Backend& backend, const std::vector<float>& values, std::vector<int64_t> shape) {
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
-  TensorInfo info;
-  info.name = "rows";
-  info.dtype = DType::BF16;
-  info.shape = std::move(shape);
-  info.data = reinterpret_cast<const std::byte*>(bits.data());
-  info.size_bytes = bits.size() * 2;
-  const TensorInfo* parts[] = {&info};
-  return backend.load_weight(parts);
-}
 
 // No rows of `dtype` and `width`, as a data-parallel rank without tokens sends.
 Tensor no_rows(DType dtype, int64_t width) {
@@ -162,7 +150,7 @@ TEST(CudaTensorParallelTest, AllToAllRowsMatchesItsDefinition) {
     const std::vector<float> values = rows_of(rank);
     std::vector<int64_t> counts;
     // Every dtype the exchange sends: bf16 hidden states, int32 expert slots, float32 weights (3-D rows too).
-    const Tensor bf16 = backend.all_to_all_rows(bf16_rows(backend, values, {3, kColumns}), send_counts[rank], counts);
+    const Tensor bf16 = backend.all_to_all_rows(testing::bf16_tensor(backend, values, {3, kColumns}), send_counts[rank], counts);
     EXPECT_EQ(bf16.dtype, DType::BF16);
     EXPECT_EQ(bf16.shape, (std::vector<int64_t>{expected_counts[rank][0] + expected_counts[rank][1], kColumns}));
     EXPECT_EQ(backend.to_host_f32(bf16), expected[rank]) << "bf16 rows, rank " << rank;
@@ -181,7 +169,7 @@ TEST(CudaTensorParallelTest, AllToAllRowsMatchesItsDefinition) {
     EXPECT_EQ(backend.to_host_f32(f32), expected_wide) << "float32 rows, rank " << rank;
 
     // Rank 1 idle: it sends an empty tensor and still receives rank 0's rows.
-    const Tensor idle = rank == 0 ? bf16_rows(backend, values, {3, kColumns}) : no_rows(DType::BF16, kColumns);
+    const Tensor idle = rank == 0 ? testing::bf16_tensor(backend, values, {3, kColumns}) : no_rows(DType::BF16, kColumns);
     const std::vector<int64_t> idle_counts = rank == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{0, 0};
     const Tensor got = backend.all_to_all_rows(idle, idle_counts, counts);
     EXPECT_EQ(backend.to_host_f32(got), rank == 0 ? expected_rows({{0, 0}}) : expected_rows({{0, 1}, {0, 2}}));
@@ -198,7 +186,7 @@ TEST(CudaTensorParallelTest, AllToAllRowsRefusesRanksSendingDifferentRowSizes) {
   ranks.run([&](int rank) {
     Backend& backend = ranks.backend(rank);
     // Rank 0 sends bf16 rows of 4, rank 1 no rows of float32: 8 bytes a row against 16.
-    const Tensor x = rank == 0 ? bf16_rows(backend, std::vector<float>(8, 1.0f), {2, 4}) : no_rows(DType::F32, 4);
+    const Tensor x = rank == 0 ? testing::bf16_tensor(backend, std::vector<float>(8, 1.0f), {2, 4}) : no_rows(DType::F32, 4);
     std::vector<int64_t> counts;
     try {
       backend.all_to_all_rows(x, rank == 0 ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{0, 0}, counts);
@@ -309,21 +297,6 @@ class CudaDataParallelTest : public ::testing::TestWithParam<ShardedCase> {
   std::filesystem::path dir;
 };
 
-// All logits of each prompt, prompt p on rank p of `model` at once (a rank past the prompts serves the others'
-// MoE tokens only).
-std::vector<std::vector<float>> logits_on_ranks(ShardedModel& model, const std::vector<std::vector<int32_t>>& prompts) {
-  std::vector<std::vector<float>> logits(prompts.size());
-  model.run_on_ranks([&](int rank) {
-    if (rank >= static_cast<int>(prompts.size())) {
-      serve_expert_peers(model.model(rank), model.backend(rank));
-      return;
-    }
-    const auto& prompt = prompts[rank];
-    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(prompt.size()));
-    logits[rank] = model.backend(rank).to_host_f32(runner.append(prompt, true));
-  });
-  return logits;
-}
 
 // max |a - b| / max |b|
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
@@ -350,9 +323,9 @@ TEST_P(CudaDataParallelTest, LogitsOfSequencesOnBothRanksMatchOneGpu) {
   ASSERT_GE(golden["prompts"].size(), 3u);
   for (const auto& batch : {std::vector<std::vector<int32_t>>{prompt(0), prompt(1)},
                             std::vector<std::vector<int32_t>>{prompt(2)}}) {
-    const auto got = logits_on_ranks(*two, batch);
+    const auto got = testing::logits_on_ranks(*two, batch);
     for (size_t p = 0; p < batch.size(); ++p) {
-      const auto expected = logits_on_ranks(*one, {batch[p]})[0];
+      const auto expected = testing::logits_on_ranks(*one, {batch[p]})[0];
       ASSERT_EQ(got[p].size(), expected.size());
       EXPECT_LE(relative_error(got[p], expected), 2e-2)
           << GetParam().model << ": prompt of " << batch[p].size() << " tokens on rank " << p;
@@ -409,16 +382,6 @@ TEST_P(CudaDataParallelTest, ConcurrentRequestsGiveOneGpusGreedyTokens) {
 
 INSTANTIATE_TEST_SUITE_P(DataParallel, CudaDataParallelTest, kDataParallelCases, case_name);
 
-// Last-token logits of `prompt` from rank 0 of a model (every rank runs the step).
-std::vector<float> prompt_logits(ShardedModel& model, const std::vector<int32_t>& prompt) {
-  std::vector<float> logits;
-  model.run_on_ranks([&](int rank) {
-    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(prompt.size()));
-    const Tensor out = runner.append(prompt, false);
-    if (rank == 0) logits = model.backend(rank).to_host_f32(out);
-  });
-  return logits;
-}
 
 class CudaDecodeContextParallelTest : public ::testing::TestWithParam<std::string> {};
 
@@ -442,8 +405,8 @@ TEST_P(CudaDecodeContextParallelTest, TwoGpusGiveTheLogitsAndGreedyTokensOfOne) 
   size_t equal = 0, equal_small_blocks = 0;
   for (size_t p = 0; p < num_prompts; ++p) {
     const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
-    const auto expected_logits = prompt_logits(*one, prompt);
-    const auto logits = prompt_logits(*two, prompt);
+    const auto expected_logits = testing::prompt_logits(*one, prompt);
+    const auto logits = testing::prompt_logits(*two, prompt);
     ASSERT_EQ(logits.size(), expected_logits.size());
     float max_diff = 0.0f, max_ref = 0.0f;
     for (size_t i = 0; i < logits.size(); ++i) {

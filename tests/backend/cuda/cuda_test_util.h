@@ -65,6 +65,20 @@ inline PagedSteps paged_steps(const std::vector<std::pair<int, int>>& sequences,
   return steps;
 }
 
+// `values` rounded to bf16, as a bf16 tensor of `backend` (loaded as a weight is).
+inline Tensor bf16_tensor(Backend& backend, const std::vector<float>& values, std::vector<int64_t> shape) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+  TensorInfo info;
+  info.name = "test";
+  info.dtype = DType::BF16;
+  info.shape = std::move(shape);
+  info.data = reinterpret_cast<const std::byte*>(bits.data());
+  info.size_bytes = bits.size() * 2;
+  const TensorInfo* parts[] = {&info};
+  return backend.load_weight(parts);
+}
+
 class CudaVsCpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,16 +99,7 @@ class CudaVsCpuTest : public ::testing::Test {
     return {weight_on(*cpu, values, shape), weight_on(*gpu, values, shape)};
   }
   static Tensor weight_on(Backend& backend, const std::vector<float>& values, std::vector<int64_t> shape) {
-    std::vector<uint16_t> bits(values.size());
-    for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
-    TensorInfo info;
-    info.name = "test";
-    info.dtype = DType::BF16;
-    info.shape = std::move(shape);
-    info.data = reinterpret_cast<const std::byte*>(bits.data());
-    info.size_bytes = bits.size() * 2;
-    const TensorInfo* parts[] = {&info};
-    return backend.load_weight(parts);
+    return bf16_tensor(backend, values, std::move(shape));
   }
 
   std::unique_ptr<Backend> cpu, gpu;
