@@ -34,6 +34,23 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The sum of v over a block of Warps warps, on every thread. Once per kernel: the partials' shared memory is not
+// fenced for a second call.
+template <int Warps>
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[Warps];
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < Warps; ++w) total += partial[w];
+  return total;
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));

@@ -11,9 +11,6 @@ namespace {
 
 constexpr int kThreads = 512;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 __device__ __forceinline__ void keep_better(float& best, int& index, float value, int candidate) {
   if (value > best || (value == best && candidate < index)) {
     best = value;

@@ -10,17 +10,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ float block_sum(float v) {
-  __shared__ float partial[kThreads / 32];
-  v = warp_sum(v);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-  return total;
-}
-
 // One block per row. Vectorized rows (width % 8 == 0) move 16 bytes per access; the second pass re-reads the row
 // from L1/L2, which is cheaper than keeping arbitrary widths in registers.
 template <bool Vectorized>
@@ -58,7 +47,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNormParams 
       sum_sq += v * v;
     }
   }
-  const float scale = rsqrtf(block_sum(sum_sq) / p.width + p.eps);
+  const float scale = rsqrtf(block_sum<kThreads / 32>(sum_sq) / p.width + p.eps);
   const __nv_bfloat16* src = residual ? residual : x;
   if constexpr (Vectorized) {
     for (int i = threadIdx.x * 8; i < p.width; i += kThreads * 8) {
@@ -112,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_registers_kernel(const RmsN
 #pragma unroll
     for (int j = 0; j < 8; ++j) sum_sq += v[k][j] * v[k][j];
   }
-  const float scale = rsqrtf(block_sum(sum_sq) / p.width + p.eps);
+  const float scale = rsqrtf(block_sum<kThreads / 32>(sum_sq) / p.width + p.eps);
   __nv_bfloat16* out = p.out + row * p.width;
 #pragma unroll
   for (int k = 0; k < Vectors; ++k) {

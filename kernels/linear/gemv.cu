@@ -13,17 +13,6 @@ constexpr int kWarps = 16;
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // no opt-in attribute needed (one per device and kernel)
 
-__device__ float block_sum(float v) {
-  __shared__ float partial[kWarps];
-  v = warp_sum(v);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += partial[w];
-  return total;
-}
-
 // x_shared <- rms_norm(x + addend) * norm_weight, as the rms_norm kernel computes it; `first_weight` is this
 // thread's first chunk of the norm weight, loaded before the wait.
 __device__ void normalize_into(const GemvParams& p, uint4* x_shared, const float (&first_weight)[8]) {
@@ -45,7 +34,7 @@ __device__ void normalize_into(const GemvParams& p, uint4* x_shared, const float
 #pragma unroll
     for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
   }
-  const float scale = rsqrtf(block_sum(sum_sq) / p.k + p.eps);
+  const float scale = rsqrtf(block_sum<kWarps>(sum_sq) / p.k + p.eps);
   for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
     float v[8], w[8];
     load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&x_shared[i]), v);

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "common/device_math.cuh"
 #include "moe/add_rows.h"
 
 namespace tern::kernels {
@@ -9,9 +10,6 @@ namespace tern::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
