@@ -150,7 +150,7 @@ class CudaBackend final : public Backend {
   Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) override {
     Tensor out = allocator_->allocate(DType::F32, std::move(shape));
     if (static_cast<size_t>(out.numel()) != values.size()) fail("from_host_f32: shape does not match value count");
-    if (values.empty()) return out;  // e.g. the zero rows of a data-parallel rank without tokens
+    if (values.empty()) return out;  // nothing to copy, no stream sync
     check(cudaMemcpyAsync(out.data, values.data(), values.size_bytes(), cudaMemcpyHostToDevice, stream_),
           "from_host_f32");
     check(cudaStreamSynchronize(stream_), "from_host_f32");

@@ -149,18 +149,19 @@ Tensor SparseMoe::forward(Backend& backend, const BlockInput& input, const StepC
   ExpertLoadBalancing routing_balance;
   if (balancing_) routing_balance = {&balancing_->load_counts, &balancing_->replica_slots, &balancing_->replica_counts};
   const ExpertRouting routing = router_->route(backend, x, step, routing_balance);
+  Tensor routed;
   if (backend.data_parallel()) {
-    // The exchange's sums are float32 on every backend; add_in_place takes them as its second operand on all.
-    const Tensor routed = exchange_tokens(backend, &x, &routing);
-    if (!shared_experts_) return routed;
-    Tensor out = shared_experts_->forward(backend, x);
-    backend.add_in_place(out, routed);
-    return out;
+    routed = exchange_tokens(backend, &x, &routing);
+  } else {
+    routed = backend.moe_experts(x, routing, local_experts(), config_.activation);
+    // Each rank added its own slots' outputs; every rank needs every expert's.
+    if (balancing_) backend.all_reduce_sum(routed);
   }
-  Tensor out = backend.moe_experts(x, routing, local_experts(), config_.activation);
-  // Each rank added its own slots' outputs; every rank needs every expert's.
-  if (balancing_) backend.all_reduce_sum(out);
-  if (shared_experts_) backend.add_in_place(out, shared_experts_->forward(backend, x));
+  if (!shared_experts_) return routed;
+  // The routed sum as add_in_place's second operand: the exchange's sums are float32 on every backend, and the
+  // CUDA backend adds into bf16 activations only.
+  Tensor out = shared_experts_->forward(backend, x);
+  backend.add_in_place(out, routed);
   return out;
 }
 
