@@ -48,6 +48,8 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 

@@ -15,8 +15,6 @@ unsigned blocks_for(int64_t count) {
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
 }
 
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
-
 __global__ void silu_mul_vec_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width) {
   wait_for_prior_grids();
   allow_dependent_grids();

@@ -3,35 +3,20 @@
 
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
+#include "elementwise/rope_kv_device.cuh"
 #include "elementwise/rope_kv.h"
 
 namespace tern::kernels {
 
 namespace {
 
-// -1 for a token another context-parallel rank caches.
-__device__ __forceinline__ int64_t slot_of(const KvSlots& s, int token) {
-  int position = s.positions[token];
-  if (s.shard_size > 1) {
-    if (position % s.shard_size != s.shard_rank) return -1;
-    position /= s.shard_size;
-  }
-  const int block = s.block_tables[s.block_table_offsets[s.token_seq[token]] + position / s.block_size];
-  return static_cast<int64_t>(block) * s.block_size + position % s.block_size;
-}
-
 constexpr int kThreads = 256;
 constexpr int kMaxRotaryPairs = 256;  // rotary dims up to 512
 
 // Each token's cos and sin per rotary pair, computed once per block into shared memory and shared by all of its
-// heads (sincosf is the slow part of a decode step's rotation). The angle is a float32 product, as transformers
-// computes it.
+// heads (sincosf is the slow part of a decode step's rotation).
 __device__ void load_angles(float2* angles, float position, const RopeSpec& rope) {
-  for (int i = threadIdx.x; i < rope.rotary_dim / 2; i += blockDim.x) {
-    float sin_v, cos_v;
-    sincosf(position * rope.inv_freq[i], &sin_v, &cos_v);
-    angles[i] = make_float2(cos_v * rope.attention_scaling, sin_v * rope.attention_scaling);
-  }
+  for (int i = threadIdx.x; i < rope.rotary_dim / 2; i += blockDim.x) angles[i] = rotary_angle(position, rope, i);
   __syncthreads();
 }
 

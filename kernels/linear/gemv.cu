@@ -3,6 +3,7 @@
 
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
+#include "elementwise/rope_kv_device.cuh"
 #include "linear/gemv.h"
 
 namespace tern::kernels {
@@ -10,6 +11,7 @@ namespace tern::kernels {
 namespace {
 
 constexpr int kWarps = 16;
+constexpr int kPairs = kWarps / 2;  // row pairs of a block, for the paired outputs
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // no opt-in attribute needed (one per device and kernel)
 
@@ -50,16 +52,63 @@ __device__ void normalize_into(const GemvParams& p, uint4* x_shared, const float
   }
 }
 
+// The weight row warp `warp` of block `block` sums. Paired outputs put the pair's first rows in warps 0-7 and their
+// partners in warps 8-15.
+template <GemvOutput Out>
+__device__ __forceinline__ int weight_row(const GemvParams& p, int block, int warp) {
+  if constexpr (Out == GemvOutput::plain) {
+    return min(block * kWarps + warp, p.n - 1);  // a past-the-end warp still loads x for its block
+  } else if constexpr (Out == GemvOutput::silu_mul) {
+    return (warp < kPairs ? 0 : p.n / 2) + block * kPairs + warp % kPairs;
+  } else {
+    const int first = block * kWarps;
+    if (first >= p.num_q_rows + p.kv.num_kv_heads * p.kv.key_dim) return first + warp;  // values: not rotated
+    const int head_dim = p.kv.key_dim;
+    const int head_begin = first / head_dim * head_dim;
+    const int pair_begin = (first - head_begin) / 2;  // the block's first rotary pair in its head
+    return head_begin + (warp < kPairs ? 0 : head_dim / 2) + pair_begin + warp % kPairs;
+  }
+}
+
+// Thread i < kPairs of a paired output: combines pair i's rounded sums, lo (first row) and hi (partner).
+template <GemvOutput Out>
+__device__ __forceinline__ void write_pair(const GemvParams& p, int lo_row, float lo, float hi, float2 angle,
+                                           int64_t slot) {
+  if constexpr (Out == GemvOutput::silu_mul) {
+    p.out[lo_row] = __float2bfloat16(silu(lo) * hi);
+  } else {
+    const int head_dim = p.kv.key_dim;
+    const int kv_rows = p.kv.num_kv_heads * head_dim;
+    const int hi_row = lo_row + (lo_row < p.num_q_rows + kv_rows ? head_dim / 2 : kPairs);
+    if (lo_row < p.num_q_rows + kv_rows) {  // q or k: rotate-half, as rope_kv_vec_kernel computes it
+      const float rotated_lo = lo * angle.x - hi * angle.y;
+      hi = hi * angle.x + lo * angle.y;
+      lo = rotated_lo;
+    }
+    const __nv_bfloat16 lo_value = __float2bfloat16(lo), hi_value = __float2bfloat16(hi);
+    p.out[lo_row] = lo_value;
+    p.out[hi_row] = hi_value;
+    if (lo_row < p.num_q_rows || slot < 0) return;
+    const bool is_key = lo_row < p.num_q_rows + kv_rows;
+    __nv_bfloat16* cache = is_key ? p.kv.key_cache : p.kv.value_cache;
+    const int first = is_key ? p.num_q_rows : p.num_q_rows + kv_rows;
+    cache[slot * kv_rows + lo_row - first] = lo_value;
+    cache[slot * kv_rows + hi_row - first] = hi_value;
+  }
+}
+
 // Launched as a programmatic dependent: each warp loads the first kUnroll chunks of its weight row (constants), and
 // with Norm each thread its first chunk of the norm weight, before waiting for the kernel that writes x, so the
-// start of the weight stream overlaps that kernel.
-template <bool Norm>
+// start of the weight stream overlaps that kernel. The rope_kv epilogue's angles and cache slot are step metadata,
+// also read before the wait.
+template <bool Norm, GemvOutput Out>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   extern __shared__ uint4 x_shared[];  // x as chunks of 8 bf16
+  __shared__ float pair_sums[kWarps];
   const int chunks = p.k / 8;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row = min(blockIdx.x * kWarps + warp, p.n - 1);  // a past-the-end warp still loads x for its block
+  const int row = weight_row<Out>(p, blockIdx.x, warp);
   const uint4* w = reinterpret_cast<const uint4*>(p.weight + static_cast<int64_t>(row) * p.k);
   uint4 loaded[kUnroll];
 #pragma unroll
@@ -71,23 +120,32 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   if constexpr (Norm) {
     if (static_cast<int>(threadIdx.x) < chunks) load_f32x8(p.norm_weight + 8 * threadIdx.x, first_norm_weight);
   }
+  // In shared memory rather than registers, which the weight stream needs.
+  __shared__ float2 pair_angles[kPairs];
+  __shared__ int64_t slot;
+  if constexpr (Out == GemvOutput::rope_kv) {
+    if (threadIdx.x == 0) slot = slot_of(p.kv.slots, 0);
+    if (threadIdx.x < kPairs) {
+      const int pair_row = weight_row<Out>(p, blockIdx.x, threadIdx.x);
+      pair_angles[threadIdx.x] =
+          pair_row < p.num_q_rows + p.kv.num_kv_heads * p.kv.key_dim
+              ? rotary_angle(static_cast<float>(p.kv.slots.positions[0]), p.rope, pair_row % p.kv.key_dim)
+              : make_float2(1.0f, 0.0f);
+    }
+  }
   wait_for_prior_grids();
-  allow_dependent_grids();
+  if (!p.trigger_at_end) allow_dependent_grids();
   if constexpr (Norm) {
     normalize_into(p, x_shared, first_norm_weight);
   } else {
     for (int i = threadIdx.x; i < chunks; i += blockDim.x) x_shared[i] = reinterpret_cast<const uint4*>(p.x)[i];
   }
   __syncthreads();
-  if (blockIdx.x * kWarps + warp >= p.n) return;
+  if (Out == GemvOutput::plain && blockIdx.x * kWarps + warp >= p.n) return;
+  // Each chunk's register takes the load kUnroll chunks ahead as soon as the chunk is used: kUnroll loads stay in
+  // flight with kUnroll registers of 16 bytes.
   float acc = 0.0f;
   for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-    uint4 next[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + 32 * (kUnroll + u);
-      next[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + 32 * u;
@@ -97,12 +155,38 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
       load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&x_shared[c]), xf);
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+      const int ahead = c + 32 * kUnroll;
+      loaded[u] = ahead < chunks ? __ldg(w + ahead) : make_uint4(0, 0, 0, 0);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) loaded[u] = next[u];
   }
-  acc = warp_sum(acc);
-  if (lane == 0) p.out[row] = __float2bfloat16(acc + (p.bias ? __bfloat162float(p.bias[row]) : 0.0f));
+  acc = warp_sum(acc) + (p.bias ? __bfloat162float(p.bias[row]) : 0.0f);
+  if constexpr (Out == GemvOutput::plain) {
+    if (lane == 0) p.out[row] = __float2bfloat16(acc);
+  } else {
+    if (lane == 0) pair_sums[warp] = __bfloat162float(__float2bfloat16(acc));  // the sum as a bf16 output holds it
+    __syncthreads();
+    if (threadIdx.x < kPairs) {
+      const int lo_row = weight_row<Out>(p, blockIdx.x, threadIdx.x);
+      write_pair<Out>(p, Out == GemvOutput::silu_mul ? blockIdx.x * kPairs + threadIdx.x : lo_row,
+                      pair_sums[threadIdx.x], pair_sums[threadIdx.x + kPairs], pair_angles[threadIdx.x], slot);
+    }
+  }
+  if (p.trigger_at_end) allow_dependent_grids();
+}
+
+template <bool Norm>
+void launch_with_output(const GemvParams& p, unsigned blocks, size_t shared_bytes, cudaStream_t stream) {
+  switch (p.output) {
+    case GemvOutput::plain:
+      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::plain>, blocks, kWarps * 32, shared_bytes, stream, p);
+      break;
+    case GemvOutput::silu_mul:
+      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::silu_mul>, blocks, kWarps * 32, shared_bytes, stream, p);
+      break;
+    case GemvOutput::rope_kv:
+      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::rope_kv>, blocks, kWarps * 32, shared_bytes, stream, p);
+      break;
+  }
 }
 
 }  // namespace
@@ -118,12 +202,25 @@ void launch_gemv(const GemvParams& p, cudaStream_t stream) {
                                 std::to_string(p.k) + "]^T is outside the kernel's shapes");
   }
   if (p.norm_weight && p.addend && !p.residual_out) throw std::invalid_argument("gemv: an addend needs residual_out");
-  const unsigned blocks = (p.n + kWarps - 1) / kWarps;
+  if (p.output == GemvOutput::silu_mul && p.n % (2 * kPairs) != 0) {
+    throw std::invalid_argument("gemv: silu_mul needs N / 2 a multiple of 8, got N = " + std::to_string(p.n));
+  }
+  if (p.output == GemvOutput::rope_kv) {
+    const int head_dim = p.kv.key_dim;
+    const int kv_rows = p.kv.num_kv_heads * head_dim;
+    if (head_dim % (2 * kPairs) != 0 || p.kv.value_dim != head_dim || p.rope.rotary_dim != head_dim ||
+        p.rope.interleaved || p.num_q_rows % head_dim != 0 || p.n != p.num_q_rows + 2 * kv_rows ||
+        p.kv.num_tokens != 1 || p.kv.slots.block_size <= 0) {
+      throw std::invalid_argument("gemv: rope_kv needs one token, whole heads of a head dim that is a multiple of 16, "
+                                  "values as wide as keys and rotate-half RoPE over the whole head");
+    }
+  }
+  const unsigned blocks = p.output == GemvOutput::silu_mul ? p.n / (2 * kPairs) : (p.n + kWarps - 1) / kWarps;
   const size_t shared_bytes = p.k * sizeof(__nv_bfloat16);
   if (p.norm_weight) {
-    launch_dependent("gemv", gemv_kernel<true>, blocks, kWarps * 32, shared_bytes, stream, p);
+    launch_with_output<true>(p, blocks, shared_bytes, stream);
   } else {
-    launch_dependent("gemv", gemv_kernel<false>, blocks, kWarps * 32, shared_bytes, stream, p);
+    launch_with_output<false>(p, blocks, shared_bytes, stream);
   }
 }
 

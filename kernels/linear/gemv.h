@@ -3,22 +3,35 @@
 // warp per weight row keeps every row's loads in flight at once, the block's warps share x from shared memory.
 // Measured against cuBLASLt at M = 1 on the 8B decode shapes (bench/linear_bench, docs/BENCHMARKS.md) it was
 // faster on each; at M = 4 slower, so it takes one row only.
-// At batch 1 a kernel between two GEMVs costs a few microseconds, mostly waiting, so the GEMV can also do the
-// block's pre-norm (residual add and RMSNorm) while it loads x. (The gated activation in the gate/up GEMV's epilogue
-// was tried too: the down projection right after a GEMV ran slower by more than the activation kernel saved;
-// docs/BENCHMARKS.md.)
+// At batch 1 a kernel between two GEMVs costs a few microseconds, mostly waiting, so the GEMV also does the work of
+// the small kernels around it: the block's pre-norm (residual add and RMSNorm) while it loads x, and in its
+// epilogue the MLP's SiLU-and-mul or the attention's RoPE and KV-cache write. For those a block's 16 warps take 8
+// pairs of rows that the epilogue combines: gate row i with up row i, or a head's rotary dims d and d + D / 2.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "elementwise/rope_kv.h"
+
 namespace tern::kernels {
+
+enum class GemvOutput {
+  plain,
+  // weight is [gate; up] ([2I, K]) and out [I] = silu(gate row sums) * (up row sums), each sum rounded to bf16
+  // first, as silu_mul computes from a bf16 gate_up.
+  silu_mul,
+  // weight is [q; k; v] (heads of rope.rotary_dim = kv.key_dim = kv.value_dim, rotate-half), one token: out holds
+  // q and k rotated by RoPE at the token's position, and v; k and v also go to the token's cache slot (kv.slots,
+  // kv.key_cache, kv.value_cache; kv.key and kv.value are not read), as rope_store_kv writes them.
+  rope_kv,
+};
 
 struct GemvParams {
   const __nv_bfloat16* x = nullptr;       // [K]
   const __nv_bfloat16* weight = nullptr;  // [N, K]
   const __nv_bfloat16* bias = nullptr;    // [N] or null
-  __nv_bfloat16* out = nullptr;           // [N]
+  __nv_bfloat16* out = nullptr;           // [N], or [N / 2] for silu_mul
   int n = 0;
   int k = 0;
   // Pre-norm, when norm_weight is set: the product's input is rms_norm(x + addend) * norm_weight, where x + addend
@@ -28,12 +41,22 @@ struct GemvParams {
   const __nv_bfloat16* norm_weight = nullptr;  // [K] or null
   __nv_bfloat16* residual_out = nullptr;       // [K]; not x (other blocks still read x)
   float eps = 1e-6f;
+  GemvOutput output = GemvOutput::plain;
+  RopeSpec rope;      // rope_kv
+  KvWriteParams kv;   // rope_kv
+  int num_q_rows = 0;  // rope_kv: q's rows of the weight, the rest is k then v
+  // Lets the next kernel start only once every block has finished, not as soon as every block has started. Set it
+  // on a GEMV of several waves that another GEMV follows: the follower started during the last wave ran several
+  // microseconds slower (docs/BENCHMARKS.md).
+  bool trigger_at_end = false;
 };
 
 // Whether a shape fits the kernel: M = 1, K a multiple of 8 whose x fits 48 KB of shared memory. Pointers must be
-// 16-byte aligned.
+// 16-byte aligned. The paired outputs also need N / 2 a multiple of 8 (silu_mul), or a head dim that is a
+// multiple of 16 (rope_kv).
 bool gemv_supports(int64_t m, int64_t n, int64_t k);
 
+// Throws std::invalid_argument on shapes or an output the kernel does not support.
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
 
 }  // namespace tern::kernels

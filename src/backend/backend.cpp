@@ -98,10 +98,33 @@ Tensor Backend::gated_activation(const Tensor&, const GluActivation&) {
   fail("backend {} has no gated_activation op", name());
 }
 
-Tensor Backend::norm_linear(Tensor& residual, const Tensor* addend, const Tensor& norm_weight, float eps,
-                            const Tensor& weight, const Tensor* bias) {
-  const Tensor x = addend ? add_rms_norm(residual, *addend, norm_weight, eps) : rms_norm(residual, norm_weight, eps);
+Tensor Backend::norm_linear(PreNorm& input, const Tensor& weight, const Tensor* bias) {
+  const Tensor x = input.addend ? add_rms_norm(input.residual, *input.addend, input.norm_weight, input.eps)
+                                : rms_norm(input.residual, input.norm_weight, input.eps);
   return linear(x, weight, bias);
+}
+
+Tensor Backend::norm_linear_silu_mul(PreNorm& input, const Tensor& gate_up_weight) {
+  return silu_mul(norm_linear(input, gate_up_weight, nullptr));
+}
+
+Tensor Backend::norm_linear_rope_store_kv(PreNorm& input, const Tensor& qkv_weight, const Tensor* qkv_bias,
+                                          const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
+                                          const StepContext& step) {
+  return rope_store_qkv(norm_linear(input, qkv_weight, qkv_bias), heads, table, cache, layer, step);
+}
+
+Tensor Backend::rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache,
+                               int layer, const StepContext& step) {
+  const int64_t num_tokens = qkv.size(0);
+  const int64_t q_width = heads.num_heads * heads.head_dim;
+  const int64_t kv_width = heads.num_kv_heads * heads.head_dim;
+  Tensor q = slice_columns(qkv, 0, q_width).reshape({num_tokens, heads.num_heads, heads.head_dim});
+  Tensor k = slice_columns(qkv, q_width, kv_width).reshape({num_tokens, heads.num_kv_heads, heads.head_dim});
+  const Tensor v =
+      slice_columns(qkv, q_width + kv_width, kv_width).reshape({num_tokens, heads.num_kv_heads, heads.head_dim});
+  rope_store_kv(q, k, v, table, cache, layer, step);
+  return q;
 }
 
 Tensor Backend::grouped_linear(const Tensor&, const Tensor&) { fail("backend {} has no grouped_linear op", name()); }

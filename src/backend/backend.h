@@ -42,6 +42,23 @@ struct RopeTable {
   bool rotate_last_dims = false;
 };
 
+// A block's input before its pre-norm: rms_norm(residual + addend) * norm_weight, for the ops that run the norm
+// together with the projection after it. The residual becomes residual + addend (possibly a new tensor) when an
+// addend is given.
+struct PreNorm {
+  Tensor& residual;
+  const Tensor* addend = nullptr;
+  const Tensor& norm_weight;
+  float eps = 1e-6f;
+};
+
+// How a fused q/k/v projection's output columns divide into heads: q, then k, then v.
+struct QkvHeads {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
 // Attention over one rank's share of the cached tokens (decode context parallelism, Backend::partial_attention).
 struct AttentionPartial {
   Tensor out;  // [T, heads, value_dim] float32: softmax-weighted values over the rank's tokens; zero where it has none
@@ -156,16 +173,23 @@ class Backend {
   virtual Tensor add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps) = 0;
   // x [T, K] times weight [N, K] transposed, plus bias [N] -> [T, N]
   virtual Tensor linear(const Tensor& x, const Tensor& weight, const Tensor* bias) = 0;
-  // A block's pre-norm projection as one op, so that a backend can run it as one kernel (the CUDA batch-1 GEMV
-  // normalizes its input as it loads it): residual += addend when one is given (the residual may become a new
-  // tensor), then linear(rms_norm(residual), weight, bias). The default runs the ops one after another.
-  virtual Tensor norm_linear(Tensor& residual, const Tensor* addend, const Tensor& norm_weight, float eps,
-                             const Tensor& weight, const Tensor* bias);
+  // A block's first ops, each as one op so that a backend can run it as one kernel (the CUDA batch-1 GEMV normalizes
+  // its input as it loads it, and runs SiLU-and-mul or RoPE and the cache write in its epilogue). The defaults run
+  // the ops one after another:
+  // linear of the normalized input;
+  virtual Tensor norm_linear(PreNorm& input, const Tensor& weight, const Tensor* bias);
+  // silu_mul of that, for a [gate; up] weight;
+  virtual Tensor norm_linear_silu_mul(PreNorm& input, const Tensor& gate_up_weight);
+  // rope_store_qkv of that, for a [q; k; v] weight: the rotated queries.
+  virtual Tensor norm_linear_rope_store_kv(PreNorm& input, const Tensor& qkv_weight, const Tensor* qkv_bias,
+                                           const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
+                                           const StepContext& step);
   // The same with float32 outputs where the backend's activations are narrower (router logits: choosing experts
   // by rounded logits flips near-ties).
   virtual Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias); }
   virtual void add_in_place(Tensor& x, const Tensor& y) = 0;
-  // Columns [begin, begin + count) of x [T, N] as a new [T, count] tensor.
+  // Columns [begin, begin + count) of x [T, N] as a [T, count] tensor, which may share x's storage (on CUDA a
+  // one-row slice is a view): writing to it may change x.
   virtual Tensor slice_columns(const Tensor& x, int64_t begin, int64_t count) = 0;
   // [R, A] and [R, B] (trailing dims flattened) side by side -> [R, A + B].
   virtual Tensor concat_columns(const Tensor& a, const Tensor& b);
@@ -195,6 +219,10 @@ class Backend {
     rope(key, table, step);
     store_kv(cache, layer, key, value, step);
   }
+  // rope_store_kv of a fused projection's q, k and v columns (qkv [T, (heads + 2 kv_heads) head_dim]) -> the
+  // rotated queries [T, heads, head_dim].
+  Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
+                        const StepContext& step);
   // Causal attention of q [T, heads, key_dim] over each sequence's cached and new tokens -> [T, heads, value_dim].
   virtual Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                            const StepContext& step) = 0;

@@ -356,35 +356,55 @@ class CudaBackend final : public Backend {
   }
 
   // At batch 1, one GEMV that adds and normalizes its input, instead of a norm kernel and a GEMV.
-  Tensor norm_linear(Tensor& residual, const Tensor* addend, const Tensor& norm_weight, float eps,
-                     const Tensor& weight, const Tensor* bias) override {
-    const int64_t k = residual.shape.empty() ? 0 : residual.size(-1);
-    const int64_t n = weight.shape.size() == 2 ? weight.size(0) : 0;
-    const bool fits = residual.dtype == DType::BF16 && weight.dtype == DType::BF16 && residual.numel() == k &&
-                      weight.size(1) == k && norm_weight.numel() == k && (!addend || addend->numel() == k) &&
-                      kernels::gemv_supports(1, n, k) && (!bias || bias->numel() == n) && aligned16(residual.data) &&
-                      aligned16(weight.data) && (!addend || aligned16(addend->data));
-    if (!fits) return Backend::norm_linear(residual, addend, norm_weight, eps, weight, bias);
-    const Tensor norm_w = activation(norm_weight, "norm_linear (norm weight)");
-    std::optional<Tensor> added, b;
-    if (addend) added = activation(*addend, "norm_linear (addend)");
-    if (bias) b = activation(*bias, "norm_linear (bias)");
-    Tensor out = allocator_->allocate(DType::BF16, {1, n});
-    Tensor next_residual = addend ? allocator_->allocate(DType::BF16, residual.shape) : residual;
-    kernels::GemvParams p;
-    p.x = residual.ptr<bf16>();
-    p.weight = weight.ptr<bf16>();
-    p.bias = b ? b->ptr<bf16>() : nullptr;
-    p.out = out.ptr<bf16>();
-    p.n = static_cast<int>(n);
-    p.k = static_cast<int>(k);
-    p.addend = added ? added->ptr<bf16>() : nullptr;
-    p.norm_weight = norm_w.ptr<bf16>();
-    p.residual_out = addend ? next_residual.ptr<bf16>() : nullptr;
-    p.eps = eps;
-    launch("norm_linear (gemv)", [&] { kernels::launch_gemv(p, stream_); });
-    residual = next_residual;
+  Tensor norm_linear(PreNorm& input, const Tensor& weight, const Tensor* bias) override {
+    std::optional<PreNormGemv> gemv = pre_norm_gemv(input, weight, bias);
+    if (!gemv) return Backend::norm_linear(input, weight, bias);
+    Tensor out = allocator_->allocate(DType::BF16, {1, weight.size(0)});
+    gemv->params.out = out.ptr<bf16>();
+    run(*gemv, input, "norm_linear (gemv)");
     return out;
+  }
+
+  // The same GEMV with SiLU-and-mul in its epilogue.
+  Tensor norm_linear_silu_mul(PreNorm& input, const Tensor& gate_up_weight) override {
+    std::optional<PreNormGemv> gemv = pre_norm_gemv(input, gate_up_weight, nullptr);
+    const int64_t width = gate_up_weight.size(0) / 2;
+    if (!gemv || width % 8 != 0) return Backend::norm_linear_silu_mul(input, gate_up_weight);
+    Tensor out = allocator_->allocate(DType::BF16, {1, width});
+    gemv->params.out = out.ptr<bf16>();
+    gemv->params.output = kernels::GemvOutput::silu_mul;
+    gemv->params.trigger_at_end = true;  // the down projection's GEMV comes next
+    run(*gemv, input, "norm_linear_silu_mul (gemv)");
+    return out;
+  }
+
+  // The same GEMV with RoPE and the cache write in its epilogue, for whole-head rotate-half RoPE.
+  Tensor norm_linear_rope_store_kv(PreNorm& input, const Tensor& qkv_weight, const Tensor* qkv_bias,
+                                   const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
+                                   const StepContext& step) override {
+    std::optional<PreNormGemv> gemv = pre_norm_gemv(input, qkv_weight, qkv_bias);
+    const int64_t q_width = heads.num_heads * heads.head_dim;
+    const int64_t kv_width = heads.num_kv_heads * heads.head_dim;
+    const bool fits = gemv && layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
+                      cache.layers[layer].key_dim == heads.head_dim &&
+                      cache.layers[layer].value_dim == heads.head_dim &&
+                      heads.head_dim % 16 == 0 && qkv_weight.size(0) == q_width + 2 * kv_width &&
+                      table.rotary_dim == heads.head_dim && !table.interleaved && !table.rotate_last_dims;
+    if (!fits) return Backend::norm_linear_rope_store_kv(input, qkv_weight, qkv_bias, heads, table, cache, layer, step);
+    Tensor qkv = allocator_->allocate(DType::BF16, {1, q_width + 2 * kv_width});
+    const auto columns = [&](int64_t begin, int64_t heads_count) {
+      return slice_columns(qkv, begin, heads_count * heads.head_dim).reshape({1, heads_count, heads.head_dim});
+    };
+    const KvWrite write = kv_write(cache, layer, columns(q_width, heads.num_kv_heads),
+                                   columns(q_width + kv_width, heads.num_kv_heads), step);
+    kernels::GemvParams& p = gemv->params;
+    p.out = qkv.ptr<bf16>();
+    p.output = kernels::GemvOutput::rope_kv;
+    p.rope = rope_spec(table);
+    p.kv = write.params;
+    p.num_q_rows = checked_int(q_width, "q rows");
+    run(*gemv, input, "norm_linear_rope_store_kv (gemv)");
+    return columns(0, heads.num_heads);
   }
 
   Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
@@ -418,6 +438,9 @@ class CudaBackend final : public Backend {
     }
     const int64_t num_rows = width ? x.numel() / width : 0;
     const size_t element = dtype_size(x.dtype);
+    // One row's columns are contiguous: a view, where a copy would be a graph node that no kernel can overlap (at
+    // batch 1 the three q/k/v slices of each layer cost 0.15 ms a step; docs/BENCHMARKS.md).
+    if (num_rows == 1) return Tensor{x.dtype, {1, count}, x.ptr<char>() + begin * element, x.storage};
     Tensor out = allocator_->allocate(x.dtype, {num_rows, count});
     if (num_rows > 0 && count > 0) {
       check(cudaMemcpy2DAsync(out.data, count * element, x.ptr<char>() + begin * element, width * element,
@@ -1088,6 +1111,48 @@ class CudaBackend final : public Backend {
     if (table.rotate_last_dims) fail("rope: the CUDA kernels rotate the leading dims of a head, not the last");
     return {table.inv_freq.ptr<float>(), checked_int(table.rotary_dim, "rotary_dim"), table.attention_scaling,
             table.interleaved};
+  }
+
+  // A pre-norm projection's batch-1 GEMV (its params but the output), with the bf16 inputs they point to, which must
+  // stay allocated until the launch is queued.
+  struct PreNormGemv {
+    kernels::GemvParams params;
+    std::vector<Tensor> inputs;
+    Tensor next_residual;
+  };
+
+  // The GEMV when the shapes fit it: one token, K and N within the kernel's shapes, 16-byte aligned.
+  std::optional<PreNormGemv> pre_norm_gemv(const PreNorm& input, const Tensor& weight, const Tensor* bias) {
+    const Tensor& residual = input.residual;
+    const int64_t k = residual.shape.empty() ? 0 : residual.size(-1);
+    const int64_t n = weight.shape.size() == 2 ? weight.size(0) : 0;
+    const bool fits = residual.dtype == DType::BF16 && weight.dtype == DType::BF16 && residual.numel() == k &&
+                      weight.size(1) == k && input.norm_weight.numel() == k &&
+                      (!input.addend || input.addend->numel() == k) && kernels::gemv_supports(1, n, k) &&
+                      (!bias || bias->numel() == n) && aligned16(residual.data) && aligned16(weight.data) &&
+                      (!input.addend || aligned16(input.addend->data));
+    if (!fits) return std::nullopt;
+    PreNormGemv gemv;
+    kernels::GemvParams& p = gemv.params;
+    p.x = residual.ptr<bf16>();
+    p.weight = weight.ptr<bf16>();
+    p.n = static_cast<int>(n);
+    p.k = static_cast<int>(k);
+    p.norm_weight = gemv.inputs.emplace_back(activation(input.norm_weight, "pre-norm GEMV (norm weight)")).ptr<bf16>();
+    p.eps = input.eps;
+    if (bias) p.bias = gemv.inputs.emplace_back(activation(*bias, "pre-norm GEMV (bias)")).ptr<bf16>();
+    gemv.next_residual = residual;
+    if (input.addend) {
+      p.addend = gemv.inputs.emplace_back(activation(*input.addend, "pre-norm GEMV (addend)")).ptr<bf16>();
+      gemv.next_residual = allocator_->allocate(DType::BF16, residual.shape);
+      p.residual_out = gemv.next_residual.ptr<bf16>();
+    }
+    return gemv;
+  }
+
+  void run(const PreNormGemv& gemv, PreNorm& input, const char* what) {
+    launch(what, [&] { kernels::launch_gemv(gemv.params, stream_); });
+    input.residual = gemv.next_residual;
   }
 
   // The launch parameters and the bf16 inputs they point to, which must stay allocated until the launch is queued.

@@ -1,9 +1,10 @@
 #pragma once
 // A block's input as the decoder shell hands it on: rms_norm(residual + addend), the previous block's output not yet
 // added and the norm not yet run. A block whose first op is one projection asks for the projection of the
-// normalized input (linear), which the backend can run as one op with the add and the norm (Backend::norm_linear:
-// on the CUDA backend at batch 1, one GEMV instead of a norm kernel and a GEMV); a block that reads its input more
-// than once asks for the input itself (normalized). The first of the two adds the addend into the residual.
+// normalized input (linear, or with the op after it: linear_silu_mul, linear_rope_store_kv), which the backend can
+// run as one op with the add and the norm (Backend::norm_linear and its kin: on the CUDA backend at batch 1, one
+// GEMV instead of three kernels); a block that reads its input more than once asks for the input itself
+// (normalized). The first of these adds the addend into the residual.
 #include <optional>
 
 #include "backend/backend.h"
@@ -19,6 +20,12 @@ class BlockInput {
   int64_t num_tokens() const { return residual_.size(0); }
   // linear(x, weight, bias) of the normalized input x (Backend::norm_linear).
   Tensor linear(const Tensor& weight, const Tensor* bias = nullptr) const;
+  // silu_mul(linear(x, gate_up_weight)) (Backend::norm_linear_silu_mul).
+  Tensor linear_silu_mul(const Tensor& gate_up_weight) const;
+  // The rotated queries of linear(x, qkv_weight, qkv_bias), its rotated keys and values stored to the cache
+  // (Backend::norm_linear_rope_store_kv).
+  Tensor linear_rope_store_kv(const Tensor& qkv_weight, const Tensor* qkv_bias, const QkvHeads& heads,
+                              const RopeTable& table, KvCache& cache, int layer, const StepContext& step) const;
   // x itself, made once.
   const Tensor& normalized() const;
 
@@ -29,6 +36,15 @@ class BlockInput {
   const Tensor& norm_weight_;
   float eps_;
   mutable std::optional<Tensor> normalized_;
+
+  // op(PreNorm) for a fused op, which adds the addend into the residual.
+  template <typename Op>
+  Tensor with_pre_norm(Op op) const {
+    PreNorm input{residual_, addend_ ? &*addend_ : nullptr, norm_weight_, eps_};
+    Tensor out = op(input);
+    addend_.reset();
+    return out;
+  }
 };
 
 }  // namespace tern

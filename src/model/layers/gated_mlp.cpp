@@ -17,12 +17,16 @@ Tensor GatedMlp::forward(Backend& backend, const Tensor& x) const {
 }
 
 Tensor GatedMlp::forward(Backend& backend, const BlockInput& input, const StepContext&) const {
+  if (plain_swiglu()) return backend.linear_all_reduce(input.linear_silu_mul(gate_up_weight_), down_weight_, nullptr);
   return activate_down(backend, input.linear(gate_up_weight_));
 }
 
+bool GatedMlp::plain_swiglu() const {
+  return activation_.kind == GluActivation::Kind::silu && activation_.limit <= 0.0f;
+}
+
 Tensor GatedMlp::activate_down(Backend& backend, const Tensor& gate_up) const {
-  const bool plain_swiglu = activation_.kind == GluActivation::Kind::silu && activation_.limit <= 0.0f;
-  const Tensor activated = plain_swiglu ? backend.silu_mul(gate_up) : backend.gated_activation(gate_up, activation_);
+  const Tensor activated = plain_swiglu() ? backend.silu_mul(gate_up) : backend.gated_activation(gate_up, activation_);
   return backend.linear_all_reduce(activated, down_weight_, nullptr);
 }
 

@@ -27,6 +27,8 @@ class GatedMlp final : public FeedForwardBlock {
  private:
   // gate_up [T, 2 * intermediate] -> down(activation(gate, up)) [T, hidden]
   Tensor activate_down(Backend& backend, const Tensor& gate_up) const;
+  // SiLU-and-mul without a clamp: the activation Backend::silu_mul computes.
+  bool plain_swiglu() const;
 
   Tensor gate_up_weight_;  // [2 * intermediate, hidden]
   Tensor down_weight_;     // [hidden, intermediate]

@@ -113,10 +113,10 @@ TEST_F(CudaOpsTest, NormLinearMatchesTheOpsOneByOne) {
     const auto norm = weight(random_bf16_values(c.k, 22, 0.5f), {c.k});
     const auto w = weight(random_bf16_values(c.n * c.k, 23, 0.1f), {c.n, c.k});
     const auto b = weight(random_bf16_values(c.n, 24), {c.n});
-    const Tensor gpu_out = gpu->norm_linear(residual.gpu, c.addend ? &addend.gpu : nullptr, norm.gpu, 1e-5f, w.gpu,
-                                            c.bias ? &b.gpu : nullptr);
-    const Tensor cpu_out = cpu->norm_linear(residual.cpu, c.addend ? &addend.cpu : nullptr, norm.cpu, 1e-5f, w.cpu,
-                                            c.bias ? &b.cpu : nullptr);
+    PreNorm gpu_input{residual.gpu, c.addend ? &addend.gpu : nullptr, norm.gpu, 1e-5f};
+    PreNorm cpu_input{residual.cpu, c.addend ? &addend.cpu : nullptr, norm.cpu, 1e-5f};
+    const Tensor gpu_out = gpu->norm_linear(gpu_input, w.gpu, c.bias ? &b.gpu : nullptr);
+    const Tensor cpu_out = cpu->norm_linear(cpu_input, w.cpu, c.bias ? &b.cpu : nullptr);
     const Tensor x = c.addend ? gpu->add_rms_norm(residual_by_ops.gpu, addend.gpu, norm.gpu, 1e-5f)
                               : gpu->rms_norm(residual_by_ops.gpu, norm.gpu, 1e-5f);
     const Tensor by_ops = gpu->linear(x, w.gpu, c.bias ? &b.gpu : nullptr);
@@ -125,6 +125,104 @@ TEST_F(CudaOpsTest, NormLinearMatchesTheOpsOneByOne) {
     EXPECT_LE(relative_error(gpu->to_host_f32(gpu_out), gpu->to_host_f32(by_ops)), 1e-2) << what;
     expect_close(residual.gpu, residual.cpu, 1e-2, "residual " + what);
     expect_close(gpu_out, cpu_out, 2e-2, what);
+  }
+}
+
+// norm_linear_silu_mul: at batch 1 the GEMV's epilogue pairs gate row i with up row i; it must agree with the ops
+// one by one on the GPU and with the CPU. Widths of one and of several blocks of 8 pairs, one that is no multiple
+// of 8 and 2 rows (both the ops one by one).
+TEST_F(CudaOpsTest, NormLinearSiluMulMatchesTheOpsOneByOne) {
+  for (auto [rows, k, width] : {std::tuple{1, 1024, 1024}, {1, 512, 24}, {1, 256, 10}, {2, 256, 32}}) {
+    const std::string what = fmt::format("{}x{}x2*{}", rows, k, width);
+    auto residual = input(random_bf16_values(rows * k, 30), {rows, k});
+    auto residual_by_ops = input(random_bf16_values(rows * k, 30), {rows, k});
+    const auto addend = input(random_bf16_values(rows * k, 31), {rows, k});
+    const auto norm = weight(random_bf16_values(k, 32, 0.5f), {k});
+    const auto w = weight(random_bf16_values(2 * width * k, 33, 0.1f), {2 * width, k});
+    PreNorm gpu_input{residual.gpu, &addend.gpu, norm.gpu, 1e-5f};
+    PreNorm by_ops_input{residual_by_ops.gpu, &addend.gpu, norm.gpu, 1e-5f};
+    PreNorm cpu_input{residual.cpu, &addend.cpu, norm.cpu, 1e-5f};
+    const Tensor gpu_out = gpu->norm_linear_silu_mul(gpu_input, w.gpu);
+    const Tensor by_ops = gpu->Backend::norm_linear_silu_mul(by_ops_input, w.gpu);
+    ASSERT_EQ(gpu_out.shape, (std::vector<int64_t>{rows, width})) << what;
+    EXPECT_EQ(gpu->to_host_f32(gpu_input.residual), gpu->to_host_f32(by_ops_input.residual)) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(gpu_out), gpu->to_host_f32(by_ops)), 1e-2) << what;
+    expect_close(gpu_out, cpu->norm_linear_silu_mul(cpu_input, w.cpu), 2e-2, what);
+  }
+}
+
+// norm_linear_rope_store_kv: at batch 1 the GEMV's epilogue rotates q and k (a head's dims d and d + D/2 in one
+// block) and writes k and v to the token's slot. Against the ops one by one on the GPU (the queries, the whole key
+// and value caches) and against the CPU (the queries, the slot's keys and values). The 8B shape, a bias and RoPE
+// scaling, a token another context-parallel rank caches (nothing written), and rotary dims short of the head (the
+// ops one by one).
+TEST_F(CudaOpsTest, NormLinearRopeStoreKvMatchesTheOpsOneByOne) {
+  struct Case {
+    int heads, kv_heads, head_dim, k, cached, rotary_dim;
+    bool bias;
+    float scaling;
+    KvContextShard shard;
+  };
+  for (const Case& c : {Case{32, 8, 128, 4096, 37, 128, false, 1.0f, {}}, Case{4, 2, 64, 256, 0, 64, true, 1.2f, {}},
+                        Case{2, 1, 16, 64, 200, 16, false, 1.0f, {}}, Case{4, 2, 64, 256, 36, 64, false, 1.0f, {1, 2}},
+                        Case{4, 2, 64, 256, 5, 32, false, 1.0f, {}}}) {
+    const std::string what = fmt::format("{}/{} heads of {}, K {}, at {}, rotary {}, shard {} of {}", c.heads, c.kv_heads,
+                                         c.head_dim, c.k, c.cached, c.rotary_dim, c.shard.rank, c.shard.size);
+    const int n = (c.heads + 2 * c.kv_heads) * c.head_dim;
+    auto residual = input(random_bf16_values(c.k, 40), {1, c.k});
+    auto residual_by_ops = input(random_bf16_values(c.k, 40), {1, c.k});
+    const auto addend = input(random_bf16_values(c.k, 41), {1, c.k});
+    const auto norm = weight(random_bf16_values(c.k, 42, 0.5f), {c.k});
+    const auto w = weight(random_bf16_values(static_cast<size_t>(n) * c.k, 43, 0.1f), {n, c.k});
+    const auto b = weight(random_bf16_values(n, 44), {n});
+    std::vector<float> inv_freq(c.rotary_dim / 2);
+    for (int i = 0; i < c.rotary_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / c.rotary_dim);
+    const RopeTable cpu_table{cpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, c.scaling};
+    const RopeTable gpu_table{gpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, c.scaling};
+    const std::vector<KvLayerSpec> layers = {{c.kv_heads, c.head_dim, c.head_dim}};
+    const ForwardBatch batch = one_sequence_batch(1, c.cached, 100, 45);
+    const int blocks = (c.cached + 1 + 15) / 16;
+    KvCache gpu_cache = gpu->allocate_kv_cache(layers, blocks, 16);
+    KvCache by_ops_cache = gpu->allocate_kv_cache(layers, blocks, 16);
+    KvCache cpu_cache = cpu->allocate_kv_cache(layers, blocks, 16);
+    gpu_cache.context_shard = by_ops_cache.context_shard = cpu_cache.context_shard = c.shard;
+    const auto gpu_step = gpu->begin_step(batch);
+    const auto cpu_step = cpu->begin_step(batch);
+    const QkvHeads heads{c.heads, c.kv_heads, c.head_dim};
+    PreNorm gpu_input{residual.gpu, &addend.gpu, norm.gpu, 1e-5f};
+    PreNorm by_ops_input{residual_by_ops.gpu, &addend.gpu, norm.gpu, 1e-5f};
+    PreNorm cpu_input{residual.cpu, &addend.cpu, norm.cpu, 1e-5f};
+    const Tensor* gpu_bias = c.bias ? &b.gpu : nullptr;
+    const Tensor q =
+        gpu->norm_linear_rope_store_kv(gpu_input, w.gpu, gpu_bias, heads, gpu_table, gpu_cache, 0, *gpu_step);
+    const Tensor q_by_ops = gpu->Backend::norm_linear_rope_store_kv(by_ops_input, w.gpu, gpu_bias, heads, gpu_table,
+                                                                    by_ops_cache, 0, *gpu_step);
+    const Tensor q_cpu = cpu->norm_linear_rope_store_kv(cpu_input, w.cpu, c.bias ? &b.cpu : nullptr, heads, cpu_table,
+                                                        cpu_cache, 0, *cpu_step);
+    ASSERT_EQ(q.shape, (std::vector<int64_t>{1, c.heads, c.head_dim})) << what;
+    EXPECT_EQ(gpu->to_host_f32(gpu_input.residual), gpu->to_host_f32(by_ops_input.residual)) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(q), gpu->to_host_f32(q_by_ops)), 1e-2) << what;
+    expect_close(q, q_cpu, 2e-2, what + ", queries");
+    // The token's slot (identity block tables); the GPU caches start as zeros, the CPU's uninitialized.
+    const bool held = c.shard.holds(c.cached);
+    const size_t row = static_cast<size_t>(c.kv_heads) * c.head_dim;
+    const size_t slot_begin = c.cached / c.shard.size * row;
+    for (const auto& [part, gpu_part, by_ops_part, cpu_part] :
+         {std::tuple{"keys", &gpu_cache.keys[0], &by_ops_cache.keys[0], &cpu_cache.keys[0]},
+          {"values", &gpu_cache.values[0], &by_ops_cache.values[0], &cpu_cache.values[0]}}) {
+      const auto cached = gpu->to_host_f32(*gpu_part);
+      EXPECT_LE(relative_error(cached, gpu->to_host_f32(*by_ops_part)), 1e-2) << what << ", " << part;
+      const std::vector<float> slot_row(cached.begin() + slot_begin, cached.begin() + slot_begin + row);
+      std::vector<float> others(cached.begin(), cached.begin() + slot_begin);
+      others.insert(others.end(), cached.begin() + slot_begin + row, cached.end());
+      EXPECT_TRUE(std::all_of(others.begin(), others.end(), [](float x) { return x == 0.0f; })) << what << ", " << part;
+      const bool written = std::any_of(slot_row.begin(), slot_row.end(), [](float x) { return x != 0.0f; });
+      EXPECT_EQ(written, held) << what << ", " << part;
+      if (!held) continue;
+      const auto cpu_cached = cpu->to_host_f32(*cpu_part);
+      const std::vector<float> cpu_row(cpu_cached.begin() + slot_begin, cpu_cached.begin() + slot_begin + row);
+      EXPECT_LE(relative_error(slot_row, cpu_row), 2e-2) << what << ", " << part;
+    }
   }
 }
 
