@@ -114,17 +114,21 @@ Tensor Backend::norm_linear_rope_store_kv(PreNorm& input, const Tensor& qkv_weig
   return rope_store_qkv(norm_linear(input, qkv_weight, qkv_bias), heads, table, cache, layer, step);
 }
 
+QkvColumns Backend::split_qkv(const Tensor& qkv, const QkvHeads& heads) {
+  const int64_t num_tokens = qkv.size(0);
+  const auto columns = [&](int64_t first_head, int64_t count) {
+    return slice_columns(qkv, first_head * heads.head_dim, count * heads.head_dim)
+        .reshape({num_tokens, count, heads.head_dim});
+  };
+  return {columns(0, heads.num_heads), columns(heads.num_heads, heads.num_kv_heads),
+          columns(heads.num_heads + heads.num_kv_heads, heads.num_kv_heads)};
+}
+
 Tensor Backend::rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache,
                                int layer, const StepContext& step) {
-  const int64_t num_tokens = qkv.size(0);
-  const int64_t q_width = heads.num_heads * heads.head_dim;
-  const int64_t kv_width = heads.num_kv_heads * heads.head_dim;
-  Tensor q = slice_columns(qkv, 0, q_width).reshape({num_tokens, heads.num_heads, heads.head_dim});
-  Tensor k = slice_columns(qkv, q_width, kv_width).reshape({num_tokens, heads.num_kv_heads, heads.head_dim});
-  const Tensor v =
-      slice_columns(qkv, q_width + kv_width, kv_width).reshape({num_tokens, heads.num_kv_heads, heads.head_dim});
-  rope_store_kv(q, k, v, table, cache, layer, step);
-  return q;
+  QkvColumns columns = split_qkv(qkv, heads);
+  rope_store_kv(columns.q, columns.k, columns.v, table, cache, layer, step);
+  return columns.q;
 }
 
 Tensor Backend::grouped_linear(const Tensor&, const Tensor&) { fail("backend {} has no grouped_linear op", name()); }

@@ -59,6 +59,11 @@ struct QkvHeads {
   int64_t head_dim = 0;
 };
 
+// Those columns as [T, heads, head_dim] tensors (Backend::split_qkv).
+struct QkvColumns {
+  Tensor q, k, v;
+};
+
 // Attention over one rank's share of the cached tokens (decode context parallelism, Backend::partial_attention).
 struct AttentionPartial {
   Tensor out;  // [T, heads, value_dim] float32: softmax-weighted values over the rank's tokens; zero where it has none
@@ -219,8 +224,10 @@ class Backend {
     rope(key, table, step);
     store_kv(cache, layer, key, value, step);
   }
-  // rope_store_kv of a fused projection's q, k and v columns (qkv [T, (heads + 2 kv_heads) head_dim]) -> the
-  // rotated queries [T, heads, head_dim].
+  // A fused projection's output qkv [T, (heads + 2 kv_heads) head_dim] cut into q, k and v (slice_columns: views of
+  // qkv where the backend makes them).
+  QkvColumns split_qkv(const Tensor& qkv, const QkvHeads& heads);
+  // rope_store_kv of split_qkv(qkv) -> the rotated queries [T, heads, head_dim].
   Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
                         const StepContext& step);
   // Causal attention of q [T, heads, key_dim] over each sequence's cached and new tokens -> [T, heads, value_dim].

@@ -392,11 +392,8 @@ class CudaBackend final : public Backend {
                       table.rotary_dim == heads.head_dim && !table.interleaved && !table.rotate_last_dims;
     if (!fits) return Backend::norm_linear_rope_store_kv(input, qkv_weight, qkv_bias, heads, table, cache, layer, step);
     Tensor qkv = allocator_->allocate(DType::BF16, {1, q_width + 2 * kv_width});
-    const auto columns = [&](int64_t begin, int64_t heads_count) {
-      return slice_columns(qkv, begin, heads_count * heads.head_dim).reshape({1, heads_count, heads.head_dim});
-    };
-    const KvWrite write = kv_write(cache, layer, columns(q_width, heads.num_kv_heads),
-                                   columns(q_width + kv_width, heads.num_kv_heads), step);
+    const QkvColumns columns = split_qkv(qkv, heads);  // views of the one row the GEMV writes
+    const KvWrite write = kv_write(cache, layer, columns.k, columns.v, step);
     kernels::GemvParams& p = gemv->params;
     p.out = qkv.ptr<bf16>();
     p.output = kernels::GemvOutput::rope_kv;
@@ -404,7 +401,7 @@ class CudaBackend final : public Backend {
     p.kv = write.params;
     p.num_q_rows = checked_int(q_width, "q rows");
     run(*gemv, input, "norm_linear_rope_store_kv (gemv)");
-    return columns(0, heads.num_heads);
+    return columns.q;
   }
 
   Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
