@@ -238,8 +238,7 @@ TEST_F(CudaContextParallelTest, RopeStoreKvWritesOnlyTheRanksTokens) {
   const std::vector<KvLayerSpec> layers = {{kv_heads, head_dim, head_dim}};
   const int64_t tokens = steps.fill.num_tokens();
   const int64_t key_row = kv_heads * head_dim;
-  std::vector<float> inv_freq(head_dim / 2);
-  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  const std::vector<float> inv_freq = testing::rope_inv_freq(head_dim);
   RopeTable cpu_table, gpu_table;
   cpu_table.inv_freq = cpu->from_host_f32(inv_freq, {head_dim / 2});
   gpu_table.inv_freq = gpu->from_host_f32(inv_freq, {head_dim / 2});

@@ -175,8 +175,7 @@ TEST_F(CudaOpsTest, NormLinearRopeStoreKvMatchesTheOpsOneByOne) {
     const auto norm = weight(random_bf16_values(c.k, 42, 0.5f), {c.k});
     const auto w = weight(random_bf16_values(static_cast<size_t>(n) * c.k, 43, 0.1f), {n, c.k});
     const auto b = weight(random_bf16_values(n, 44), {n});
-    std::vector<float> inv_freq(c.rotary_dim / 2);
-    for (int i = 0; i < c.rotary_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / c.rotary_dim);
+    const std::vector<float> inv_freq = testing::rope_inv_freq(c.rotary_dim);
     const RopeTable cpu_table{cpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, c.scaling};
     const RopeTable gpu_table{gpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, c.scaling};
     const std::vector<KvLayerSpec> layers = {{c.kv_heads, c.head_dim, c.head_dim}};
@@ -255,8 +254,7 @@ TEST_F(CudaOpsTest, RopeFullAndPartialWithScaling) {
        {std::tuple{5, 0, 4, 16, 16, 1.0f, false}, {1, 700, 8, 128, 128, 1.0f, false}, {33, 20, 2, 64, 32, 1.2f, false},
         {9, 3000, 3, 256, 64, 1.0f, false}, {7, 0, 4, 8, 8, 1.0f, true}, {3, 900, 1, 64, 64, 1.3f, true},
         {17, 40, 16, 64, 64, 1.0f, true}, {5, 10, 2, 96, 32, 1.0f, true}}) {
-    std::vector<float> inv_freq(rotary / 2);
-    for (int i = 0; i < rotary / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary);
+    const std::vector<float> inv_freq = testing::rope_inv_freq(rotary);
     RopeTable cpu_table{cpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling, interleaved};
     RopeTable gpu_table{gpu->from_host_f32(inv_freq, {rotary / 2}), rotary, scaling, interleaved};
     auto x = input(random_bf16_values(tokens * heads * head_dim, 14), {tokens, heads, head_dim});
@@ -316,8 +314,7 @@ TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {
   // Full and partial rotation, on the fused kernel's 16-byte path (rotary dims multiple of 16) and off it.
   for (auto [head_dim, rotary, fused] : {std::tuple{32, 32, false}, {32, 32, true}, {64, 32, true}, {24, 8, true}}) {
     const std::vector<KvLayerSpec> layers = {{kv_heads, head_dim, head_dim}};
-    std::vector<float> inv_freq(rotary / 2);
-    for (int i = 0; i < rotary / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary);
+    const std::vector<float> inv_freq = testing::rope_inv_freq(rotary);
     RopeTable cpu_table{cpu->from_host_f32(inv_freq, {rotary / 2}), rotary, 1.0f};
     RopeTable gpu_table{gpu->from_host_f32(inv_freq, {rotary / 2}), rotary, 1.0f};
     KvCache cpu_cache = cpu->allocate_kv_cache(layers, num_blocks, block_size);

@@ -65,6 +65,13 @@ inline PagedSteps paged_steps(const std::vector<std::pair<int, int>>& sequences,
   return steps;
 }
 
+// RoPE's inverse frequencies for `rotary_dim` dims at base 10000: [rotary_dim / 2].
+inline std::vector<float> rope_inv_freq(int rotary_dim) {
+  std::vector<float> inv_freq(rotary_dim / 2);
+  for (int i = 0; i < rotary_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary_dim);
+  return inv_freq;
+}
+
 // `values` rounded to bf16, as a bf16 tensor of `backend` (loaded as a weight is).
 inline Tensor bf16_tensor(Backend& backend, const std::vector<float>& values, std::vector<int64_t> shape) {
   std::vector<uint16_t> bits(values.size());
