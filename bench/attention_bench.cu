@@ -125,7 +125,7 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   int num_sms = 0;
   check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
   const bool planned = splits == 0;
-  if (planned) splits = decode_attention_num_splits(batch, kv_heads, num_sms);
+  if (planned) splits = decode_attention_num_splits(batch, kv_heads, num_sms, context);
   const std::vector<int> cached(batch, context - 1), fresh(batch, 1);
   Batch b = make_batch(cached, fresh, kv_heads, head_dim);
   std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
@@ -205,7 +205,7 @@ void bench_mla(bool prefill, int batch, int context, int heads, int key_dim, int
     p.tile_row = upload(tile_row);
     p.num_tiles = static_cast<int>(tile_seq.size());
   } else {
-    p.num_splits = decode_attention_num_splits(batch, kMlaDecodeSplitHeads, num_sms);
+    p.num_splits = decode_attention_num_splits(batch, kMlaDecodeSplitHeads, num_sms, context);
     std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
     for (int t = 0; t < b.num_tokens; ++t) {
       tokens.push_back(t);

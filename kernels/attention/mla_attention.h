@@ -9,7 +9,7 @@
 // One launch serves a step of the shared attention plan (cuda_step.h): prefill tiles of kPrefillTileRows new tokens
 // of a sequence, causal over cached context, whose (token, head) rows are cut into blocks of 64; and split-KV items
 // (token, share of its keys) for decode tokens, one block per item and 64 heads, merged by merge_shares. Grid
-// sizes depend on the plan's counts only, never on context lengths, so recorded CUDA graphs replay at any length.
+// sizes depend on the plan's counts only, so a recorded CUDA graph replays at every length its plan serves.
 #include <cuda_runtime.h>
 
 #include "attention/decode_attention.h"

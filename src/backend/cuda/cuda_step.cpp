@@ -150,6 +150,7 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
   const ForwardBatch& b = batch();
   std::vector<std::pair<int32_t, int32_t>> tiles;  // (sequence, first row)
   std::vector<int32_t> decode_tokens;
+  int64_t max_decode_keys = 0;
   int32_t first_token = 0;
   for (size_t s = 0; s < b.sequences.size(); ++s) {
     const SequenceChunk& seq = b.sequences[s];
@@ -159,12 +160,13 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
       }
     } else {
       for (int32_t i = 0; i < seq.num_new_tokens; ++i) decode_tokens.push_back(first_token + i);
+      max_decode_keys = std::max<int64_t>(max_decode_keys, int64_t{seq.num_cached_tokens} + seq.num_new_tokens);
     }
     first_token += seq.num_new_tokens;
   }
-  // The item count depends only on the number of decode tokens, never on their context lengths.
+  // The item count depends on the number of decode tokens and, in powers of two, on their longest context.
   const int num_decode = static_cast<int>(decode_tokens.size());
-  const int splits = kernels::decode_attention_num_splits(num_decode, num_kv_heads_hint_, num_sms_);
+  const int splits = kernels::decode_attention_num_splits(num_decode, num_kv_heads_hint_, num_sms_, max_decode_keys);
   std::vector<int32_t> item_token, item_chunk, token_item_begin;
   item_token.reserve(static_cast<size_t>(num_decode) * splits);
   item_chunk.reserve(static_cast<size_t>(num_decode) * splits);

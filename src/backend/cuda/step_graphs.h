@@ -1,8 +1,9 @@
 #pragma once
-// Decode steps as CUDA graphs: the first step of each shape (tokens, sequences, logit rows) runs eagerly and is
-// recorded; later steps of that shape upload their metadata into a fixed buffer and replay the graph, so a step
-// costs one graph launch instead of hundreds of kernel launches. Intermediates of recorded steps live in the
-// allocator's recorded pool (DeviceAllocator::set_recording).
+// Decode steps as CUDA graphs: the first step of each shape (tokens, sequences, logit rows, and the split-KV
+// attention's shares per token, which grow with the context in powers of two) runs eagerly and is recorded; later
+// steps of that shape upload their metadata into a fixed buffer and replay the graph, so a step costs one graph
+// launch instead of hundreds of kernel launches. Intermediates of recorded steps live in the allocator's recorded
+// pool (DeviceAllocator::set_recording).
 #include <cuda_runtime.h>
 
 #include <functional>
@@ -36,7 +37,7 @@ class StepGraphs {
     cudaGraphExec_t exec = nullptr;
     Tensor ids;  // the graph's output, kept allocated between replays
   };
-  using Shape = std::tuple<int64_t, size_t, size_t>;  // tokens, sequences, logit rows
+  using Shape = std::tuple<int64_t, size_t, size_t, int>;  // tokens, sequences, logit rows, attention shares
 
   // Makes the fixed buffer hold at least `values` int32 values; a new buffer invalidates every recording.
   void reserve(size_t values);

@@ -1,7 +1,8 @@
 // Recorded decode steps (CUDA graphs): every replay must give exactly the ids of the same step run eagerly (same
 // kernels, same GEMM algorithms), across batch shapes that share the recorded memory pool and contexts that grow
-// past split boundaries; and the tokens must be the CPU backend's greedy tokens (on at least 2 of 3 prompts, as
-// bf16 rounding may flip a near-tie), for a dense model and a MoE model.
+// past split boundaries (the 40-token prompt passes 64 keys, where its batches plan a second share and record
+// again); and the tokens must be the CPU backend's greedy tokens (on at least 2 of 3 prompts, as bf16 rounding may
+// flip a near-tie), for a dense model and a MoE model.
 #include "cuda_test_util.h"
 #include "fixtures.h"
 #include "model/model.h"
