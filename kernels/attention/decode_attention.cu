@@ -40,6 +40,7 @@ void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t s
     case 128: launch_decode_attention_mma<128>(params, stream); break;
     default: launch_decode_attention_chunks<256>(params, stream); break;
   }
+  if (params.shares_are_outputs()) return;
   MergeSharesParams merge;
   merge.partial_out = params.partial_out;
   merge.partial_lse = params.partial_lse;

@@ -182,6 +182,18 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     if (local_head >= group) continue;
     const int head = kv_head * group + local_head;
     const float inv_l = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+    if (p.shares_are_outputs()) {
+      __nv_bfloat16* out = p.out + (static_cast<int64_t>(token) * s.num_heads + head) * HeadDim;
+#pragma unroll
+      for (int i = 0; i < L::kPairsPerLane; ++i) {
+        const int d = 2 * lane + 64 * i;
+        if (d < HeadDim) {
+          *reinterpret_cast<__nv_bfloat162*>(out + d) =
+              __floats2bfloat162_rn(acc[j][i][0] * inv_l, acc[j][i][1] * inv_l);
+        }
+      }
+      continue;
+    }
     float* out = p.partial_out + (static_cast<int64_t>(item) * s.num_heads + head) * HeadDim;
 #pragma unroll
     for (int i = 0; i < L::kPairsPerLane; ++i) {

@@ -244,7 +244,12 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
       acc += weight * merge_o[(w * kRows + r) * HeadDim + d];
     }
     const int head = kv_head * group + r;
-    p.partial_out[(static_cast<int64_t>(item) * s.num_heads + head) * HeadDim + d] = sum > 0.0f ? acc / sum : 0.0f;
+    const float value = sum > 0.0f ? acc / sum : 0.0f;
+    if (p.shares_are_outputs()) {
+      p.out[(static_cast<int64_t>(token) * s.num_heads + head) * HeadDim + d] = __float2bfloat16(value);
+      continue;
+    }
+    p.partial_out[(static_cast<int64_t>(item) * s.num_heads + head) * HeadDim + d] = value;
     if (d == 0) p.partial_lse[item * s.num_heads + head] = sum > 0.0f ? m + log2f(sum) : -INFINITY;
   }
 }
