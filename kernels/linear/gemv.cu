@@ -196,20 +196,25 @@ bool gemv_supports(int64_t m, int64_t n, int64_t k) {
          static_cast<size_t>(k) * sizeof(__nv_bfloat16) <= kMaxSharedBytes;
 }
 
+bool gemv_supports_silu_mul(int64_t n) { return n % (2 * kPairs) == 0; }
+
+bool gemv_supports_rope_kv(int64_t n, int64_t num_q_rows, int64_t num_kv_heads, int64_t key_dim, int64_t value_dim,
+                           const RopeSpec& rope) {
+  return key_dim > 0 && key_dim % (2 * kPairs) == 0 && value_dim == key_dim && rope.rotary_dim == key_dim &&
+         !rope.interleaved && num_q_rows % key_dim == 0 && n == num_q_rows + 2 * num_kv_heads * key_dim;
+}
+
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   if (!gemv_supports(1, p.n, p.k)) {
     throw std::invalid_argument("gemv: [1, " + std::to_string(p.k) + "] x [" + std::to_string(p.n) + ", " +
                                 std::to_string(p.k) + "]^T is outside the kernel's shapes");
   }
   if (p.norm_weight && p.addend && !p.residual_out) throw std::invalid_argument("gemv: an addend needs residual_out");
-  if (p.output == GemvOutput::silu_mul && p.n % (2 * kPairs) != 0) {
+  if (p.output == GemvOutput::silu_mul && !gemv_supports_silu_mul(p.n)) {
     throw std::invalid_argument("gemv: silu_mul needs N / 2 a multiple of 8, got N = " + std::to_string(p.n));
   }
   if (p.output == GemvOutput::rope_kv) {
-    const int head_dim = p.kv.key_dim;
-    const int kv_rows = p.kv.num_kv_heads * head_dim;
-    if (head_dim % (2 * kPairs) != 0 || p.kv.value_dim != head_dim || p.rope.rotary_dim != head_dim ||
-        p.rope.interleaved || p.num_q_rows % head_dim != 0 || p.n != p.num_q_rows + 2 * kv_rows ||
+    if (!gemv_supports_rope_kv(p.n, p.num_q_rows, p.kv.num_kv_heads, p.kv.key_dim, p.kv.value_dim, p.rope) ||
         p.kv.num_tokens != 1 || p.kv.slots.block_size <= 0) {
       throw std::invalid_argument("gemv: rope_kv needs one token, whole heads of a head dim that is a multiple of 16, "
                                   "values as wide as keys and rotate-half RoPE over the whole head");

@@ -52,9 +52,14 @@ struct GemvParams {
 };
 
 // Whether a shape fits the kernel: M = 1, K a multiple of 8 whose x fits 48 KB of shared memory. Pointers must be
-// 16-byte aligned. The paired outputs also need N / 2 a multiple of 8 (silu_mul), or a head dim that is a
-// multiple of 16 (rope_kv).
+// 16-byte aligned. The paired outputs also need their own check below.
 bool gemv_supports(int64_t m, int64_t n, int64_t k);
+// silu_mul: N / 2 a multiple of 8.
+bool gemv_supports_silu_mul(int64_t n);
+// rope_kv: whole heads of a key dim that is a multiple of 16, values as wide as keys (N = q rows + 2 x KV heads x
+// key dim) and rotate-half RoPE over the whole head.
+bool gemv_supports_rope_kv(int64_t n, int64_t num_q_rows, int64_t num_kv_heads, int64_t key_dim, int64_t value_dim,
+                           const RopeSpec& rope);
 
 // Throws std::invalid_argument on shapes or an output the kernel does not support.
 void launch_gemv(const GemvParams& params, cudaStream_t stream);

@@ -368,9 +368,10 @@ class CudaBackend final : public Backend {
   // The same GEMV with SiLU-and-mul in its epilogue.
   Tensor norm_linear_silu_mul(PreNorm& input, const Tensor& gate_up_weight) override {
     std::optional<PreNormGemv> gemv = pre_norm_gemv(input, gate_up_weight, nullptr);
-    const int64_t width = gate_up_weight.size(0) / 2;
-    if (!gemv || width % 8 != 0) return Backend::norm_linear_silu_mul(input, gate_up_weight);
-    Tensor out = allocator_->allocate(DType::BF16, {1, width});
+    if (!gemv || !kernels::gemv_supports_silu_mul(gate_up_weight.size(0))) {
+      return Backend::norm_linear_silu_mul(input, gate_up_weight);
+    }
+    Tensor out = allocator_->allocate(DType::BF16, {1, gate_up_weight.size(0) / 2});
     gemv->params.out = out.ptr<bf16>();
     gemv->params.output = kernels::GemvOutput::silu_mul;
     gemv->params.trigger_at_end = true;  // the down projection's GEMV comes next
@@ -384,14 +385,12 @@ class CudaBackend final : public Backend {
                                    const StepContext& step) override {
     std::optional<PreNormGemv> gemv = pre_norm_gemv(input, qkv_weight, qkv_bias);
     const int64_t q_width = heads.num_heads * heads.head_dim;
-    const int64_t kv_width = heads.num_kv_heads * heads.head_dim;
     const bool fits = gemv && layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
-                      cache.layers[layer].key_dim == heads.head_dim &&
-                      cache.layers[layer].value_dim == heads.head_dim &&
-                      heads.head_dim % 16 == 0 && qkv_weight.size(0) == q_width + 2 * kv_width &&
-                      table.rotary_dim == heads.head_dim && !table.interleaved && !table.rotate_last_dims;
+                      cache.layers[layer].key_dim == heads.head_dim && !table.rotate_last_dims &&
+                      kernels::gemv_supports_rope_kv(qkv_weight.size(0), q_width, cache.layers[layer].num_kv_heads,
+                                                     heads.head_dim, cache.layers[layer].value_dim, rope_spec(table));
     if (!fits) return Backend::norm_linear_rope_store_kv(input, qkv_weight, qkv_bias, heads, table, cache, layer, step);
-    Tensor qkv = allocator_->allocate(DType::BF16, {1, q_width + 2 * kv_width});
+    Tensor qkv = allocator_->allocate(DType::BF16, {1, qkv_weight.size(0)});
     const QkvColumns columns = split_qkv(qkv, heads);  // views of the one row the GEMV writes
     const KvWrite write = kv_write(cache, layer, columns.k, columns.v, step);
     kernels::GemvParams& p = gemv->params;
