@@ -20,8 +20,9 @@ __device__ void load_angles(float2* angles, float position, const RopeSpec& rope
   __syncthreads();
 }
 
-// The rotary pair of dim d (d < rotary_dim): its partner dim, its frequency index, and whether d is the pair's
-// first element (which gets x cos - partner sin; the second gets x cos + partner sin).
+// The rotary pair of dim d (counted from rope.first_dim, d < rotary_dim): its partner dim (counted the same way),
+// its frequency index, and whether d is the pair's first element (which gets x cos - partner sin; the second gets
+// x cos + partner sin).
 struct RotaryPair {
   int partner;
   int frequency;
@@ -36,10 +37,10 @@ __device__ __forceinline__ RotaryPair rotary_pair(int d, const RopeSpec& rope) {
 // Element d of a rotated head, read from the input head (never in place).
 __device__ __forceinline__ float rotated(const __nv_bfloat16* head, int d, const float2* angles, const RopeSpec& rope) {
   const float x = __bfloat162float(head[d]);
-  if (d >= rope.rotary_dim) return x;
-  const RotaryPair pair = rotary_pair(d, rope);
+  if (d < rope.first_dim || d >= rope.first_dim + rope.rotary_dim) return x;
+  const RotaryPair pair = rotary_pair(d - rope.first_dim, rope);
   const float2 a = angles[pair.frequency];
-  const float partner = __bfloat162float(head[pair.partner]);
+  const float partner = __bfloat162float(head[rope.first_dim + pair.partner]);
   return pair.first ? x * a.x - partner * a.y : x * a.x + partner * a.y;
 }
 
@@ -48,7 +49,7 @@ __device__ void rope_heads_in_place(__nv_bfloat16* x, int num_heads, int head_di
                                     const RopeSpec& rope) {
   const int half = rope.rotary_dim / 2;
   for (int i = threadIdx.x; i < num_heads * half; i += blockDim.x) {
-    __nv_bfloat16* head = x + (i / half) * head_dim;
+    __nv_bfloat16* head = x + (i / half) * head_dim + rope.first_dim;
     const int d = rope.interleaved ? 2 * (i % half) : i % half;  // the pair's first dim
     const RotaryPair pair = rotary_pair(d, rope);
     const float lo = __bfloat162float(head[d]);
@@ -159,15 +160,17 @@ __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* qu
 
 bool vectorizable(const KvWriteParams& p, const RopeSpec& rope, const __nv_bfloat16* query) {
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return !rope.interleaved && rope.rotary_dim > 0 && rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 &&
+  return !rope.interleaved && rope.first_dim == 0 && !rope.inverse && rope.rotary_dim > 0 &&
+         rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 &&
          aligned(query) && aligned(p.key) && aligned(p.key_cache) &&
          (p.value_dim == 0 || (aligned(p.value) && aligned(p.value_cache)));
 }
 
 void check_rope(const RopeSpec& rope, int head_dim) {
-  if (rope.rotary_dim < 0 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > head_dim ||
+  if (rope.rotary_dim < 0 || rope.rotary_dim % 2 != 0 || rope.first_dim < 0 ||
+      rope.first_dim + rope.rotary_dim > head_dim ||
       rope.rotary_dim / 2 > kMaxRotaryPairs) {
-    throw std::invalid_argument("rope: rotary_dim must be even, within the head dim and at most " +
+    throw std::invalid_argument("rope: rotary_dim must be even, its dims within the head and at most " +
                                 std::to_string(2 * kMaxRotaryPairs));
   }
 }

@@ -15,6 +15,9 @@ struct RopeSpec {
   float attention_scaling = 1.0f;
   // Pairs rotated together: (i, i + rotary_dim / 2) (rotate-half, Llama) or (2i, 2i + 1) (interleaved, DeepSeek).
   bool interleaved = false;
+  // The first rotated dim of a head: 0 (most models) or head_dim - rotary_dim (DeepSeek-V4 rotates the last dims).
+  int first_dim = 0;
+  bool inverse = false;  // rotate by the negative angle (DeepSeek-V4 rotates its attention output back)
 };
 
 // Where each token's KV goes: slot = block_tables[offsets[seq] + position / block_size] * block_size + offset.
@@ -31,7 +34,7 @@ struct KvSlots {
   int shard_size = 1;
 };
 
-// x [num_tokens, num_heads, head_dim], rotated in place.
+// x [num_tokens, num_heads, head_dim], rotated in place at positions [num_tokens] (device memory).
 void launch_rope(__nv_bfloat16* x, int num_tokens, int num_heads, int head_dim, const RopeSpec& rope,
                  const int32_t* positions, cudaStream_t stream);
 

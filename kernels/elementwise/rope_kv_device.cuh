@@ -16,11 +16,12 @@ __device__ __forceinline__ int64_t slot_of(const KvSlots& s, int token) {
   return static_cast<int64_t>(block) * s.block_size + position % s.block_size;
 }
 
-// (cos, sin) of rotary frequency i at a position, times the attention scaling. The angle is a float32 product, as
+// (cos, sin) of rotary frequency i at a position (sin negated for the inverse rotation), times the attention scaling. The angle is a float32 product, as
 // transformers computes it.
 __device__ __forceinline__ float2 rotary_angle(float position, const RopeSpec& rope, int i) {
   float sin_v, cos_v;
   sincosf(position * rope.inv_freq[i], &sin_v, &cos_v);
+  if (rope.inverse) sin_v = -sin_v;
   return make_float2(cos_v * rope.attention_scaling, sin_v * rope.attention_scaling);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs HERE (the build machine): builds the CUDA tests and benchmarks with third-party libraries linked
 # statically, and copies what the GPU machine needs into .device/ (ignored by git) for the device tool's `carry`:
-# .device/bin (executables), .device/lib (libgomp), .device/fixtures (the dense, MoE and DeepSeek-V3 fixture models), .device/configs
+# .device/bin (executables), .device/lib (libgomp), .device/fixtures (the dense, MoE and DeepSeek-V3/V4 fixture models), .device/configs
 # (model configs for the end-to-end benchmark).
 # Then, on the GPU machine: scripts/gpu/run_all.sh and scripts/gpu/e2e_bench.sh (carry: .device), and on a
 # multi-GPU kind scripts/gpu/tp_check.sh.
@@ -24,7 +24,7 @@ cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda
 [ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/src/cli/tern" "$root/.device/bin/"
 cp "$fixtures/configs/llama-3.1-8b.json" "$root/.device/configs/"
 cp "$(g++ -print-file-name=libgomp.so.1)" "$root/.device/lib/"
-for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3; do
+for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3 deepseek_v4; do
   cp -r "$fixtures/models/$model" "$root/.device/fixtures/models/"
 done
 chmod -R u+w "$root/.device"

@@ -145,6 +145,10 @@ void Backend::rope_at(Tensor&, const RopeTable&, std::span<const int32_t>, bool)
   fail("backend {} has no rope_at op", name());
 }
 
+void Backend::rope_inverse(Tensor& x, const RopeTable& table, const StepContext& step) {
+  rope_at(x, table, batch_positions(step.batch()), true);
+}
+
 Tensor Backend::hyper_mix(const Tensor&, const Tensor&, const Tensor&, const HyperMixParams&) {
   fail("backend {} has no hyper_mix op", name());
 }

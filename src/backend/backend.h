@@ -213,6 +213,9 @@ class Backend {
   virtual void rope(Tensor& x, const RopeTable& table, const StepContext& step) = 0;
   // The same rotation at explicit positions ([T] host values); `inverse` rotates by the negative angle.
   virtual void rope_at(Tensor& x, const RopeTable& table, std::span<const int32_t> positions, bool inverse);
+  // The inverse rotation at the step's positions (DeepSeek-V4 rotates its attention output back). The default
+  // passes the positions through rope_at; a backend that records steps reads them from its step context instead.
+  virtual void rope_inverse(Tensor& x, const RopeTable& table, const StepContext& step);
   // Writes this step's keys/values [T, kv_heads, dim] into the cache slots of layer `layer`.
   virtual void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value,
                         const StepContext& step) = 0;

@@ -117,13 +117,18 @@ SafetensorsFile::~SafetensorsFile() {
   if (mapping_) ::munmap(mapping_, mapping_bytes_);
 }
 
-void write_safetensors_f32(const std::filesystem::path& path, const std::vector<NamedTensorF32>& tensors) {
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorInfo>& tensors) {
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    const uint64_t bytes = t.values.size() * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    if (t.size_bytes != static_cast<size_t>(t.numel()) * dtype_size(t.dtype)) {
+      fail("{}: tensor '{}' has {} bytes for {} {} values", path.string(), t.name, t.size_bytes, t.numel(),
+           dtype_name(t.dtype));
+    }
+    header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                     {"shape", t.shape},
+                     {"data_offsets", {offset, offset + t.size_bytes}}};
+    offset += t.size_bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
@@ -132,10 +137,17 @@ void write_safetensors_f32(const std::filesystem::path& path, const std::vector<
   const uint64_t header_bytes = text.size();
   out.write(reinterpret_cast<const char*>(&header_bytes), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const auto& t : tensors) {
-    out.write(reinterpret_cast<const char*>(t.values.data()), static_cast<std::streamsize>(t.values.size() * sizeof(float)));
-  }
+  for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(t.size_bytes));
   if (!out) fail("{}: write failed", path.string());
+}
+
+void write_safetensors_f32(const std::filesystem::path& path, const std::vector<NamedTensorF32>& tensors) {
+  std::vector<TensorInfo> infos;
+  for (const auto& t : tensors) {
+    infos.push_back({t.name, path, DType::F32, t.shape, reinterpret_cast<const std::byte*>(t.values.data()),
+                     t.values.size() * sizeof(float)});
+  }
+  write_safetensors(path, infos);
 }
 
 }  // namespace tern

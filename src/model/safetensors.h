@@ -39,6 +39,8 @@ struct NamedTensorF32 {
   std::vector<float> values;
 };
 
+// Writes tensors of any dtype (each one's name, dtype, shape and size_bytes bytes at data) to a .safetensors file.
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorInfo>& tensors);
 // Writes float32 tensors to a .safetensors file.
 void write_safetensors_f32(const std::filesystem::path& path, const std::vector<NamedTensorF32>& tensors);
 

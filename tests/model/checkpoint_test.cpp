@@ -87,6 +87,31 @@ TEST_F(CheckpointTest, ReadsBf16F16F32AndConvertsToFloat) {
   EXPECT_EQ(backend->to_host_f32(widened)[1], -2.0f);
 }
 
+TEST_F(CheckpointTest, WrittenTensorsOfEveryDtypeReadBack) {
+  const std::vector<uint16_t> bf16 = {f32_to_bf16(1.5f), f32_to_bf16(-2.0f), f32_to_bf16(3.0f)};
+  const std::vector<int32_t> i32 = {7, -1};
+  const std::vector<int64_t> i64 = {1LL << 40};
+  const auto info = [&](std::string name, DType dtype, std::vector<int64_t> shape, const void* data, size_t bytes) {
+    return TensorInfo{std::move(name), {}, dtype, std::move(shape), static_cast<const std::byte*>(data), bytes};
+  };
+  write_safetensors(dir / "model.safetensors", {info("a", DType::BF16, {3}, bf16.data(), 6),
+                                                info("b", DType::I32, {1, 2}, i32.data(), 8),
+                                                info("c", DType::I64, {1}, i64.data(), 8)});
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  std::vector<float> out(3);
+  convert_to_f32(DType::BF16, ckpt.get("a", {3}).data, out.data(), 3);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, -2.0f, 3.0f}));
+  EXPECT_EQ(ckpt.get("b", {1, 2}).dtype, DType::I32);
+  int32_t b1 = 0;
+  int64_t c0 = 0;
+  std::memcpy(&b1, ckpt.get("b").data + 4, 4);
+  std::memcpy(&c0, ckpt.get("c", {1}).data, 8);  // at byte 14 of the data: no alignment assumed
+  EXPECT_EQ(b1, -1);
+  EXPECT_EQ(c0, 1LL << 40);
+  EXPECT_NE(error_of([&] { write_safetensors(dir / "bad.safetensors", {info("d", DType::I32, {3}, i32.data(), 8)}); }),
+            "");
+}
+
 TEST_F(CheckpointTest, ReadsShardedIndex) {
   const std::vector<float> one = {1.0f}, two = {2.0f, 3.0f};
   write_file(dir / "model-00001-of-00002.safetensors", {{"x", "F32", {1}, bytes_of(one)}});

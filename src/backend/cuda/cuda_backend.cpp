@@ -31,6 +31,8 @@
 #include "linear/gemv.h"
 #include "moe/moe_experts.h"
 #include "moe/moe_routing.h"
+#include "v4/compressed_kv.h"
+#include "v4/hyper_connection.h"
 
 namespace tern {
 
@@ -186,16 +188,21 @@ class CudaBackend final : public Backend {
     }
     cache.keys.resize(layers.size());
     cache.values.resize(layers.size());
+    cache.states.resize(layers.size());
     // A layer of a second (sliding-window) group stores its blocks in the tensors of the first group's layer it
     // pairs with: a block id belongs to one group at a time.
     for (size_t i = 0; i < layers.size(); ++i) {
       if (storage_layer[i] != static_cast<int>(i)) continue;
       cache.keys[i] = zeros(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].key_dim});
       cache.values[i] = zeros(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].value_dim});
+      // Layer state (DeepSeek-V4's compressor rows and entries) stays float32, as the compressors' softmax pooling
+      // and the indexer's scores read it.
+      cache.states[i] = zeros(DType::F32, {slots, layers[i].state_dim});
     }
     for (size_t i = 0; i < layers.size(); ++i) {
       cache.keys[i] = cache.keys[static_cast<size_t>(storage_layer[i])];
       cache.values[i] = cache.values[static_cast<size_t>(storage_layer[i])];
+      cache.states[i] = cache.states[static_cast<size_t>(storage_layer[i])];
     }
     return cache;
   }
@@ -385,10 +392,11 @@ class CudaBackend final : public Backend {
                                    const StepContext& step) override {
     std::optional<PreNormGemv> gemv = pre_norm_gemv(input, qkv_weight, qkv_bias);
     const int64_t q_width = heads.num_heads * heads.head_dim;
+    const kernels::RopeSpec spec = rope_spec(table, heads.head_dim, false);
     const bool fits = gemv && layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
                       cache.layers[layer].key_dim == heads.head_dim && !table.rotate_last_dims &&
                       kernels::gemv_supports_rope_kv(qkv_weight.size(0), q_width, cache.layers[layer].num_kv_heads,
-                                                     heads.head_dim, cache.layers[layer].value_dim, rope_spec(table));
+                                                     heads.head_dim, cache.layers[layer].value_dim, spec);
     if (!fits) return Backend::norm_linear_rope_store_kv(input, qkv_weight, qkv_bias, heads, table, cache, layer, step);
     Tensor qkv = allocator_->allocate(DType::BF16, {1, qkv_weight.size(0)});
     const QkvColumns columns = split_qkv(qkv, heads);  // views of the one row the GEMV writes
@@ -396,7 +404,7 @@ class CudaBackend final : public Backend {
     kernels::GemvParams& p = gemv->params;
     p.out = qkv.ptr<bf16>();
     p.output = kernels::GemvOutput::rope_kv;
-    p.rope = rope_spec(table);
+    p.rope = spec;
     p.kv = write.params;
     p.num_q_rows = checked_int(q_width, "q rows");
     run(*gemv, input, "norm_linear_rope_store_kv (gemv)");
@@ -616,11 +624,29 @@ class CudaBackend final : public Backend {
     require_bf16(x, "rope");
     if (x.shape.size() != 3) fail("rope: expects [tokens, heads, head_dim], got {}", shape_string(x.shape));
     check_tokens(x, step, "rope");
-    const kernels::RopeSpec spec = rope_spec(table);
-    launch("rope", [&] {
-      kernels::launch_rope(x.ptr<bf16>(), checked_int(x.size(0), "tokens"), checked_int(x.size(1), "heads"),
-                           checked_int(x.size(2), "head_dim"), spec, cuda_step(step).positions(), stream_);
-    });
+    rotate(x, rope_spec(table, x.size(2), false), cuda_step(step).positions());
+  }
+
+  void rope_inverse(Tensor& x, const RopeTable& table, const StepContext& step) override {
+    require_bf16(x, "rope_inverse");
+    if (x.shape.size() != 3) fail("rope_inverse: expects [tokens, heads, head_dim], got {}", shape_string(x.shape));
+    check_tokens(x, step, "rope_inverse");
+    rotate(x, rope_spec(table, x.size(2), true), cuda_step(step).positions());
+  }
+
+  // Host positions travel to the device with the call, so a recorded step would replay the recording's positions:
+  // steps use rope and rope_inverse, which read the step's positions on the device.
+  void rope_at(Tensor& x, const RopeTable& table, std::span<const int32_t> positions, bool inverse) override {
+    require_bf16(x, "rope_at");
+    if (x.shape.size() != 3) fail("rope_at: expects [tokens, heads, head_dim], got {}", shape_string(x.shape));
+    if (static_cast<int64_t>(positions.size()) != x.size(0)) {
+      fail("rope_at: {} positions for {} tokens", positions.size(), x.size(0));
+    }
+    const kernels::RopeSpec spec = rope_spec(table, x.size(2), inverse);
+    if (positions.empty()) return;
+    Tensor device_positions = allocator_->allocate(DType::I32, {x.size(0)});
+    staging_->upload(device_positions.data, positions.data(), positions.size_bytes(), stream_);
+    rotate(x, spec, device_positions.ptr<int32_t>());
   }
 
   void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) override {
@@ -637,7 +663,7 @@ class CudaBackend final : public Backend {
     }
     check_tokens(query, step, "rope_store_kv");
     const KvWrite write = kv_write(cache, layer, key, value, step);
-    const kernels::RopeSpec spec = rope_spec(table);
+    const kernels::RopeSpec spec = rope_spec(table, query.size(2), false);
     launch("rope_store_kv", [&] {
       kernels::launch_rope_store_kv(query.ptr<bf16>(), checked_int(query.size(1), "heads"), write.params, spec,
                                     stream_);
@@ -796,6 +822,203 @@ class CudaBackend final : public Backend {
     p.value_dim = checked_int(outs.size(3), "value_dim");
     launch("merge_attention_partials", [&] { kernels::launch_merge_attention_partials(p, stream_); });
     return merged;
+  }
+
+  // ---- DeepSeek-V4 (shapes and cache layout in compressed_kv.h) ----
+
+  Tensor hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale,
+                   const HyperMixParams& params) override {
+    const int64_t n = params.num_streams;
+    const int64_t width = mixes.shape.empty() ? 0 : mixes.size(-1);
+    const bool head = width == n;
+    if (n <= 0 || (!head && width != (2 + n) * n)) {
+      fail("hyper_mix: {} mixes per token fit neither {} streams' head ({}) nor their layer mix ({})", width, n, n,
+           (2 + n) * n);
+    }
+    if (base.numel() != width || scale.numel() != (head ? 1 : 3)) {
+      fail("hyper_mix: base of {} and scale of {} do not fit {} mixes", base.numel(), scale.numel(), width);
+    }
+    const Tensor m = f32(mixes, "hyper_mix"), b = f32(base, "hyper_mix (base)"), s = f32(scale, "hyper_mix (scale)");
+    const int64_t num_rows = mixes.numel() / width;
+    Tensor out = allocator_->allocate(DType::F32, {num_rows, width});
+    kernels::HyperMixParams p;
+    p.mixes = m.ptr<float>();
+    p.base = b.ptr<float>();
+    p.scale = s.ptr<float>();
+    p.out = out.ptr<float>();
+    p.num_tokens = checked_int(num_rows, "tokens");
+    p.num_streams = checked_int(n, "streams");
+    p.width = checked_int(width, "mixes");
+    p.sinkhorn_iters = checked_int(params.sinkhorn_iters, "Sinkhorn iterations");
+    p.eps = params.eps;
+    launch("hyper_mix", [&] { kernels::launch_hyper_mix(p, stream_); });
+    return out;
+  }
+
+  Tensor hyper_collapse(const Tensor& streams, const Tensor& mix) override {
+    if (streams.shape.size() != 3) {
+      fail("hyper_collapse: streams must be [T, N, H], got {}", shape_string(streams.shape));
+    }
+    const int64_t num_tokens = streams.size(0), n = streams.size(1), hidden = streams.size(2);
+    const int64_t mix_width = mix.shape.empty() ? 0 : mix.size(-1);
+    if (mix.numel() != num_tokens * mix_width || mix_width < n) {
+      fail("hyper_collapse: mix {} does not fit streams {}", shape_string(mix.shape), shape_string(streams.shape));
+    }
+    const Tensor x = activation(streams, "hyper_collapse");
+    const Tensor w = f32(mix, "hyper_collapse (mix)");
+    Tensor out = allocator_->allocate(DType::BF16, {num_tokens, hidden});
+    launch("hyper_collapse", [&] {
+      kernels::launch_hyper_collapse(x.ptr<bf16>(), w.ptr<float>(), out.ptr<bf16>(), checked_int(num_tokens, "tokens"),
+                                     checked_int(n, "streams"), checked_int(hidden, "hidden size"),
+                                     checked_int(mix_width, "mix width"), stream_);
+    });
+    return out;
+  }
+
+  Tensor hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix) override {
+    if (streams.shape.size() != 3) {
+      fail("hyper_expand: streams must be [T, N, H], got {}", shape_string(streams.shape));
+    }
+    const int64_t num_tokens = streams.size(0), n = streams.size(1), hidden = streams.size(2);
+    if (block_out.numel() != num_tokens * hidden || mix.numel() != num_tokens * (2 + n) * n) {
+      fail("hyper_expand: block output {} or mix {} does not fit streams {}", shape_string(block_out.shape),
+           shape_string(mix.shape), shape_string(streams.shape));
+    }
+    const Tensor x = activation(streams, "hyper_expand");
+    const Tensor y = activation(block_out, "hyper_expand (block output)");
+    const Tensor w = f32(mix, "hyper_expand (mix)");
+    Tensor out = allocator_->allocate(DType::BF16, streams.shape);
+    launch("hyper_expand", [&] {
+      kernels::launch_hyper_expand(x.ptr<bf16>(), y.ptr<bf16>(), w.ptr<float>(), out.ptr<bf16>(),
+                                   checked_int(num_tokens, "tokens"), checked_int(n, "streams"),
+                                   checked_int(hidden, "hidden size"), stream_);
+    });
+    return out;
+  }
+
+  void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate, const CompressorParams& params,
+                   const StepContext& step) override {
+    const auto& ctx = cuda_step(step);
+    const int64_t rate = params.compress_rate, dim = params.entry_dim, width = params.width();
+    const int64_t num_tokens = step.batch().num_tokens();
+    if (rate <= 0 || dim <= 0) fail("compress_kv: compress rate {} and entry dim {} must be positive", rate, dim);
+    if (kv.numel() != num_tokens * width || gate.numel() != num_tokens * width) {
+      fail("compress_kv: kv {} and gate {} must be [{}, {}]", shape_string(kv.shape), shape_string(gate.shape),
+           num_tokens, width);
+    }
+    if (!params.position_bias || params.position_bias->numel() != rate * width || !params.norm_weight ||
+        params.norm_weight->numel() != dim || !params.rope) {
+      fail("compress_kv: needs a [{}, {}] position bias, a [{}] norm weight and a rope table", rate, width, dim);
+    }
+    const Tensor& states = layer_states(cache, layer, params.state_offset + params.state_dim(), "compress_kv");
+    ctx.check_block_tables(cache.block_size);
+    const Tensor kv_in = activation(kv, "compress_kv (kv)"), gate_in = activation(gate, "compress_kv (gate)");
+    const Tensor bias = activation(*params.position_bias, "compress_kv (position bias)");
+    const Tensor norm_weight = activation(*params.norm_weight, "compress_kv (norm)");
+    kernels::CompressKvParams p;
+    p.kv = kv_in.ptr<bf16>();
+    p.gate = gate_in.ptr<bf16>();
+    p.position_bias = bias.ptr<bf16>();
+    p.norm_weight = norm_weight.ptr<bf16>();
+    p.norm_eps = params.norm_eps;
+    p.rope = rotary_spec(*params.rope, dim);
+    p.states = states.ptr<float>();
+    p.state_dim = checked_int(states.size(1), "state dim");
+    p.state_offset = checked_int(params.state_offset, "state offset");
+    p.compress_rate = checked_int(rate, "compress rate");
+    p.entry_dim = checked_int(dim, "entry dim");
+    p.overlapping = params.overlapping;
+    p.tokens = v4_tokens(ctx, cache, layer);
+    launch("compress_kv", [&] { kernels::launch_compress_kv(p, stream_); });
+  }
+
+  Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const KvCache& cache, int layer,
+                           const IndexerParams& params, const StepContext& step) override {
+    const auto& ctx = cuda_step(step);
+    if (query.shape.size() != 3) {
+      fail("select_compressed: query must be [T, heads, dim], got {}", shape_string(query.shape));
+    }
+    check_tokens(query, step, "select_compressed");
+    const int64_t num_tokens = query.size(0), num_heads = query.size(1), dim = query.size(2);
+    if (head_weights.numel() != num_tokens * num_heads) {
+      fail("select_compressed: head weights {} do not fit query {}", shape_string(head_weights.shape),
+           shape_string(query.shape));
+    }
+    if (params.compress_rate <= 0 || params.top_k <= 0) {
+      fail("select_compressed: compress rate {} and top_k {} must be positive", params.compress_rate, params.top_k);
+    }
+    const Tensor& states = layer_states(cache, layer, params.entry_offset + dim, "select_compressed");
+    ctx.check_block_tables(cache.block_size);
+    const Tensor q = activation(query, "select_compressed");
+    const Tensor w = activation(head_weights, "select_compressed (head weights)");
+    Tensor out = allocator_->allocate(DType::I32, {num_tokens, params.top_k});
+    kernels::SelectCompressedParams p;
+    p.query = q.ptr<bf16>();
+    p.head_weights = w.ptr<bf16>();
+    p.states = states.ptr<float>();
+    p.state_dim = checked_int(states.size(1), "state dim");
+    p.entry_offset = checked_int(params.entry_offset, "entry offset");
+    p.num_heads = checked_int(num_heads, "indexer heads");
+    p.head_dim = checked_int(dim, "indexer head dim");
+    p.compress_rate = checked_int(params.compress_rate, "compress rate");
+    p.top_k = checked_int(params.top_k, "top_k");
+    p.softmax_scale = params.softmax_scale;
+    p.weights_scale = params.weights_scale;
+    p.selected = out.ptr<int32_t>();
+    p.tokens = v4_tokens(ctx, cache, layer);
+    launch("select_compressed", [&] { kernels::launch_select_compressed(p, stream_); });
+    return out;
+  }
+
+  Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
+                              const CompressedAttentionParams& params, const StepContext& step) override {
+    const auto& ctx = cuda_step(step);
+    if (query.shape.size() != 3) {
+      fail("compressed_attention: query must be [T, heads, dim], got {}", shape_string(query.shape));
+    }
+    check_tokens(query, step, "compressed_attention");
+    const int64_t num_tokens = query.size(0), num_heads = query.size(1), dim = query.size(2);
+    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) {
+      fail("compressed_attention: layer {} not in the cache", layer);
+    }
+    const KvLayerSpec& spec = cache.layers[layer];
+    if (spec.num_kv_heads != 1 || spec.key_dim != dim) {
+      fail("compressed_attention: layer {} caches {} heads x {}, expected one shared head of {}", layer,
+           spec.num_kv_heads, spec.key_dim, dim);
+    }
+    if (params.sinks && params.sinks->numel() != num_heads) {
+      fail("compressed_attention: {} sinks for {} heads", params.sinks->numel(), num_heads);
+    }
+    const int64_t top_k = params.selected ? params.selected->size(-1) : 0;
+    if (params.selected && (params.selected->dtype != DType::I32 || params.selected->numel() != num_tokens * top_k)) {
+      fail("compressed_attention: selected entries must be int32 [{}, k]", num_tokens);
+    }
+    ctx.check_block_tables(cache.block_size);
+    const Tensor q = activation(query, "compressed_attention");
+    std::optional<Tensor> sinks;
+    if (params.sinks) sinks = f32(*params.sinks, "compressed_attention (sinks)");
+    Tensor out = allocator_->allocate(DType::BF16, {num_tokens, num_heads, dim});
+    kernels::CompressedAttentionParams p;
+    p.query = q.ptr<bf16>();
+    p.keys = cache.keys[layer].ptr<bf16>();
+    if (params.compress_rate > 0) {
+      const Tensor& states = layer_states(cache, layer, params.entry_offset + dim, "compressed_attention");
+      p.states = states.ptr<float>();
+      p.state_dim = checked_int(states.size(1), "state dim");
+      p.entry_offset = checked_int(params.entry_offset, "entry offset");
+      p.compress_rate = checked_int(params.compress_rate, "compress rate");
+    }
+    p.sliding_window = checked_int(params.sliding_window, "sliding window");
+    p.sinks = sinks ? sinks->ptr<float>() : nullptr;
+    p.selected = params.selected ? params.selected->ptr<int32_t>() : nullptr;
+    p.top_k = checked_int(top_k, "top_k");
+    p.num_heads = checked_int(num_heads, "heads");
+    p.head_dim = checked_int(dim, "head dim");
+    p.scale = params.scale;
+    p.out = out.ptr<bf16>();
+    p.tokens = v4_tokens(ctx, cache, layer);
+    launch("compressed_attention", [&] { kernels::launch_compressed_attention(p, stream_); });
+    return out;
   }
 
   Tensor gather_logit_rows(const Tensor& x, const StepContext& step) override {
@@ -1099,14 +1322,45 @@ class CudaBackend final : public Backend {
     }
   }
 
-  kernels::RopeSpec rope_spec(const RopeTable& table) {
+  static kernels::RopeSpec rope_spec(const RopeTable& table, int64_t head_dim, bool inverse) {
     if (table.inv_freq.dtype != DType::F32 || table.inv_freq.numel() * 2 != table.rotary_dim) {
       fail("rope: the table needs rotary_dim / 2 = {} float32 frequencies, has {} {}", table.rotary_dim / 2,
            table.inv_freq.numel(), dtype_name(table.inv_freq.dtype));
     }
-    if (table.rotate_last_dims) fail("rope: the CUDA kernels rotate the leading dims of a head, not the last");
-    return {table.inv_freq.ptr<float>(), checked_int(table.rotary_dim, "rotary_dim"), table.attention_scaling,
-            table.interleaved};
+    if (table.rotary_dim > head_dim) fail("rope: rotary dim {} exceeds head dim {}", table.rotary_dim, head_dim);
+    kernels::RopeSpec spec{table.inv_freq.ptr<float>(), checked_int(table.rotary_dim, "rotary_dim"),
+                           table.attention_scaling, table.interleaved};
+    spec.first_dim = table.rotate_last_dims ? checked_int(head_dim - table.rotary_dim, "first rotated dim") : 0;
+    spec.inverse = inverse;
+    return spec;
+  }
+
+  // A rope table as the V4 kernels rotate a float32 vector of `dim` with it.
+  static kernels::v4::RotarySpec rotary_spec(const RopeTable& table, int64_t dim) {
+    const kernels::RopeSpec spec = rope_spec(table, dim, false);
+    return {spec.inv_freq, spec.rotary_dim, spec.attention_scaling, spec.interleaved, spec.first_dim};
+  }
+
+  // The layer's float32 state rows, checked to hold `end` floats per token.
+  static const Tensor& layer_states(const KvCache& cache, int layer, int64_t end, const char* op) {
+    if (layer < 0 || layer >= static_cast<int>(cache.states.size())) fail("{}: the cache has no layer {}", op, layer);
+    const Tensor& states = cache.states[layer];
+    const int64_t state_dim = states.shape.size() == 2 ? states.shape[1] : 0;
+    if (end > state_dim) fail("{}: layer {} keeps {} state floats per token, {} needed", op, layer, state_dim, end);
+    return states;
+  }
+
+  static kernels::V4Tokens v4_tokens(const cuda::CudaStepContext& ctx, const KvCache& cache, int layer) {
+    return {ctx.positions(), ctx.token_seq(), ctx.block_tables(), ctx.block_table_offsets(cache.layer_group.at(layer)),
+            checked_int(cache.block_size, "block_size"), checked_int(ctx.batch().num_tokens(), "tokens")};
+  }
+
+  // x [tokens, heads, head_dim] rotated in place at device positions [tokens].
+  void rotate(Tensor& x, const kernels::RopeSpec& spec, const int32_t* positions) {
+    launch("rope", [&] {
+      kernels::launch_rope(x.ptr<bf16>(), checked_int(x.size(0), "tokens"), checked_int(x.size(1), "heads"),
+                           checked_int(x.size(2), "head_dim"), spec, positions, stream_);
+    });
   }
 
   // A pre-norm projection's batch-1 GEMV (its params but the output), with the bf16 inputs they point to, which must

@@ -2,6 +2,7 @@
 // float64 golden_logits, and greedy tokens equal to the CPU backend's over 24 steps on at least 2 of 3 prompts
 // (bf16 rounding may flip a near-tie).
 #include <algorithm>
+#include <fstream>
 
 #include "cuda_test_util.h"
 #include "fixtures.h"
@@ -48,6 +49,51 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
     return errors;
   }
 
+  // Both backends decode the CPU backend's greedy continuation (teacher forcing), so that a near-tie broken the
+  // other way does not send them down different texts: every step's logits must be within `tolerance` of the CPU's, and
+  // the CUDA backend's choice must be the CPU's or a token the CPU scores within that tolerance of its best.
+  void expect_teacher_forced_decode_matches_cpu(const std::filesystem::path& model_dir, double tolerance = 2e-2) {
+    auto gpu = make_cuda_backend(0);
+    auto cpu = make_cpu_backend(2);
+    auto gpu_model = load_model(model_dir, *gpu);
+    auto cpu_model = load_model(model_dir, *cpu);
+    const auto golden = read_json(dir / "golden.json");
+    const auto argmax = [](const std::vector<float>& v) {
+      return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+    };
+    for (const auto& prompt_json : golden["prompts"]) {
+      const auto prompt = ids(prompt_json);
+      const int64_t steps = 24;
+      SequenceRunner gpu_runner(*gpu_model, *gpu, static_cast<int64_t>(prompt.size()) + steps);
+      SequenceRunner cpu_runner(*cpu_model, *cpu, static_cast<int64_t>(prompt.size()) + steps);
+      const auto prompt_ours = gpu->to_host_f32(gpu_runner.append(prompt, true));
+      const auto prompt_reference = cpu->to_host_f32(cpu_runner.append(prompt, true));
+      EXPECT_LE(relative_error(prompt_ours, prompt_reference), tolerance)
+          << GetParam() << ", " << prompt.size() << " tokens";
+      const size_t vocab = prompt_ours.size() / prompt.size();
+      std::vector<float> ours(prompt_ours.end() - static_cast<std::ptrdiff_t>(vocab), prompt_ours.end());
+      std::vector<float> reference(prompt_reference.end() - static_cast<std::ptrdiff_t>(vocab), prompt_reference.end());
+      int other_choices = 0;
+      for (int64_t step = 0; step < steps; ++step) {
+        const int32_t best = argmax(reference);
+        const int32_t chosen = argmax(ours);
+        if (chosen != best) {
+          ++other_choices;
+          const float scale = std::max(std::abs(*std::max_element(reference.begin(), reference.end())),
+                                       std::abs(*std::min_element(reference.begin(), reference.end())));
+          EXPECT_LE(reference[best] - reference[chosen], tolerance * scale)
+              << GetParam() << ", step " << step << ": token " << chosen << " instead of " << best;
+        }
+        const std::vector<int32_t> next = {best};
+        ours = gpu->to_host_f32(gpu_runner.append(next, false));
+        reference = cpu->to_host_f32(cpu_runner.append(next, false));
+        EXPECT_LE(relative_error(ours, reference), tolerance) << GetParam() << ", after step " << step;
+      }
+      std::printf("%s prompt of %zu tokens: %d of %lld steps chose a near-tied token\n", GetParam().c_str(),
+                  prompt.size(), other_choices, static_cast<long long>(steps));
+    }
+  }
+
   std::filesystem::path dir;
 };
 
@@ -90,53 +136,77 @@ TEST_P(CudaMoeModelTest, LogitsMatchTransformersOnTwoOfThreePrompts) {
   EXPECT_GE(std::count_if(errors.begin(), errors.end(), [](double e) { return e <= 2e-2; }), 2) << GetParam();
 }
 
-// Both backends decode the CPU backend's greedy continuation (teacher forcing), so that a near-tie broken the other
-// way does not send them down different texts: every step's logits must be within 2e-2 of the CPU's, and the
-// CUDA backend's choice must be the CPU's or a token the CPU scores within that tolerance of its best.
+// The whole MoE path against the CPU backend with every expert routed.
 TEST_P(CudaMoeModelTest, EveryExpertRoutedMatchesCpuBackend) {
   const auto every = testing::every_expert_routed(dir, GetParam());
-  auto gpu = make_cuda_backend(0);
-  auto cpu = make_cpu_backend(2);
-  auto gpu_model = load_model(every, *gpu);
-  auto cpu_model = load_model(every, *cpu);
-  const auto golden = read_json(dir / "golden.json");
-  const auto argmax = [](const std::vector<float>& v) {
-    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-  };
-  for (const auto& prompt_json : golden["prompts"]) {
-    const auto prompt = ids(prompt_json);
-    const int64_t steps = 24;
-    SequenceRunner gpu_runner(*gpu_model, *gpu, static_cast<int64_t>(prompt.size()) + steps);
-    SequenceRunner cpu_runner(*cpu_model, *cpu, static_cast<int64_t>(prompt.size()) + steps);
-    const auto prompt_ours = gpu->to_host_f32(gpu_runner.append(prompt, true));
-    const auto prompt_reference = cpu->to_host_f32(cpu_runner.append(prompt, true));
-    EXPECT_LE(relative_error(prompt_ours, prompt_reference), 2e-2) << GetParam() << ", " << prompt.size() << " tokens";
-    const size_t vocab = prompt_ours.size() / prompt.size();
-    std::vector<float> ours(prompt_ours.end() - static_cast<std::ptrdiff_t>(vocab), prompt_ours.end());
-    std::vector<float> reference(prompt_reference.end() - static_cast<std::ptrdiff_t>(vocab), prompt_reference.end());
-    int other_choices = 0;
-    for (int64_t step = 0; step < steps; ++step) {
-      const int32_t best = argmax(reference);
-      const int32_t chosen = argmax(ours);
-      if (chosen != best) {
-        ++other_choices;
-        const float scale = std::max(std::abs(*std::max_element(reference.begin(), reference.end())),
-                                     std::abs(*std::min_element(reference.begin(), reference.end())));
-        EXPECT_LE(reference[best] - reference[chosen], 2e-2 * scale)
-            << GetParam() << ", step " << step << ": token " << chosen << " instead of " << best;
-      }
-      const std::vector<int32_t> next = {best};
-      ours = gpu->to_host_f32(gpu_runner.append(next, false));
-      reference = cpu->to_host_f32(cpu_runner.append(next, false));
-      EXPECT_LE(relative_error(ours, reference), 2e-2) << GetParam() << ", after step " << step;
-    }
-    std::printf("%s prompt of %zu tokens: %d of %lld steps chose a near-tied token\n", GetParam().c_str(),
-                prompt.size(), other_choices, static_cast<long long>(steps));
-  }
+  expect_teacher_forced_decode_matches_cpu(every);
   std::filesystem::remove_all(every);
 }
 
 INSTANTIATE_TEST_SUITE_P(Moe, CudaMoeModelTest, ::testing::Values("qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"));
+
+// DeepSeek-V4 (mHC residual streams, CSA and HCA compressed attention with the Lightning Indexer, hash-routed and
+// sqrt-softplus MoE layers) with no discrete choice left, as a temporary directory: every expert routed in every
+// MoE layer (the hash layers' token->expert tables rewritten to list every expert) and the indexer keeping every
+// compressed entry.
+std::filesystem::path v4_without_choices(const std::filesystem::path& dir) {
+  const auto out = std::filesystem::temp_directory_path() / "tern_v4_without_choices";
+  std::filesystem::remove_all(out);
+  std::filesystem::create_directories(out);
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const auto name = entry.path().filename();
+    if (name != "config.json" && name != "model.safetensors") std::filesystem::create_symlink(entry.path(), out / name);
+  }
+  auto config = read_json(dir / "config.json");
+  const int64_t num_experts = config.at("n_routed_experts").get<int64_t>();
+  config["num_experts_per_tok"] = num_experts;
+  config["index_topk"] = config.at("max_position_embeddings");
+  std::ofstream(out / "config.json") << config.dump();
+
+  const auto weights = SafetensorsFile::open(dir / "model.safetensors");
+  std::vector<TensorInfo> tensors;
+  std::vector<int32_t> every_expert;  // [vocab, experts]: each token lists every expert
+  for (const auto& [name, info] : weights->tensors()) {
+    tensors.push_back(info);
+    if (!name.ends_with(".gate.tid2eid")) continue;
+    const int64_t vocab = info.shape.at(0);
+    if (every_expert.empty()) {
+      for (int64_t t = 0; t < vocab; ++t) {
+        for (int64_t e = 0; e < num_experts; ++e) every_expert.push_back(static_cast<int32_t>(e));
+      }
+    }
+    tensors.back().dtype = DType::I32;
+    tensors.back().shape = {vocab, num_experts};
+    tensors.back().data = reinterpret_cast<const std::byte*>(every_expert.data());
+    tensors.back().size_bytes = every_expert.size() * sizeof(int32_t);
+  }
+  write_safetensors(out / "model.safetensors", tensors);
+  return out;
+}
+
+// The checkpoint as it is makes choices that rounding decides. transformers' own forward on the H200 (5.17, float32
+// weights under bf16 autocast) misses the goldens (float32, made on a CPU) of the 7- and 40-token prompts by 0.739
+// and 0.354, where a near-tied choice went the other way, and meets the 1-token prompt's at 9.8e-3
+// (docs/BENCHMARKS.md). The CUDA backend's bf16 must do the same: meet the first, and miss the others by as much.
+class CudaV4ModelTest : public CudaModelTest {};
+
+TEST_P(CudaV4ModelTest, LogitsMissTheGoldensAsTransformersInBf16Does) {
+  const auto errors = golden_logit_errors();
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_LE(errors[0], 2e-2) << GetParam();
+  EXPECT_NEAR(errors[1], 0.739, 5e-2) << GetParam();
+  EXPECT_NEAR(errors[2], 0.354, 5e-2) << GetParam();
+}
+
+// Without choices, what is left is rounding: transformers' bf16 forward of the same variant departs from its float32
+// one by up to 2.45e-2 on the prompts alone (docs/BENCHMARKS.md), and the decode adds 24 steps to the sequence.
+TEST_P(CudaV4ModelTest, WithoutChoicesTeacherForcedDecodeMatchesCpuBackend) {
+  const auto without_choices = v4_without_choices(dir);
+  expect_teacher_forced_decode_matches_cpu(without_choices, 4e-2);
+  std::filesystem::remove_all(without_choices);
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepseekV4, CudaV4ModelTest, ::testing::Values("deepseek_v4"));
 
 }  // namespace
 }  // namespace tern

@@ -108,9 +108,11 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
 
 // qwen3_moe: the expert grouping, grouped GEMMs and combine run inside the recorded graph, with no host sync;
 // gpt_oss: two KV cache groups (block tables of both in the recorded metadata), a window of 8 tokens;
-// deepseek_v3: MLA's split-KV latent attention, its combine and the grouped GEMMs inside the recorded graph.
+// deepseek_v3: MLA's split-KV latent attention, its combine and the grouped GEMMs inside the recorded graph;
+// deepseek_v4: mHC, the compressors, the indexer's top-k and compressed attention reading the step's positions and
+// block tables from the recorded metadata, windows closing at replays (rates 4 and 8).
 INSTANTIATE_TEST_SUITE_P(Models, CudaRecordedStepTest,
-                         ::testing::Values("llama", "qwen3_moe", "gpt_oss", "deepseek_v3"));
+                         ::testing::Values("llama", "qwen3_moe", "gpt_oss", "deepseek_v3", "deepseek_v4"));
 
 TEST(CudaRecordedStepDeviceTest, ReportsDeviceMemory) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";

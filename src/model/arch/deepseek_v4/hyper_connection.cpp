@@ -16,7 +16,8 @@ HyperConnection::HyperConnection(WeightLoader& weights, const std::string& fn_na
 
 Tensor HyperConnection::mix(Backend& backend, const Tensor& streams) const {
   const Tensor flat = streams.reshape({streams.size(0), streams.row_numel()});
-  const Tensor mixes = backend.linear(backend.rms_norm(flat, ones_, norm_eps_), fn_, nullptr);
+  // Float32 mixes where the backend's activations are narrower: Sinkhorn-Knopp amplifies their rounding.
+  const Tensor mixes = backend.linear_f32(backend.rms_norm(flat, ones_, norm_eps_), fn_, nullptr);
   return backend.hyper_mix(mixes, base_, scale_, params_);
 }
 

@@ -134,7 +134,7 @@ Tensor V4Attention::forward(Backend& backend, const BlockInput& input, KvCache& 
   Tensor attended = backend.compressed_attention(query, cache, layer, params, step);  // [T, heads, head_dim]
   // Values are the rotated keys: rotating the output back by its query position leaves each entry's
   // contribution a function of the relative distance.
-  backend.rope_at(attended, rope_, batch_positions(step.batch()), true);
+  backend.rope_inverse(attended, rope_, step);
   const Tensor grouped = backend.grouped_linear(
       attended.reshape({num_tokens, o_groups_, num_heads_ * head_dim_ / o_groups_}), o_a_weight_);
   return backend.linear(grouped.reshape({num_tokens, o_groups_ * o_lora_rank_}), o_b_weight_, nullptr);
