@@ -65,10 +65,10 @@ inline PagedSteps paged_steps(const std::vector<std::pair<int, int>>& sequences,
   return steps;
 }
 
-// RoPE's inverse frequencies for `rotary_dim` dims at base 10000: [rotary_dim / 2].
-inline std::vector<float> rope_inv_freq(int rotary_dim) {
+// RoPE's inverse frequencies for `rotary_dim` dims at base `theta`: [rotary_dim / 2].
+inline std::vector<float> rope_inv_freq(int rotary_dim, float theta = 10000.0f) {
   std::vector<float> inv_freq(rotary_dim / 2);
-  for (int i = 0; i < rotary_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary_dim);
+  for (int i = 0; i < rotary_dim / 2; ++i) inv_freq[i] = std::pow(theta, -2.0f * i / rotary_dim);
   return inv_freq;
 }
 

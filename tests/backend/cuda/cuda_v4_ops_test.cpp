@@ -64,8 +64,7 @@ TEST_F(CudaV4OpsTest, HyperCollapseAndExpandMatchCpu) {
 }
 
 RopeTable v4_rope(Backend& backend, int64_t rotary_dim, float theta) {
-  std::vector<float> inv_freq(rotary_dim / 2);
-  for (int64_t i = 0; i < rotary_dim / 2; ++i) inv_freq[i] = std::pow(theta, -2.0f * i / rotary_dim);
+  const std::vector<float> inv_freq = testing::rope_inv_freq(static_cast<int>(rotary_dim), theta);
   RopeTable table;
   table.inv_freq = backend.from_host_f32(inv_freq, {rotary_dim / 2});
   table.rotary_dim = rotary_dim;
