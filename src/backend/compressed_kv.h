@@ -11,6 +11,7 @@
 
 namespace tern {
 
+struct KvCache;
 struct RopeTable;
 
 // One compressor: the attention's (entry_dim = head_dim) or the Lightning Indexer's (entry_dim = index_head_dim).
@@ -59,5 +60,16 @@ struct HyperMixParams {
   int64_t sinkhorn_iters = 0;
   float eps = 1e-6f;  // hc_eps
 };
+
+// The shape checks every backend runs before these ops, so that each reports a misfit in the same words (the
+// backends check dtypes and the step's token count themselves).
+// The layer's state rows, checked to hold `end` floats per token.
+const Tensor& compressed_layer_states(const KvCache& cache, int layer, int64_t end, const char* op);
+void check_hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale, const HyperMixParams& params);
+void check_hyper_collapse(const Tensor& streams, const Tensor& mix);
+void check_hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix);
+void check_compress_kv(const Tensor& kv, const Tensor& gate, const CompressorParams& params, int64_t num_tokens);
+void check_compressed_attention(const Tensor& query, const KvCache& cache, int layer,
+                                const CompressedAttentionParams& params);
 
 }  // namespace tern

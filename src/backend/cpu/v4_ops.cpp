@@ -64,15 +64,6 @@ void check_blocks(const std::vector<TokenPlace>& places, const KvCache& cache, i
   for (const auto& place : places) slot_of(*place.sequence, place.position, cache, layer);
 }
 
-// The layer's state rows, checked to hold `end` floats per token.
-const Tensor& layer_states(const KvCache& cache, int layer, int64_t end, const char* op) {
-  if (layer < 0 || layer >= static_cast<int>(cache.states.size())) fail("{}: the cache has no layer {}", op, layer);
-  const Tensor& states = cache.states[layer];
-  const int64_t state_dim = states.shape.size() == 2 ? states.shape[1] : 0;
-  if (end > state_dim) fail("{}: layer {} keeps {} state floats per token, {} needed", op, layer, state_dim, end);
-  return states;
-}
-
 // Softmax over the first `n` logits in place (max-subtracted, as torch does).
 void softmax_in_place(float* logits, int64_t n) {
   const float max_logit = *std::max_element(logits, logits + n);
@@ -113,16 +104,10 @@ void sinkhorn(float* comb, int64_t n, int64_t iters, float eps) {
 
 Tensor hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale, const HyperMixParams& params) {
   require_f32(mixes, "hyper_mix", "mixes");
+  check_hyper_mix(mixes, base, scale, params);
   const int64_t n = params.num_streams;
   const int64_t width = mixes.size(-1);
   const bool head = width == n;
-  if (n <= 0 || (!head && width != (2 + n) * n)) {
-    fail("hyper_mix: {} mixes per token fit neither {} streams' head ({}) nor their layer mix ({})", width, n, n,
-         (2 + n) * n);
-  }
-  if (base.numel() != width || scale.numel() != (head ? 1 : 3)) {
-    fail("hyper_mix: base of {} and scale of {} do not fit {} mixes", base.numel(), scale.numel(), width);
-  }
   const std::vector<float> b = host_f32(base), s = host_f32(scale);
   const int64_t num_rows = mixes.numel() / width;
   Tensor out = host_tensor(DType::F32, {num_rows, width});
@@ -141,11 +126,9 @@ Tensor hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale, c
 Tensor hyper_collapse(const Tensor& streams, const Tensor& mix) {
   require_f32(streams, "hyper_collapse", "streams");
   require_f32(mix, "hyper_collapse", "mix");
+  check_hyper_collapse(streams, mix);
   const int64_t num_tokens = streams.size(0), n = streams.size(1), hidden = streams.size(2);
   const int64_t mix_width = mix.size(-1);
-  if (mix.numel() != num_tokens * mix_width || mix_width < n) {
-    fail("hyper_collapse: mix {} does not fit streams {}", shape_string(mix.shape), shape_string(streams.shape));
-  }
   Tensor out = host_tensor(DType::F32, {num_tokens, hidden});
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* w = mix.ptr<float>() + t * mix_width;
@@ -163,12 +146,9 @@ Tensor hyper_collapse(const Tensor& streams, const Tensor& mix) {
 Tensor hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix) {
   require_f32(streams, "hyper_expand", "streams");
   require_f32(block_out, "hyper_expand", "block output");
+  check_hyper_expand(streams, block_out, mix);
   const int64_t num_tokens = streams.size(0), n = streams.size(1), hidden = streams.size(2);
   const int64_t mix_width = (2 + n) * n;
-  if (block_out.numel() != num_tokens * hidden || mix.numel() != num_tokens * mix_width) {
-    fail("hyper_expand: block output {} or mix {} does not fit streams {}", shape_string(block_out.shape),
-         shape_string(mix.shape), shape_string(streams.shape));
-  }
   Tensor out = host_tensor(DType::F32, streams.shape);
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* post = mix.ptr<float>() + t * mix_width + n;
@@ -194,16 +174,8 @@ void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate
   const int64_t rate = params.compress_rate, dim = params.entry_dim, width = params.width();
   const auto places = token_places(batch);
   const int64_t num_tokens = static_cast<int64_t>(places.size());
-  if (rate <= 0 || dim <= 0) fail("compress_kv: compress rate {} and entry dim {} must be positive", rate, dim);
-  if (kv.numel() != num_tokens * width || gate.numel() != num_tokens * width) {
-    fail("compress_kv: kv {} and gate {} must be [{}, {}]", shape_string(kv.shape), shape_string(gate.shape),
-         num_tokens, width);
-  }
-  if (!params.position_bias || params.position_bias->numel() != rate * width || !params.norm_weight ||
-      params.norm_weight->numel() != dim || !params.rope) {
-    fail("compress_kv: needs a [{}, {}] position bias, a [{}] norm weight and a rope table", rate, width, dim);
-  }
-  const Tensor& states = layer_states(cache, layer, params.state_offset + params.state_dim(), "compress_kv");
+  check_compress_kv(kv, gate, params, num_tokens);
+  const Tensor& states = compressed_layer_states(cache, layer, params.state_offset + params.state_dim(), "compress_kv");
   const int64_t state_dim = states.shape[1];
   float* rows = states.ptr<float>();
   auto region = [&](const TokenPlace& place, int64_t position) {
@@ -283,7 +255,7 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
          shape_string(head_weights.shape), places.size());
   }
   if (rate <= 0 || top_k <= 0) fail("select_compressed: compress rate {} and top_k {} must be positive", rate, top_k);
-  const Tensor& states = layer_states(cache, layer, params.entry_offset + dim, "select_compressed");
+  const Tensor& states = compressed_layer_states(cache, layer, params.entry_offset + dim, "select_compressed");
   const int64_t state_dim = states.shape[1];
   check_blocks(places, cache, layer);
   Tensor out = host_tensor(DType::I32, {num_tokens, top_k});
@@ -348,32 +320,23 @@ Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const 
 Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
                             const CompressedAttentionParams& params, const ForwardBatch& batch) {
   require_f32(query, "compressed_attention", "query");
+  check_compressed_attention(query, cache, layer, params);
   const auto places = token_places(batch);
   const int64_t num_tokens = query.size(0), num_heads = query.size(1), dim = query.size(2);
   if (num_tokens != static_cast<int64_t>(places.size())) {
     fail("compressed_attention: query of {} tokens for a batch of {}", num_tokens, places.size());
   }
-  const KvLayerSpec& spec = cache.layers.at(layer);
-  if (spec.num_kv_heads != 1 || spec.key_dim != dim) {
-    fail("compressed_attention: layer {} caches {} heads x {}, expected one shared head of {}", layer,
-         spec.num_kv_heads, spec.key_dim, dim);
-  }
   const std::vector<float> sinks = params.sinks ? host_f32(*params.sinks) : std::vector<float>{};
-  if (params.sinks && static_cast<int64_t>(sinks.size()) != num_heads) {
-    fail("compressed_attention: {} sinks for {} heads", sinks.size(), num_heads);
-  }
   const int64_t rate = params.compress_rate;
   const float* states = nullptr;
   int64_t state_dim = 0;
   if (rate > 0) {
-    const Tensor& layer_state = layer_states(cache, layer, params.entry_offset + dim, "compressed_attention");
+    const Tensor& layer_state =
+        compressed_layer_states(cache, layer, params.entry_offset + dim, "compressed_attention");
     states = layer_state.ptr<float>();
     state_dim = layer_state.shape[1];
   }
   const int64_t top_k = params.selected ? params.selected->size(-1) : 0;
-  if (params.selected && (params.selected->dtype != DType::I32 || params.selected->numel() != num_tokens * top_k)) {
-    fail("compressed_attention: selected entries must be int32 [{}, k]", num_tokens);
-  }
   check_blocks(places, cache, layer);
   for (int64_t t = 0; params.selected && t < num_tokens; ++t) {
     const int64_t num_closed = rate > 0 ? (places[t].position + 1) / rate : 0;

@@ -828,16 +828,9 @@ class CudaBackend final : public Backend {
 
   Tensor hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale,
                    const HyperMixParams& params) override {
+    check_hyper_mix(mixes, base, scale, params);
     const int64_t n = params.num_streams;
-    const int64_t width = mixes.shape.empty() ? 0 : mixes.size(-1);
-    const bool head = width == n;
-    if (n <= 0 || (!head && width != (2 + n) * n)) {
-      fail("hyper_mix: {} mixes per token fit neither {} streams' head ({}) nor their layer mix ({})", width, n, n,
-           (2 + n) * n);
-    }
-    if (base.numel() != width || scale.numel() != (head ? 1 : 3)) {
-      fail("hyper_mix: base of {} and scale of {} do not fit {} mixes", base.numel(), scale.numel(), width);
-    }
+    const int64_t width = mixes.size(-1);
     const Tensor m = f32(mixes, "hyper_mix"), b = f32(base, "hyper_mix (base)"), s = f32(scale, "hyper_mix (scale)");
     const int64_t num_rows = mixes.numel() / width;
     Tensor out = allocator_->allocate(DType::F32, {num_rows, width});
@@ -856,14 +849,9 @@ class CudaBackend final : public Backend {
   }
 
   Tensor hyper_collapse(const Tensor& streams, const Tensor& mix) override {
-    if (streams.shape.size() != 3) {
-      fail("hyper_collapse: streams must be [T, N, H], got {}", shape_string(streams.shape));
-    }
+    check_hyper_collapse(streams, mix);
     const int64_t num_tokens = streams.size(0), n = streams.size(1), hidden = streams.size(2);
-    const int64_t mix_width = mix.shape.empty() ? 0 : mix.size(-1);
-    if (mix.numel() != num_tokens * mix_width || mix_width < n) {
-      fail("hyper_collapse: mix {} does not fit streams {}", shape_string(mix.shape), shape_string(streams.shape));
-    }
+    const int64_t mix_width = mix.size(-1);
     const Tensor x = activation(streams, "hyper_collapse");
     const Tensor w = f32(mix, "hyper_collapse (mix)");
     Tensor out = allocator_->allocate(DType::BF16, {num_tokens, hidden});
@@ -876,14 +864,8 @@ class CudaBackend final : public Backend {
   }
 
   Tensor hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix) override {
-    if (streams.shape.size() != 3) {
-      fail("hyper_expand: streams must be [T, N, H], got {}", shape_string(streams.shape));
-    }
+    check_hyper_expand(streams, block_out, mix);
     const int64_t num_tokens = streams.size(0), n = streams.size(1), hidden = streams.size(2);
-    if (block_out.numel() != num_tokens * hidden || mix.numel() != num_tokens * (2 + n) * n) {
-      fail("hyper_expand: block output {} or mix {} does not fit streams {}", shape_string(block_out.shape),
-           shape_string(mix.shape), shape_string(streams.shape));
-    }
     const Tensor x = activation(streams, "hyper_expand");
     const Tensor y = activation(block_out, "hyper_expand (block output)");
     const Tensor w = f32(mix, "hyper_expand (mix)");
@@ -899,18 +881,9 @@ class CudaBackend final : public Backend {
   void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate, const CompressorParams& params,
                    const StepContext& step) override {
     const auto& ctx = cuda_step(step);
-    const int64_t rate = params.compress_rate, dim = params.entry_dim, width = params.width();
-    const int64_t num_tokens = step.batch().num_tokens();
-    if (rate <= 0 || dim <= 0) fail("compress_kv: compress rate {} and entry dim {} must be positive", rate, dim);
-    if (kv.numel() != num_tokens * width || gate.numel() != num_tokens * width) {
-      fail("compress_kv: kv {} and gate {} must be [{}, {}]", shape_string(kv.shape), shape_string(gate.shape),
-           num_tokens, width);
-    }
-    if (!params.position_bias || params.position_bias->numel() != rate * width || !params.norm_weight ||
-        params.norm_weight->numel() != dim || !params.rope) {
-      fail("compress_kv: needs a [{}, {}] position bias, a [{}] norm weight and a rope table", rate, width, dim);
-    }
-    const Tensor& states = layer_states(cache, layer, params.state_offset + params.state_dim(), "compress_kv");
+    check_compress_kv(kv, gate, params, step.batch().num_tokens());
+    const int64_t rate = params.compress_rate, dim = params.entry_dim;
+    const Tensor& states = compressed_layer_states(cache, layer, params.state_offset + params.state_dim(), "compress_kv");
     ctx.check_block_tables(cache.block_size);
     const Tensor kv_in = activation(kv, "compress_kv (kv)"), gate_in = activation(gate, "compress_kv (gate)");
     const Tensor bias = activation(*params.position_bias, "compress_kv (position bias)");
@@ -947,7 +920,7 @@ class CudaBackend final : public Backend {
     if (params.compress_rate <= 0 || params.top_k <= 0) {
       fail("select_compressed: compress rate {} and top_k {} must be positive", params.compress_rate, params.top_k);
     }
-    const Tensor& states = layer_states(cache, layer, params.entry_offset + dim, "select_compressed");
+    const Tensor& states = compressed_layer_states(cache, layer, params.entry_offset + dim, "select_compressed");
     ctx.check_block_tables(cache.block_size);
     const Tensor q = activation(query, "select_compressed");
     const Tensor w = activation(head_weights, "select_compressed (head weights)");
@@ -973,26 +946,10 @@ class CudaBackend final : public Backend {
   Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
                               const CompressedAttentionParams& params, const StepContext& step) override {
     const auto& ctx = cuda_step(step);
-    if (query.shape.size() != 3) {
-      fail("compressed_attention: query must be [T, heads, dim], got {}", shape_string(query.shape));
-    }
+    check_compressed_attention(query, cache, layer, params);
     check_tokens(query, step, "compressed_attention");
     const int64_t num_tokens = query.size(0), num_heads = query.size(1), dim = query.size(2);
-    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) {
-      fail("compressed_attention: layer {} not in the cache", layer);
-    }
-    const KvLayerSpec& spec = cache.layers[layer];
-    if (spec.num_kv_heads != 1 || spec.key_dim != dim) {
-      fail("compressed_attention: layer {} caches {} heads x {}, expected one shared head of {}", layer,
-           spec.num_kv_heads, spec.key_dim, dim);
-    }
-    if (params.sinks && params.sinks->numel() != num_heads) {
-      fail("compressed_attention: {} sinks for {} heads", params.sinks->numel(), num_heads);
-    }
     const int64_t top_k = params.selected ? params.selected->size(-1) : 0;
-    if (params.selected && (params.selected->dtype != DType::I32 || params.selected->numel() != num_tokens * top_k)) {
-      fail("compressed_attention: selected entries must be int32 [{}, k]", num_tokens);
-    }
     ctx.check_block_tables(cache.block_size);
     const Tensor q = activation(query, "compressed_attention");
     std::optional<Tensor> sinks;
@@ -1002,7 +959,8 @@ class CudaBackend final : public Backend {
     p.query = q.ptr<bf16>();
     p.keys = cache.keys[layer].ptr<bf16>();
     if (params.compress_rate > 0) {
-      const Tensor& states = layer_states(cache, layer, params.entry_offset + dim, "compressed_attention");
+      const Tensor& states =
+          compressed_layer_states(cache, layer, params.entry_offset + dim, "compressed_attention");
       p.states = states.ptr<float>();
       p.state_dim = checked_int(states.size(1), "state dim");
       p.entry_offset = checked_int(params.entry_offset, "entry offset");
@@ -1339,15 +1297,6 @@ class CudaBackend final : public Backend {
   static kernels::v4::RotarySpec rotary_spec(const RopeTable& table, int64_t dim) {
     const kernels::RopeSpec spec = rope_spec(table, dim, false);
     return {spec.inv_freq, spec.rotary_dim, spec.attention_scaling, spec.interleaved, spec.first_dim};
-  }
-
-  // The layer's float32 state rows, checked to hold `end` floats per token.
-  static const Tensor& layer_states(const KvCache& cache, int layer, int64_t end, const char* op) {
-    if (layer < 0 || layer >= static_cast<int>(cache.states.size())) fail("{}: the cache has no layer {}", op, layer);
-    const Tensor& states = cache.states[layer];
-    const int64_t state_dim = states.shape.size() == 2 ? states.shape[1] : 0;
-    if (end > state_dim) fail("{}: layer {} keeps {} state floats per token, {} needed", op, layer, state_dim, end);
-    return states;
   }
 
   static kernels::V4Tokens v4_tokens(const cuda::CudaStepContext& ctx, const KvCache& cache, int layer) {
