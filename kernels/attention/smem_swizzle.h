@@ -22,11 +22,7 @@
 //   SBO = 1024 bytes further. The k16 step j (keys 16j..16j+15) starts at j * 16 * 128 bytes, atom-aligned.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TERN_HOST_DEVICE __host__ __device__
-#else
-#define TERN_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace tern::kernels::swizzle128 {
 

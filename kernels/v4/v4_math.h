@@ -6,11 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TERN_HOST_DEVICE __host__ __device__
-#else
-#define TERN_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace tern::kernels::v4 {
 

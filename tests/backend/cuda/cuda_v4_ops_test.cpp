@@ -7,20 +7,14 @@
 #include <optional>
 #include <set>
 
+#include "backend/attention_reference.h"
 #include "cuda_test_util.h"
 
 namespace tern {
 namespace {
 
+using testing::random_values;
 using testing::relative_error;
-
-std::vector<float> random_f32(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 class CudaV4OpsTest : public testing::CudaVsCpuTest {};
 
@@ -28,8 +22,8 @@ TEST_F(CudaV4OpsTest, HyperMixMatchesCpu) {
   const int64_t n = 4;
   for (const int64_t width : {n, (2 + n) * n}) {
     for (const int64_t tokens : {1, 7, 300}) {
-      const auto mixes = random_f32(tokens * width, 11 + tokens, 2.0f);
-      const auto base = random_f32(width, 12);
+      const auto mixes = random_values(tokens * width, 11 + tokens, 2.0f);
+      const auto base = random_values(width, 12);
       const std::vector<float> scale = width == n ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 1.3f, 2.0f};
       const HyperMixParams params{n, 20, 1e-6f};
       const auto run = [&](Backend& b) {
@@ -48,7 +42,7 @@ TEST_F(CudaV4OpsTest, HyperCollapseAndExpandMatchCpu) {
       const int64_t mix_width = (2 + n) * n;
       const auto streams = input(testing::random_bf16_values(tokens * n * hidden, 21), {tokens, n, hidden});
       const auto block_out = input(testing::random_bf16_values(tokens * hidden, 22), {tokens, hidden});
-      const auto mix_values = random_f32(tokens * mix_width, 23, 0.5f);
+      const auto mix_values = random_values(tokens * mix_width, 23, 0.5f);
       const Tensor mix_cpu = cpu->from_host_f32(mix_values, {tokens, mix_width});
       const Tensor mix_gpu = gpu->from_host_f32(mix_values, {tokens, mix_width});
       EXPECT_LE(relative_error(gpu->to_host_f32(gpu->hyper_collapse(streams.gpu, mix_gpu)),

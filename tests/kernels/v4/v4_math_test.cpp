@@ -4,21 +4,15 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
 
+#include "backend/attention_reference.h"
 #include "backend/backend.h"
 
 namespace tern::kernels::v4 {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> values(n);
-  for (float& v : values) v = normal(rng);
-  return values;
-}
+using testing::random_values;
 
 TEST(V4Math, HyperMixRowEqualsCpuBackend) {
   auto backend = make_cpu_backend(1);
