@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "attention/decode_attention.h"
-#include "attention/decode_attention_mma_kernel.cuh"
 #include "attention/mla_attention.h"
 #include "attention/prefill_attention.h"
 #include "cuda_bench.cuh"
@@ -117,62 +116,90 @@ void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_
   report("wgmma", median_ms([&] { launch_prefill_attention(p, nullptr); }, 3, reps));
 }
 
-// `splits` 0: as the CUDA backend plans (decode_attention_num_splits); other values time the alternatives.
-// `variant` 0: the whole launch (shares and combine); otherwise the head_dim-128 share kernel alone with
-// variant / 10 warps and variant % 10 pipeline stages, for tuning.
+// Decode over `context` keys for `batch` tokens, as the CUDA backend plans it (plan_decode_attention), or with
+// `other_kernel` the kernel the plan did not choose, at its own share count (per KV head: decode_attention_num_splits;
+// all heads: a block an SM), its output compared with the planned one's.
 void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim, double copy_tbs, int reps,
-                  int splits = 0, int variant = 0) {
+                  bool other_kernel = false) {
   int num_sms = 0;
   check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
-  const bool planned = splits == 0;
-  if (planned) splits = decode_attention_num_splits(batch, kv_heads, num_sms, context);
-  const std::vector<int> cached(batch, context - 1), fresh(batch, 1);
-  Batch b = make_batch(cached, fresh, kv_heads, head_dim);
-  std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
-  for (int t = 0; t < b.num_tokens; ++t) {
-    tokens.push_back(t);
-    item_begin.push_back(static_cast<int32_t>(item_token.size()));
-    for (int c = 0; c < splits; ++c) {
-      item_token.push_back(t);
-      item_chunk.push_back(c);
-    }
+  const DecodeAttentionPlan planned = plan_decode_attention(batch, kv_heads, num_sms, context);
+  DecodeAttentionPlan plan = planned;
+  if (other_kernel) {
+    plan.all_heads = !planned.all_heads;
+    plan.num_splits = plan.all_heads ? std::clamp(num_sms / batch, 1, kDecodeMaxSplits)
+                                     : decode_attention_num_splits(batch, kv_heads, num_sms, context);
   }
-  item_begin.push_back(static_cast<int32_t>(item_token.size()));
-  DecodeAttentionParams p;
-  p.query = random_bf16(size_t(b.num_tokens) * heads * head_dim, 14);
-  p.out = device_alloc<__nv_bfloat16>(size_t(b.num_tokens) * heads * head_dim);
-  p.kv = b.kv;
-  p.batch = b.batch;
-  p.shape = {heads, kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)), 0, nullptr};
-  p.item_token = upload(item_token);
-  p.item_chunk = upload(item_chunk);
-  p.num_items = static_cast<int>(item_token.size());
-  p.num_splits = splits;
-  p.tokens = upload(tokens);
-  p.token_item_begin = upload(item_begin);
-  p.num_decode_tokens = b.num_tokens;
-  p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
-  p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
-  const double ms = median_ms(
-      [&] {
-        switch (variant) {
-          case 22: decode_mma::launch_chunk_kernel<128, 2, 2>(p, nullptr); break;
-          case 23: decode_mma::launch_chunk_kernel<128, 2, 3>(p, nullptr); break;
-          case 42: decode_mma::launch_chunk_kernel<128, 4, 2>(p, nullptr); break;
-          default: launch_decode_attention(p, nullptr); break;
-        }
-      },
-      3, reps);
+  const std::vector<int> cached(batch, context - 1), fresh(batch, 1);
+  // The steps' metadata for a share count; three caches, so that a run finds little of its KV in L2 when the one
+  // before read another.
+  const auto make_params = [&](const Batch& b, DecodeAttentionPlan with) {
+    std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
+    for (int t = 0; t < b.num_tokens; ++t) {
+      tokens.push_back(t);
+      item_begin.push_back(static_cast<int32_t>(item_token.size()));
+      for (int c = 0; c < with.num_splits; ++c) {
+        item_token.push_back(t);
+        item_chunk.push_back(c);
+      }
+    }
+    item_begin.push_back(static_cast<int32_t>(item_token.size()));
+    DecodeAttentionParams p;
+    p.query = random_bf16(size_t(b.num_tokens) * heads * head_dim, 14);
+    p.out = device_alloc<__nv_bfloat16>(size_t(b.num_tokens) * heads * head_dim);
+    p.kv = b.kv;
+    p.batch = b.batch;
+    p.shape = {heads, kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)), 0, nullptr};
+    p.item_token = upload(item_token);
+    p.item_chunk = upload(item_chunk);
+    p.num_items = static_cast<int>(item_token.size());
+    p.num_splits = with.num_splits;
+    p.tokens = upload(tokens);
+    p.token_item_begin = upload(item_begin);
+    p.num_decode_tokens = b.num_tokens;
+    p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
+    p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
+    p.all_heads = with.all_heads;
+    return p;
+  };
+  constexpr int kSets = 3;
+  std::vector<Batch> batches;
+  std::vector<DecodeAttentionParams> sets;
+  for (int set = 0; set < kSets; ++set) {
+    batches.push_back(make_batch(cached, fresh, kv_heads, head_dim));
+    sets.push_back(make_params(batches.back(), plan));
+  }
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // A launch alone between two events (the host's launch latency included), and as a recorded step runs it: 12
+  // launches back to back in one graph.
+  const double single_ms = median_ms([&] { launch_decode_attention(sets[0], stream); }, 3, reps, stream);
+  constexpr int kCalls = 4 * kSets;
+  const double ms = tern::bench::graph_median_ms([&](int i) { launch_decode_attention(sets[i % kSets], stream); },
+                                                 kCalls, 3, reps, stream);
+  char label[96] = "";
+  if (other_kernel) {
+    const size_t out_elems = size_t(batch) * heads * head_dim;
+    std::vector<__nv_bfloat16> expected(out_elems), actual(out_elems);
+    const DecodeAttentionParams reference = make_params(batches[0], planned);
+    launch_decode_attention(reference, stream);
+    check(cudaStreamSynchronize(stream), "compare");
+    check(cudaMemcpy(expected.data(), reference.out, out_elems * 2, cudaMemcpyDeviceToHost), "copy");
+    check(cudaMemcpy(actual.data(), sets[0].out, out_elems * 2, cudaMemcpyDeviceToHost), "copy");
+    float max_diff = 0.0f;
+    for (size_t i = 0; i < out_elems; ++i) {
+      max_diff = std::max(max_diff, std::fabs(__bfloat162float(expected[i]) - __bfloat162float(actual[i])));
+    }
+    std::snprintf(label, sizeof label, " (not planned; %.1e from the planned output)", max_diff);
+  }
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   const double kv_bytes = double(batch) * context * kv_heads * head_dim * 2 /*K,V*/ * 2 /*bf16*/;
   const double tbs = kv_bytes / (ms * 1e-3) / 1e12;
-  char label[64] = "";
-  if (variant != 0) {
-    std::snprintf(label, sizeof label, " (sweep: shares only, %d warps, %d stages)", variant / 10, variant % 10);
-  } else if (!planned) {
-    std::snprintf(label, sizeof label, " (sweep)");
-  }
-  std::printf("decode   batch=%d context=%d heads=%d/%d d=%d splits=%d%s: %.3f ms, %.2f TB/s KV read (%.0f%% of copy)\n",
-              batch, context, heads, kv_heads, head_dim, splits, label, ms, tbs, 100.0 * tbs / copy_tbs);
+  const double single_tbs = kv_bytes / (single_ms * 1e-3) / 1e12;
+  std::printf("decode   batch=%d context=%d heads=%d/%d d=%d %s x %d%s: %.3f ms, %.2f TB/s KV read (%.0f%% of copy); "
+              "a launch alone %.3f ms (%.0f%%)\n",
+              batch, context, heads, kv_heads, head_dim, plan.all_heads ? "all heads" : "per KV head", plan.num_splits,
+              label, ms, tbs, 100.0 * tbs / copy_tbs, single_ms, 100.0 * single_tbs / copy_tbs);
 }
 
 // MLA (mla_attention.h): `heads` query heads over one latent of `key_dim` per token, values its first
@@ -264,12 +291,11 @@ int main(int argc, char** argv) {
   for (int batch : {1, 8, 32}) bench_mla(false, batch, 8192, 128, 576, 512, copy_tbs, reps);
   bench_mla(false, 64, 4096, 16, 576, 512, copy_tbs, reps);
   if (!quick) {
-    // Blocks per SM for head_dim 128: 4 warps x 2 stages fit 3, 2 warps x 2 stages 5, 2 warps x 3 stages 4.
-    for (int variant : {42, 22, 23}) {
-      const int blocks_per_sm = variant == 42 ? 3 : variant == 22 ? 5 : 4;
-      for (int batch : {1, 8}) {
-        bench_decode(batch, 32768, 32, 8, 128, copy_tbs, reps, 132 * blocks_per_sm / (8 * batch), variant);
-      }
+    // Both kernels where the plan switches between them.
+    const std::pair<int, int> shapes[] = {{1, 32768}, {8, 32768}, {32, 32768}, {1, 4096}, {8, 4096}, {32, 4096},
+                                          {1, 1024}, {8, 1024}, {32, 1024}, {128, 512}, {128, 1024}, {64, 512}};
+    for (auto [batch, context] : shapes) {
+      for (bool other : {false, true}) bench_decode(batch, context, 32, 8, 128, copy_tbs, reps, other);
     }
   }
   return 0;

@@ -69,4 +69,22 @@ double median_ms(Fn&& fn, int warmup, int reps, cudaStream_t stream = nullptr) {
   return times[times.size() / 2];
 }
 
+// Median milliseconds of one call of fn(i), from `reps` timed replays of a graph holding `calls` calls back to back
+// (call i may pick among rotating inputs). Recorded steps run the kernels this way: the host's launch latency, which
+// an event pair around a single launch also times, stays out, and the calls follow each other as programmatic
+// dependents where they are launched as such.
+template <typename Fn>
+double graph_median_ms(Fn&& fn, int calls, int warmup, int reps, cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < calls; ++i) fn(i);
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const double ms = median_ms([&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); }, warmup, reps, stream);
+  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  return ms / calls;
+}
+
 }  // namespace tern::bench

@@ -10,7 +10,21 @@ namespace {
 
 constexpr int kMaxGroup = 16;
 
+void launch_per_kv_head(const DecodeAttentionParams& params, cudaStream_t stream) {
+  switch (params.shape.head_dim) {
+    case 16: launch_decode_attention_chunks<16>(params, stream); break;
+    case 32: launch_decode_attention_chunks<32>(params, stream); break;
+    case 64: launch_decode_attention_mma<64>(params, stream); break;
+    case 128: launch_decode_attention_mma<128>(params, stream); break;
+    default: launch_decode_attention_chunks<256>(params, stream); break;
+  }
+}
+
 }  // namespace
+
+bool decode_attention_all_heads_supports(int head_dim, int num_kv_heads) {
+  return (head_dim == 64 || head_dim == 128) && num_kv_heads >= 1 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads;
+}
 
 bool decode_attention_supports(int head_dim, int group_size) {
   const bool dim_ok = head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
@@ -33,13 +47,19 @@ void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t s
                                 " is outside [1, " + std::to_string(kDecodeMaxSplits) + "]");
   }
   if (params.num_items == 0) return;
-  switch (s.head_dim) {
-    case 16: launch_decode_attention_chunks<16>(params, stream); break;
-    case 32: launch_decode_attention_chunks<32>(params, stream); break;
-    case 64: launch_decode_attention_mma<64>(params, stream); break;
-    case 128: launch_decode_attention_mma<128>(params, stream); break;
-    default: launch_decode_attention_chunks<256>(params, stream); break;
+  const bool all_heads = params.all_heads && decode_attention_all_heads_supports(s.head_dim, s.num_kv_heads);
+  if (all_heads && s.head_dim == 64) {
+    launch_decode_attention_all_heads<64>(params, stream);
+  } else if (all_heads) {
+    launch_decode_attention_all_heads<128>(params, stream);
+  } else {
+    launch_per_kv_head(params, stream);
   }
+  launch_decode_attention_merge(params, stream);
+}
+
+void launch_decode_attention_merge(const DecodeAttentionParams& params, cudaStream_t stream) {
+  const AttentionShape& s = params.shape;
   if (params.shares_are_outputs()) return;
   MergeSharesParams merge;
   merge.partial_out = params.partial_out;

@@ -41,6 +41,10 @@ struct DecodeAttentionParams {
   float* out_f32 = nullptr;
   float* out_lse = nullptr;
 
+  // The plan's kernel (DecodeAttentionPlan): one block per item for all KV heads, where the layer's shape has it
+  // (decode_attention_all_heads_supports); otherwise one block per item and KV head.
+  bool all_heads = false;
+
   // One share per token and nothing to merge in (no sinks, no log-sum-exp asked for): the share kernel writes the
   // bf16 output itself and no merge runs (batch-128 decode on the 8B model spent 6.8 us a layer in a merge that
   // only copied).
@@ -68,16 +72,49 @@ inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num
   return by_keys < splits ? by_keys : splits;
 }
 
+// The decode attention of a step: its kernel and the shares per token. The per-KV-head kernel's blocks are small
+// (three an SM), each streaming its KV head's rows as 256-byte bulk copies, which a block issues at about 8.5 GB/s
+// on the H200: it reaches the copy bandwidth only with a full wave of them, that is, with num_sms * 3 / (tokens x
+// KV heads) shares of long enough contexts. Once a step's tokens x KV heads outnumber the SMs, the plan has one or
+// two shares a token and the wave is short of blocks; then one block an SM for all KV heads of a share (2 KB
+// copies, a key's rows of every head) streams at the SM's share of the bandwidth: num_sms / tokens shares, where
+// every SM gets at least kDecodeAllHeadsMinKeysPerSm keys.
+// Measured on the H200 (docs/BENCHMARKS.md, attention_bench), 32 query / 8 KV heads of 128, of the copy bandwidth,
+// all heads against per KV head: batch 32 at 32K keys 100% against 68%, at 4K 92% against 67%, at 1K 77% against
+// 63%; batch 64 at 512 keys 75% against 57%, batch 128 97% against 75%; batch 8 at 32K 91% against 93%.
+constexpr int kDecodeAllHeadsMaxKvHeads = 8;
+constexpr int64_t kDecodeAllHeadsMinKeysPerSm = 128;
+struct DecodeAttentionPlan {
+  int num_splits = 1;
+  bool all_heads = false;
+};
+inline DecodeAttentionPlan plan_decode_attention(int num_tokens, int num_kv_heads, int num_sms, int64_t max_keys) {
+  if (num_tokens > 0 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads && num_tokens * num_kv_heads > num_sms &&
+      static_cast<int64_t>(num_tokens) * max_keys >= static_cast<int64_t>(num_sms) * kDecodeAllHeadsMinKeysPerSm) {
+    const int per_sm = num_sms / num_tokens;
+    return {per_sm < 1 ? 1 : per_sm, true};
+  }
+  return {decode_attention_num_splits(num_tokens, num_kv_heads, num_sms, max_keys), false};
+}
+
+// Whether a layer of this shape runs a plan's all-heads kernel (tensor cores, head_dim 64 or 128, every KV head's
+// 16-key tile in one block's shared memory); layers that do not take the per-KV-head kernel on the same plan.
+bool decode_attention_all_heads_supports(int head_dim, int num_kv_heads);
+
 // Head sizes and GQA group sizes (query heads per KV head) this kernel is built for.
 bool decode_attention_supports(int head_dim, int group_size);
 
 // Throws std::invalid_argument on shapes it does not support.
 void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
+// Its second kernel alone: the merge of the shares, unless they are the outputs.
+void launch_decode_attention_merge(const DecodeAttentionParams& params, cudaStream_t stream);
 
-// The per-share kernels: tensor cores for head_dim 64 and 128 (decode_attention_mma_kernel.cuh), CUDA cores for
-// the other head sizes (decode_attention_kernel.cuh).
+// The per-share kernels: tensor cores for head_dim 64 and 128 (decode_attention_mma_kernel.cuh), per KV head or for
+// all of them, CUDA cores for the other head sizes (decode_attention_kernel.cuh).
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream);
+template <int HeadDim>
+void launch_decode_attention_all_heads(const DecodeAttentionParams& params, cudaStream_t stream);
 template <int HeadDim>
 void launch_decode_attention_chunks(const DecodeAttentionParams& params, cudaStream_t stream);
 

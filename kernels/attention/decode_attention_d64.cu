@@ -2,4 +2,5 @@
 
 namespace tern::kernels {
 template void launch_decode_attention_mma<64>(const DecodeAttentionParams&, cudaStream_t);
+template void launch_decode_attention_all_heads<64>(const DecodeAttentionParams&, cudaStream_t);
 }  // namespace tern::kernels

@@ -1,5 +1,6 @@
 #pragma once
-// The tensor-core split-KV kernel for head_dim 64 and 128: one block of `Warps` warps per (work item, KV head). The GQA
+// The tensor-core split-KV kernels for head_dim 64 and 128: chunk_kernel, one block of `Warps` warps per (work item,
+// KV head), and all_heads_kernel, one block per work item for every KV head (below). In chunk_kernel the GQA
 // group's query heads, padded with zeros to 16 rows, are the A operand of mma.m16n8k16; keys and values stream
 // through shared memory in tiles of 16 keys per warp, Stages deep, and warp w takes keys [16w, 16w + 16) of every
 // tile: S = Q K^T, the online softmax and O += P V stay in registers. At the end the warps' partial
@@ -22,8 +23,9 @@ namespace decode_mma {
 
 constexpr int kRows = 16;  // query heads of the group, zero-padded: the mma's M
 constexpr int kWarpKeys = 16;
-// On the H200 a block streamed 10-12 GB/s whatever its pipeline depth (2, 3 or 6 stages), so the bandwidth comes
-// from blocks per SM: 4 warps and 2 stages (64-key tiles) fit three blocks per SM for head_dim 128.
+// On the H200 a block streamed 10-12 GB/s whatever its pipeline depth (2, 3 or 6 stages): its bulk copies are
+// single 256-byte rows, which a block issues at about 8.5 GB/s. So the bandwidth comes from blocks per SM: 4 warps
+// and 2 stages (64-key tiles) fit three blocks per SM for head_dim 128.
 constexpr int kDefaultWarps = 4;
 constexpr int kDefaultStages = 2;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -41,6 +43,198 @@ struct Layout {
   static constexpr size_t kSharedBytes = kQBytes + (kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes);
 };
 
+// The cache slot of key `pos` of the sequence whose block table is `table`.
+__device__ __forceinline__ int64_t key_slot(const DecodeAttentionParams& p, const int32_t* table, int pos) {
+  return static_cast<int64_t>(table[pos / p.kv.block_size]) * p.kv.block_size + pos % p.kv.block_size;
+}
+
+// The first key of a token's window.
+__device__ __forceinline__ int window_begin(const DecodeAttentionParams& p, int position) {
+  return p.shape.sliding_window > 0 ? max(0, position - p.shape.sliding_window + 1) : 0;
+}
+
+// Keys [begin, end) of share `chunk` of num_splits equal shares (whole tiles) of a token's window.
+struct ShareKeys {
+  int begin = 0;
+  int end = 0;
+  int num_tiles = 0;
+};
+template <int TileKeys>
+__device__ __forceinline__ ShareKeys share_keys(const DecodeAttentionParams& p, int position, int chunk) {
+  const int first = window_begin(p, position);
+  const int num_keys = position + 1 - first;
+  const int split_tokens = ((num_keys + p.num_splits - 1) / p.num_splits + TileKeys - 1) / TileKeys * TileKeys;
+  ShareKeys k;
+  k.begin = first + chunk * split_tokens;
+  k.end = min(k.begin + split_tokens, position + 1);
+  k.num_tiles = k.end > k.begin ? (k.end - k.begin + TileKeys - 1) / TileKeys : 0;
+  return k;
+}
+
+// A warp's running attention over its keys: the group's 16 (padded) query rows as mma A fragments, the output
+// accumulators and each row's running max and sum (this thread's two rows, quad_row and quad_row + 8).
+template <int HeadDim>
+struct WarpState {
+  uint32_t q_frag[HeadDim / 16][4];
+  float o_acc[HeadDim / 8][4];
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+};
+
+// The group's query rows into q_smem (rows past the group are zeros, which score 0 and are never written); each
+// thread waits for its own copies, the caller syncs.
+template <int HeadDim, typename L>
+__device__ __forceinline__ void load_queries(const DecodeAttentionParams& p, __nv_bfloat16* q_smem, int token,
+                                             int kv_head) {
+  const AttentionShape& s = p.shape;
+  const int group = s.num_heads / s.num_kv_heads;
+  for (int i = threadIdx.x; i < kRows * L::kChunksPerRow; i += blockDim.x) {
+    const int r = i / L::kChunksPerRow;
+    const int c = i % L::kChunksPerRow;
+    const bool valid = r < group;
+    const __nv_bfloat16* src =
+        valid ? p.query + (static_cast<int64_t>(token) * s.num_heads + kv_head * group + r) * HeadDim + c * 8 : p.query;
+    cp_async_16(q_smem + r * L::kRowStride + c * 8, src, valid ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+template <int HeadDim, typename L>
+__device__ __forceinline__ void start_warp(WarpState<HeadDim>& w, const __nv_bfloat16* q_smem) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < HeadDim / 8; ++i) w.o_acc[i][0] = w.o_acc[i][1] = w.o_acc[i][2] = w.o_acc[i][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < HeadDim / 16; ++kk) {
+    ldmatrix_x4(w.q_frag[kk], q_smem + (lane % 16) * L::kRowStride + kk * 16 + (lane / 16) * 8);
+  }
+}
+
+// The warp's 16 keys of a tile (k_tile, v_tile: their first row, rows `row_stride` elements apart), the first of
+// them at `first_key`: S = Q K^T, the online softmax, O += P V. Keys at or past `end` weigh 0.
+template <int HeadDim>
+__device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, const __nv_bfloat16* k_tile,
+                                            const __nv_bfloat16* v_tile, int row_stride, int first_key, int end,
+                                            float score_scale) {
+  const int lane = threadIdx.x % 32;
+  const int quad_col = lane % 4;
+  const int mat = lane / 8;
+  const int mat_row = lane % 8;
+  float s_acc[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < HeadDim / 16; ++kk) {
+    uint32_t b[4];
+    ldmatrix_x4(b, k_tile + ((mat / 2) * 8 + mat_row) * row_stride + kk * 16 + (mat % 2) * 8);
+    mma_bf16_16816(s_acc[0], w.q_frag[kk], b[0], b[1]);
+    mma_bf16_16816(s_acc[1], w.q_frag[kk], b[2], b[3]);
+  }
+
+  const bool needs_mask = first_key + kWarpKeys > end;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float v = s_acc[n][e] * score_scale;
+      s_acc[n][e] = needs_mask && first_key + n * 8 + 2 * quad_col + (e & 1) >= end ? -INFINITY : v;
+    }
+  }
+
+  float correction[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = fmaxf(w.row_max[h], fmaxf(fmaxf(s_acc[0][2 * h], s_acc[0][2 * h + 1]),
+                                         fmaxf(s_acc[1][2 * h], s_acc[1][2 * h + 1])));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float safe = mx == -INFINITY ? 0.0f : mx;
+    correction[h] = fast_exp2(w.row_max[h] - safe);
+    w.row_max[h] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s_acc[n][2 * h] = fast_exp2(s_acc[n][2 * h] - safe);
+      s_acc[n][2 * h + 1] = fast_exp2(s_acc[n][2 * h + 1] - safe);
+      sum += s_acc[n][2 * h] + s_acc[n][2 * h + 1];
+    }
+    w.row_sum[h] = w.row_sum[h] * correction[h] + sum;
+  }
+#pragma unroll
+  for (int i = 0; i < HeadDim / 8; ++i) {
+    w.o_acc[i][0] *= correction[0];
+    w.o_acc[i][1] *= correction[0];
+    w.o_acc[i][2] *= correction[1];
+    w.o_acc[i][3] *= correction[1];
+  }
+
+  const uint32_t a[4] = {pack_bf16x2(s_acc[0][0], s_acc[0][1]), pack_bf16x2(s_acc[0][2], s_acc[0][3]),
+                         pack_bf16x2(s_acc[1][0], s_acc[1][1]), pack_bf16x2(s_acc[1][2], s_acc[1][3])};
+#pragma unroll
+  for (int dn = 0; dn < HeadDim / 16; ++dn) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, v_tile + ((mat % 2) * 8 + mat_row) * row_stride + dn * 16 + (mat / 2) * 8);
+    mma_bf16_16816(w.o_acc[2 * dn], a, b[0], b[1]);
+    mma_bf16_16816(w.o_acc[2 * dn + 1], a, b[2], b[3]);
+  }
+}
+
+// The block's warps merge their results by log-sum-exp through `merge_space` (the pipeline's shared memory, every
+// tile consumed) and write the share: the bf16 output when it is the only share, else its float32 partial output
+// and log-sum-exp.
+template <int HeadDim, int Warps>
+__device__ __forceinline__ void merge_warps_and_write(const DecodeAttentionParams& p, WarpState<HeadDim>& w,
+                                                      float* merge_space, int item, int token, int kv_head) {
+  float* merge_o = merge_space;  // [warp][row][HeadDim]
+  float* merge_max = merge_o + Warps * kRows * HeadDim;
+  float* merge_sum = merge_max + Warps * kRows;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int quad_row = lane / 4;
+  const int quad_col = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    w.row_sum[h] += __shfl_xor_sync(0xffffffffu, w.row_sum[h], 1);
+    w.row_sum[h] += __shfl_xor_sync(0xffffffffu, w.row_sum[h], 2);
+    const int r = quad_row + 8 * h;
+    float* o_row = merge_o + (warp * kRows + r) * HeadDim;
+#pragma unroll
+    for (int i = 0; i < HeadDim / 8; ++i) {
+      *reinterpret_cast<float2*>(o_row + i * 8 + 2 * quad_col) = make_float2(w.o_acc[i][2 * h], w.o_acc[i][2 * h + 1]);
+    }
+    if (quad_col == 0) {
+      merge_max[warp * kRows + r] = w.row_max[h];
+      merge_sum[warp * kRows + r] = w.row_sum[h];
+    }
+  }
+  __syncthreads();
+
+  const AttentionShape& s = p.shape;
+  const int group = s.num_heads / s.num_kv_heads;
+  for (int i = threadIdx.x; i < group * HeadDim; i += blockDim.x) {
+    const int r = i / HeadDim;
+    const int d = i % HeadDim;
+    float m = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < Warps; ++v) m = fmaxf(m, merge_max[v * kRows + r]);
+    const float shift = m == -INFINITY ? 0.0f : m;
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int v = 0; v < Warps; ++v) {
+      const float weight = exp2f(merge_max[v * kRows + r] - shift);
+      sum += weight * merge_sum[v * kRows + r];
+      acc += weight * merge_o[(v * kRows + r) * HeadDim + d];
+    }
+    const int head = kv_head * group + r;
+    const float value = sum > 0.0f ? acc / sum : 0.0f;
+    if (p.shares_are_outputs()) {
+      p.out[(static_cast<int64_t>(token) * s.num_heads + head) * HeadDim + d] = __float2bfloat16(value);
+      continue;
+    }
+    p.partial_out[(static_cast<int64_t>(item) * s.num_heads + head) * HeadDim + d] = value;
+    if (d == 0) p.partial_lse[item * s.num_heads + head] = sum > 0.0f ? m + log2f(sum) : -INFINITY;
+  }
+}
+
 template <int HeadDim, int Warps, int Stages>
 __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttentionParams p) {
   using L = Layout<HeadDim, Warps, Stages>;
@@ -49,9 +243,6 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   __nv_bfloat16* q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* k_tiles = q_smem + kRows * L::kRowStride;  // [Stages][kTileKeys][kRowStride]
   __nv_bfloat16* v_tiles = k_tiles + Stages * L::kTileElems;
-  float* merge_o = reinterpret_cast<float*>(k_tiles);  // [warp][row][HeadDim], once the tiles are consumed
-  float* merge_max = merge_o + Warps * kRows * HeadDim;
-  float* merge_sum = merge_max + Warps * kRows;
 
   __shared__ uint64_t tile_ready[Stages];  // one mbarrier per stage: its keys and values have landed
 
@@ -62,23 +253,10 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   const int item = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int quad_row = lane / 4;
-  const int quad_col = lane % 4;
-  const AttentionShape& s = p.shape;
-  const int group = s.num_heads / s.num_kv_heads;
 
   const int token = p.item_token[item];
-  const int chunk = p.item_chunk[item];
   const int seq = p.batch.token_seq[token];
-  const int position = p.batch.positions[token];
-  const int window_begin = s.sliding_window > 0 ? max(0, position - s.sliding_window + 1) : 0;
-  // Share `chunk` of num_splits equal shares (whole tiles) of the keys [window_begin, position].
-  const int num_keys = position + 1 - window_begin;
-  const int split_tokens = ((num_keys + p.num_splits - 1) / p.num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
-  const int kv_begin = window_begin + chunk * split_tokens;
-  const int kv_end = min(kv_begin + split_tokens, position + 1);
-  const int num_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileKeys - 1) / kTileKeys : 0;
+  const ShareKeys keys = share_keys<kTileKeys>(p, p.batch.positions[token], p.item_chunk[item]);
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Stages; ++stage) mbarrier_init(&tile_ready[stage], kTileKeys);
@@ -92,22 +270,21 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   const int32_t* table = p.kv.block_tables + p.kv.block_table_offsets[seq];
   constexpr uint32_t kRowBytes = HeadDim * sizeof(__nv_bfloat16);
   const auto tile_position = [&](int tile) {
-    return min(kv_begin + tile * kTileKeys + static_cast<int>(threadIdx.x), kv_end - 1);
+    return min(keys.begin + tile * kTileKeys + static_cast<int>(threadIdx.x), keys.end - 1);
   };
   const auto load_row = [&](int stage, int pos) {
-    const int64_t slot = static_cast<int64_t>(table[pos / p.kv.block_size]) * p.kv.block_size + pos % p.kv.block_size;
-    const int64_t row = (slot * s.num_kv_heads + kv_head) * HeadDim;
+    const int64_t row = (key_slot(p, table, pos) * p.shape.num_kv_heads + kv_head) * HeadDim;
     const int dst = stage * L::kTileElems + threadIdx.x * L::kRowStride;
     mbarrier_arrive_expect_tx(&tile_ready[stage], 2 * kRowBytes);
     bulk_copy_g2s(k_tiles + dst, p.kv.keys + row, kRowBytes, &tile_ready[stage]);
     bulk_copy_g2s(v_tiles + dst, p.kv.values + row, kRowBytes, &tile_ready[stage]);
   };
   const auto load_tile = [&](int tile, int stage) {
-    if (tile < num_tiles && threadIdx.x < kTileKeys) load_row(stage, tile_position(tile));
+    if (tile < keys.num_tiles && threadIdx.x < kTileKeys) load_row(stage, tile_position(tile));
   };
   const int cached_before_step = p.batch.num_cached_tokens[seq];
   const auto load_first_tiles = [&](bool cached_rows) {
-    for (int t = 0; t < Stages - 1 && t < num_tiles; ++t) {
+    for (int t = 0; t < Stages - 1 && t < keys.num_tiles; ++t) {
       if (threadIdx.x < kTileKeys && (tile_position(t) < cached_before_step) == cached_rows) load_row(t, tile_position(t));
     }
   };
@@ -116,145 +293,196 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   allow_dependent_grids();
   load_first_tiles(false);
 
-  // The group's query rows; the rows past the group are zeros, which score 0 and are never written.
-  for (int i = threadIdx.x; i < kRows * L::kChunksPerRow; i += blockDim.x) {
-    const int r = i / L::kChunksPerRow;
-    const int c = i % L::kChunksPerRow;
-    const bool valid = r < group;
-    const __nv_bfloat16* src =
-        valid ? p.query + (static_cast<int64_t>(token) * s.num_heads + kv_head * group + r) * HeadDim + c * 8 : p.query;
-    cp_async_16(q_smem + r * L::kRowStride + c * 8, src, valid ? 16 : 0);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();  // the queries
+  load_queries<HeadDim, L>(p, q_smem, token, kv_head);
   __syncthreads();
 
-  const float score_scale = s.scale * kLog2e;
-  const int mat = lane / 8;
-  const int mat_row = lane % 8;
-  uint32_t q_frag[HeadDim / 16][4];
-  float o_acc[HeadDim / 8][4];
-#pragma unroll
-  for (int i = 0; i < HeadDim / 8; ++i) o_acc[i][0] = o_acc[i][1] = o_acc[i][2] = o_acc[i][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
-
-#pragma unroll
-  for (int kk = 0; kk < HeadDim / 16; ++kk) {
-    ldmatrix_x4(q_frag[kk], q_smem + (lane % 16) * L::kRowStride + kk * 16 + (lane / 16) * 8);
-  }
-
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  WarpState<HeadDim> state;
+  start_warp<HeadDim, L>(state, q_smem);
+  const float score_scale = p.shape.scale * kLog2e;
+  for (int tile = 0; tile < keys.num_tiles; ++tile) {
     // Every warp is done with tile - 1, whose stage the next load refills.
     if (tile > 0) __syncthreads();
     load_tile(tile + Stages - 1, (tile + Stages - 1) % Stages);
     const int stage = tile % Stages;
     mbarrier_wait_parity(&tile_ready[stage], (tile / Stages) & 1);
-    const __nv_bfloat16* k_tile = k_tiles + stage * L::kTileElems + warp * kWarpKeys * L::kRowStride;
-    const __nv_bfloat16* v_tile = v_tiles + stage * L::kTileElems + warp * kWarpKeys * L::kRowStride;
-
-    float s_acc[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < HeadDim / 16; ++kk) {
-      uint32_t b[4];
-      ldmatrix_x4(b, k_tile + ((mat / 2) * 8 + mat_row) * L::kRowStride + kk * 16 + (mat % 2) * 8);
-      mma_bf16_16816(s_acc[0], q_frag[kk], b[0], b[1]);
-      mma_bf16_16816(s_acc[1], q_frag[kk], b[2], b[3]);
-    }
-
-    const int first_key = kv_begin + tile * kTileKeys + warp * kWarpKeys;
-    const bool needs_mask = first_key + kWarpKeys > kv_end;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = s_acc[n][e] * score_scale;
-        s_acc[n][e] = needs_mask && first_key + n * 8 + 2 * quad_col + (e & 1) >= kv_end ? -INFINITY : v;
-      }
-    }
-
-    float correction[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(row_max[h], fmaxf(fmaxf(s_acc[0][2 * h], s_acc[0][2 * h + 1]),
-                                         fmaxf(s_acc[1][2 * h], s_acc[1][2 * h + 1])));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float safe = mx == -INFINITY ? 0.0f : mx;
-      correction[h] = fast_exp2(row_max[h] - safe);
-      row_max[h] = mx;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        s_acc[n][2 * h] = fast_exp2(s_acc[n][2 * h] - safe);
-        s_acc[n][2 * h + 1] = fast_exp2(s_acc[n][2 * h + 1] - safe);
-        sum += s_acc[n][2 * h] + s_acc[n][2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * correction[h] + sum;
-    }
-#pragma unroll
-    for (int i = 0; i < HeadDim / 8; ++i) {
-      o_acc[i][0] *= correction[0];
-      o_acc[i][1] *= correction[0];
-      o_acc[i][2] *= correction[1];
-      o_acc[i][3] *= correction[1];
-    }
-
-    const uint32_t a[4] = {pack_bf16x2(s_acc[0][0], s_acc[0][1]), pack_bf16x2(s_acc[0][2], s_acc[0][3]),
-                           pack_bf16x2(s_acc[1][0], s_acc[1][1]), pack_bf16x2(s_acc[1][2], s_acc[1][3])};
-#pragma unroll
-    for (int dn = 0; dn < HeadDim / 16; ++dn) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, v_tile + ((mat % 2) * 8 + mat_row) * L::kRowStride + dn * 16 + (mat / 2) * 8);
-      mma_bf16_16816(o_acc[2 * dn], a, b[0], b[1]);
-      mma_bf16_16816(o_acc[2 * dn + 1], a, b[2], b[3]);
-    }
+    const int offset = stage * L::kTileElems + warp * kWarpKeys * L::kRowStride;
+    attend_keys<HeadDim>(state, k_tiles + offset, v_tiles + offset, L::kRowStride,
+                         keys.begin + tile * kTileKeys + warp * kWarpKeys, keys.end, score_scale);
   }
   __syncthreads();  // every warp is done with the tiles (all landed: each was waited for): the space holds the merge
+  merge_warps_and_write<HeadDim, Warps>(p, state, reinterpret_cast<float*>(k_tiles), item, token, kv_head);
+}
 
+// The query rows of `kv_head`'s group as mma A fragments, straight from global memory (rows past the group are
+// zeros), and the accumulators cleared.
+template <int HeadDim>
+__device__ __forceinline__ void start_warp_from_global(WarpState<HeadDim>& w, const DecodeAttentionParams& p, int token,
+                                                       int kv_head) {
+  const int lane = threadIdx.x % 32;
+  const int group = p.shape.num_heads / p.shape.num_kv_heads;
+  const __nv_bfloat16* q = p.query + (static_cast<int64_t>(token) * p.shape.num_heads + kv_head * group) * HeadDim;
+  const int lo_row = lane / 4;
+  const int col = 2 * (lane % 4);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-    const int r = quad_row + 8 * h;
-    float* o_row = merge_o + (warp * kRows + r) * HeadDim;
+  for (int kk = 0; kk < HeadDim / 16; ++kk) {
 #pragma unroll
-    for (int i = 0; i < HeadDim / 8; ++i) {
-      *reinterpret_cast<float2*>(o_row + i * 8 + 2 * quad_col) = make_float2(o_acc[i][2 * h], o_acc[i][2 * h + 1]);
-    }
-    if (quad_col == 0) {
-      merge_max[warp * kRows + r] = row_max[h];
-      merge_sum[warp * kRows + r] = row_sum[h];
+    for (int f = 0; f < 4; ++f) {
+      const int row = lo_row + (f % 2) * 8;
+      const int c = kk * 16 + col + (f / 2) * 8;
+      w.q_frag[kk][f] = row < group ? *reinterpret_cast<const uint32_t*>(q + row * HeadDim + c) : 0u;
     }
   }
-  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < HeadDim / 8; ++i) w.o_acc[i][0] = w.o_acc[i][1] = w.o_acc[i][2] = w.o_acc[i][3] = 0.0f;
+}
 
-  for (int i = threadIdx.x; i < group * HeadDim; i += blockDim.x) {
-    const int r = i / HeadDim;
-    const int d = i % HeadDim;
-    float m = -INFINITY;
+// A warp that attended all of its share's keys for one KV head writes the share, as merge_warps_and_write does for
+// a block.
+template <int HeadDim>
+__device__ __forceinline__ void write_warp_share(const DecodeAttentionParams& p, WarpState<HeadDim>& w, int item,
+                                                 int token, int kv_head) {
+  const AttentionShape& s = p.shape;
+  const int group = s.num_heads / s.num_kv_heads;
+  const int lane = threadIdx.x % 32;
 #pragma unroll
-    for (int w = 0; w < Warps; ++w) m = fmaxf(m, merge_max[w * kRows + r]);
-    const float shift = m == -INFINITY ? 0.0f : m;
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < Warps; ++w) {
-      const float weight = exp2f(merge_max[w * kRows + r] - shift);
-      sum += weight * merge_sum[w * kRows + r];
-      acc += weight * merge_o[(w * kRows + r) * HeadDim + d];
-    }
+  for (int h = 0; h < 2; ++h) {
+    w.row_sum[h] += __shfl_xor_sync(0xffffffffu, w.row_sum[h], 1);
+    w.row_sum[h] += __shfl_xor_sync(0xffffffffu, w.row_sum[h], 2);
+    const int r = lane / 4 + 8 * h;
+    if (r >= group) continue;
     const int head = kv_head * group + r;
-    const float value = sum > 0.0f ? acc / sum : 0.0f;
-    if (p.shares_are_outputs()) {
-      p.out[(static_cast<int64_t>(token) * s.num_heads + head) * HeadDim + d] = __float2bfloat16(value);
-      continue;
+    const float sum = w.row_sum[h];
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+    for (int i = 0; i < HeadDim / 8; ++i) {
+      const int d = i * 8 + 2 * (lane % 4);
+      const float2 value = make_float2(w.o_acc[i][2 * h] * inv, w.o_acc[i][2 * h + 1] * inv);
+      if (p.shares_are_outputs()) {
+        *reinterpret_cast<__nv_bfloat162*>(p.out + (static_cast<int64_t>(token) * s.num_heads + head) * HeadDim + d) =
+            __floats2bfloat162_rn(value.x, value.y);
+      } else {
+        *reinterpret_cast<float2*>(p.partial_out + (static_cast<int64_t>(item) * s.num_heads + head) * HeadDim + d) =
+            value;
+      }
     }
-    p.partial_out[(static_cast<int64_t>(item) * s.num_heads + head) * HeadDim + d] = value;
-    if (d == 0) p.partial_lse[item * s.num_heads + head] = sum > 0.0f ? m + log2f(sum) : -INFINITY;
+    if (!p.shares_are_outputs() && lane % 4 == 0) {
+      p.partial_lse[item * s.num_heads + head] = sum > 0.0f ? w.row_max[h] + log2f(sum) : -INFINITY;
+    }
   }
 }
 
-// The per-share kernel alone (the benchmark times other stage counts through it).
+// One block per item with every KV head of its token (DecodeAttentionParams::all_heads): a key's rows of all KV
+// heads lie together in the cache ([slot, kv_head, head_dim]), so one bulk copy brings them (2 KB for 8 heads of
+// 128), where chunk_kernel's copies are single 256-byte rows. On the H200 a block streamed 8.5 GB/s in 256-byte bulk
+// copies whatever its pipeline depth, and 31 GB/s, the SM's share of the copy bandwidth, in 2 KB ones
+// (docs/BENCHMARKS.md). Warp h attends KV head h over 16-key tiles; the last warp is the producer, keeping up to
+// `stages` tiles in flight (full and empty mbarriers per stage, so that no block-wide barrier stands between a
+// tile's use and the next load). Each key row is padded by 16 bytes in shared memory so that the rows of a warp's
+// ldmatrix fall on distinct banks.
+// Share c of S takes tiles c, c + S, c + 2S, ... of its token's window. (Taking tiles from a per-token counter
+// instead, so that a token's blocks would end together, was slower: docs/BENCHMARKS.md.)
+constexpr int kAllHeadsMaxStages = 8;
+constexpr size_t kAllHeadsSharedBytes = 200 * 1024;
+inline size_t all_heads_stage_bytes(int num_kv_heads, int head_dim) {
+  return 2 * kWarpKeys * (num_kv_heads * head_dim + 8) * sizeof(__nv_bfloat16);
+}
+inline int all_heads_stages(int num_kv_heads, int head_dim) {
+  const int fit = static_cast<int>(kAllHeadsSharedBytes / all_heads_stage_bytes(num_kv_heads, head_dim));
+  return fit < kAllHeadsMaxStages ? fit : kAllHeadsMaxStages;
+}
+
+template <int HeadDim>
+__global__ void __launch_bounds__((kDecodeAllHeadsMaxKvHeads + 1) * 32)
+    all_heads_kernel(const DecodeAttentionParams p, int stages) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ uint64_t full[kAllHeadsMaxStages];
+  __shared__ uint64_t empty[kAllHeadsMaxStages];
+  const int kv_heads = p.shape.num_kv_heads;
+  const int row_stride = kv_heads * HeadDim + 8;
+  const int tensor_elems = kWarpKeys * row_stride;  // one stage's keys (then its values)
+  __nv_bfloat16* tiles = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K, V][key][row_stride]
+
+  if (!p.batch_from_host) wait_for_prior_grids();
+  const int item = blockIdx.x;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int token = p.item_token[item];
+  const int seq = p.batch.token_seq[token];
+  const int position = p.batch.positions[token];
+  const int first_key = window_begin(p, position);
+  const int share = p.item_chunk[item];
+  const int shares = p.num_splits;
+  const int num_tiles = (position + 1 - first_key + kWarpKeys - 1) / kWarpKeys;  // of the window
+  const int share_tiles = num_tiles > share ? (num_tiles - share + shares - 1) / shares : 0;
+
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < stages; ++stage) {
+      mbarrier_init(&full[stage], 1);
+      mbarrier_init(&empty[stage], kv_heads * 32);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kv_heads) {
+    // The producer: lane l brings key l % 16 of a tile, its keys (lanes 0-15) or values (16-31). Rows past the
+    // window repeat its last key (weight 0). Before the wait it brings the first tiles' rows that earlier steps
+    // cached, after it the rest of them and every later tile.
+    const int32_t* table = p.kv.block_tables + p.kv.block_table_offsets[seq];
+    const int cached_before_step = p.batch.num_cached_tokens[seq];
+    const uint32_t row_bytes = kv_heads * HeadDim * sizeof(__nv_bfloat16);
+    const __nv_bfloat16* source = lane < kWarpKeys ? p.kv.keys : p.kv.values;
+    const auto key_position = [&](int tile) { return min(first_key + tile * kWarpKeys + lane % kWarpKeys, position); };
+    // The lane's row of a key (its block-table lookup), and its copy into a stage.
+    const auto row_of = [&](int pos) { return source + key_slot(p, table, pos) * kv_heads * HeadDim; };
+    const auto copy_row = [&](const __nv_bfloat16* row, int stage) {
+      bulk_copy_g2s(tiles + (2 * stage + lane / kWarpKeys) * tensor_elems + (lane % kWarpKeys) * row_stride, row,
+                    row_bytes, &full[stage]);
+    };
+    // Stage n % stages takes the share's tile n once the consumers are done with its tile n - stages.
+    const auto announce = [&](int n) {
+      const int stage = n % stages;
+      if (n >= stages) mbarrier_wait_parity(&empty[stage], (n / stages - 1) & 1);
+      if (lane == 0) mbarrier_arrive_expect_tx(&full[stage], 2 * kWarpKeys * row_bytes);
+      __syncwarp();
+      return stage;
+    };
+    const int first = min(stages, share_tiles);
+    for (int n = 0; n < first; ++n) {
+      const int pos = key_position(share + n * shares);
+      const int stage = announce(n);
+      if (pos < cached_before_step) copy_row(row_of(pos), stage);
+    }
+    if (p.batch_from_host) wait_for_prior_grids();
+    allow_dependent_grids();
+    for (int n = 0; n < first; ++n) {
+      const int pos = key_position(share + n * shares);
+      if (pos >= cached_before_step) copy_row(row_of(pos), n);
+    }
+    for (int n = first; n < share_tiles; ++n) {
+      // The block-table lookup before the wait for a free stage, so that its round trip overlaps the wait.
+      const __nv_bfloat16* row = row_of(key_position(share + n * shares));
+      copy_row(row, announce(n));
+    }
+    return;
+  }
+
+  if (p.batch_from_host) wait_for_prior_grids();
+  allow_dependent_grids();
+  WarpState<HeadDim> state;
+  start_warp_from_global<HeadDim>(state, p, token, warp);
+  const float score_scale = p.shape.scale * kLog2e;
+  for (int n = 0; n < share_tiles; ++n) {
+    const int stage = n % stages;
+    mbarrier_wait_parity(&full[stage], (n / stages) & 1);
+    const __nv_bfloat16* k_tile = tiles + 2 * stage * tensor_elems + warp * HeadDim;
+    attend_keys<HeadDim>(state, k_tile, k_tile + tensor_elems, row_stride, first_key + (share + n * shares) * kWarpKeys,
+                         position + 1, score_scale);
+    mbarrier_arrive(&empty[stage]);  // every lane, after its own reads of the stage
+  }
+  write_warp_share<HeadDim>(p, state, item, token, warp);
+}
+
 template <int HeadDim, int Warps, int Stages>
 void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t stream) {
   constexpr size_t smem = Layout<HeadDim, Warps, Stages>::kSharedBytes;
@@ -269,11 +497,28 @@ void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t strea
   launch_dependent("decode attention", kernel, grid, Warps * 32, smem, stream, params);
 }
 
+template <int HeadDim>
+void launch_all_heads_kernel(const DecodeAttentionParams& params, cudaStream_t stream) {
+  const int kv_heads = params.shape.num_kv_heads;
+  const int stages = all_heads_stages(kv_heads, HeadDim);
+  auto kernel = all_heads_kernel<HeadDim>;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAllHeadsSharedBytes);
+  if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
+  launch_dependent("decode attention", kernel, dim3(params.num_items), dim3((kv_heads + 1) * 32),
+                   stages * all_heads_stage_bytes(kv_heads, HeadDim), stream, params, stages);
+}
+
 }  // namespace decode_mma
 
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream) {
   decode_mma::launch_chunk_kernel<HeadDim, decode_mma::kDefaultWarps, decode_mma::kDefaultStages>(params, stream);
+}
+
+template <int HeadDim>
+void launch_decode_attention_all_heads(const DecodeAttentionParams& params, cudaStream_t stream) {
+  decode_mma::launch_all_heads_kernel<HeadDim>(params, stream);
 }
 
 }  // namespace tern::kernels

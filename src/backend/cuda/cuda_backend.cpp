@@ -724,6 +724,7 @@ class CudaBackend final : public Backend {
       p.batch = batch;
       p.shape = shape;
       set_split_plan(p, plan);
+      p.all_heads = plan.all_heads;
       p.partial_out = partial_out.ptr<float>();
       p.partial_lse = partial_lse.ptr<float>();
       launch("attention (decode)", [&] { kernels::launch_decode_attention(p, stream_); });
@@ -796,6 +797,7 @@ class CudaBackend final : public Backend {
     p.shape = {checked_int(num_heads, "heads"), static_cast<int>(spec.num_kv_heads),
                checked_int(spec.key_dim, "head_dim"), params.scale, 0, nullptr};
     set_split_plan(p, plan);
+    p.all_heads = plan.all_heads;
     p.partial_out = partial_out.ptr<float>();
     p.partial_lse = partial_lse.ptr<float>();
     p.out_f32 = partial.out.ptr<float>();

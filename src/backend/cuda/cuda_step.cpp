@@ -166,7 +166,9 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
   }
   // The item count depends on the number of decode tokens and, in powers of two, on their longest context.
   const int num_decode = static_cast<int>(decode_tokens.size());
-  const int splits = kernels::decode_attention_num_splits(num_decode, num_kv_heads_hint_, num_sms_, max_decode_keys);
+  const kernels::DecodeAttentionPlan decode_plan =
+      kernels::plan_decode_attention(num_decode, num_kv_heads_hint_, num_sms_, max_decode_keys);
+  const int splits = decode_plan.num_splits;
   std::vector<int32_t> item_token, item_chunk, token_item_begin;
   item_token.reserve(static_cast<size_t>(num_decode) * splits);
   item_chunk.reserve(static_cast<size_t>(num_decode) * splits);
@@ -196,6 +198,7 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
   plan.num_tiles = static_cast<int>(tile_seq.size());
   plan.num_items = static_cast<int>(item_token.size());
   plan.num_splits = splits;
+  plan.all_heads = decode_plan.all_heads;
   plan.num_decode_tokens = num_decode;
 }
 

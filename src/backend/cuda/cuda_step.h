@@ -27,6 +27,7 @@ struct AttentionPlan {
   const int32_t* item_chunk = nullptr;
   int num_items = 0;
   int num_splits = 1;  // items per decode token
+  bool all_heads = false;  // kernels::DecodeAttentionPlan
   const int32_t* decode_tokens = nullptr;
   const int32_t* token_item_begin = nullptr;
   int num_decode_tokens = 0;

@@ -49,8 +49,9 @@ Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_contex
   // The metadata upload runs before the graph on the same stream, so the previous replay has finished reading
   // the buffer when it is overwritten.
   const std::unique_ptr<CudaStepContext> step = make_context(fixed_);
-  const Shape shape{batch.num_tokens(), batch.sequences.size(), batch.logit_rows.size(),
-                    step->attention_plan(false).num_splits};
+  const AttentionPlan& plan = step->attention_plan(false);
+  const Shape shape{batch.num_tokens(), batch.sequences.size(), batch.logit_rows.size(), plan.num_splits,
+                    plan.all_heads};
   if (const auto it = graphs_.find(shape); it != graphs_.end()) {
     check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
     return it->second.ids;

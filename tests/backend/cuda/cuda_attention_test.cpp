@@ -75,6 +75,15 @@ const std::vector<std::pair<int, int>> kMixed = {{0, 200}, {100, 37}, {300, 1}, 
 // Long decodes: contexts of several shares, ends that cut key tiles and warp slices anywhere, and a first token.
 const std::vector<std::pair<int, int>> kLongDecodes = {{4000, 1}, {1234, 1}, {63, 1}, {64, 1}, {0, 1}, {2047, 1}};
 
+// Decodes for the all-heads kernel (kernels::plan_decode_attention): more tokens than the H200's 132 SMs whatever
+// the KV heads, their keys at least 128 an SM; contexts of one key to several shares, ends anywhere in a 16-key
+// tile, shares past a short context's keys.
+std::vector<std::pair<int, int>> all_heads_decodes() {
+  std::vector<std::pair<int, int>> sequences = {{0, 1}, {63, 1}, {64, 1}, {2047, 1}, {4000, 1}};
+  for (int i = 0; sequences.size() < 140; ++i) sequences.emplace_back(i * 97 % 700, 1);
+  return sequences;
+}
+
 // Prefills for the 128-row x 128-key tiles of the prefill kernel: a long one, cached context that starts mid-tile,
 // exactly one tile, one row short of a tile, a chunk just long enough for the prefill path (a tile whose second
 // 64-row half is empty), a chunk over a long cached context.
@@ -110,6 +119,12 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{8, 8, 128, 0, false, kLongDecodes},     // group of 1
                       AttentionCase{16, 2, 64, 1000, false, kLongDecodes},  // group of 8, window over shares
                       AttentionCase{16, 1, 128, 0, true, kLongDecodes},     // group of 16
+                      // The all-heads kernel, the same shapes and blocks of 7.
+                      AttentionCase{32, 8, 128, 0, true, all_heads_decodes()},
+                      AttentionCase{8, 8, 128, 0, false, all_heads_decodes()},
+                      AttentionCase{16, 2, 64, 300, false, all_heads_decodes()},
+                      AttentionCase{16, 1, 128, 0, true, all_heads_decodes()},
+                      AttentionCase{8, 4, 128, 0, false, all_heads_decodes(), 7},
                       AttentionCase{32, 8, 128, 0, false, random_sequences(11, 12)},
                       AttentionCase{16, 2, 64, 300, true, random_sequences(12, 12)},
                       AttentionCase{8, 1, 128, 700, false, random_sequences(13, 12)},

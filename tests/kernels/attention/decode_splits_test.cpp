@@ -1,5 +1,6 @@
 // The split-KV plan's share count: one full wave of blocks at long contexts, and at short ones a share per 64 keys
-// in powers of two, so that the recorded graphs of a batch size are few and each serves a range of lengths.
+// in powers of two, so that the recorded graphs of a batch size are few and each serves a range of lengths; and
+// where the all-heads kernel takes over.
 #include <gtest/gtest.h>
 
 #include "attention/decode_attention.h"
@@ -27,6 +28,28 @@ TEST(DecodeSplitsTest, AShareFor64KeysRoundedUpToAPowerOfTwo) {
   EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 2049), 49);  // capped by the wave
   EXPECT_EQ(decode_attention_num_splits(8, kKvHeads, kSms, 200), 4);
   EXPECT_EQ(decode_attention_num_splits(8, kKvHeads, kSms, 300), 6);
+}
+
+TEST(DecodeSplitsTest, AllHeadsOnceTokensTimesKvHeadsOutnumberTheSms) {
+  EXPECT_FALSE(plan_decode_attention(1, kKvHeads, kSms, 1 << 20).all_heads);
+  EXPECT_FALSE(plan_decode_attention(16, kKvHeads, kSms, 32768).all_heads);  // 128 (token, KV head) pairs
+  const DecodeAttentionPlan batch_17 = plan_decode_attention(17, kKvHeads, kSms, 32768);
+  EXPECT_TRUE(batch_17.all_heads);
+  EXPECT_EQ(batch_17.num_splits, 7);  // a block an SM: 119 of 132
+  EXPECT_EQ(plan_decode_attention(32, kKvHeads, kSms, 32768).num_splits, 4);
+  EXPECT_EQ(plan_decode_attention(200, kKvHeads, kSms, 32768).num_splits, 1);
+  EXPECT_TRUE(plan_decode_attention(140, 1, kSms, 300).all_heads);
+  // Keys: at least 128 an SM (16,896 on 132).
+  EXPECT_FALSE(plan_decode_attention(128, kKvHeads, kSms, 131).all_heads);
+  EXPECT_TRUE(plan_decode_attention(128, kKvHeads, kSms, 132).all_heads);
+  // More KV heads than a block holds: per KV head, as decode_attention_num_splits plans.
+  const DecodeAttentionPlan wide = plan_decode_attention(32, 16, kSms, 32768);
+  EXPECT_FALSE(wide.all_heads);
+  EXPECT_EQ(wide.num_splits, decode_attention_num_splits(32, 16, kSms, 32768));
+  // Short contexts: per KV head.
+  const DecodeAttentionPlan short_context = plan_decode_attention(1, kKvHeads, kSms, 385);
+  EXPECT_FALSE(short_context.all_heads);
+  EXPECT_EQ(short_context.num_splits, 8);
 }
 
 TEST(DecodeSplitsTest, AtLeastOneShare) {
