@@ -55,11 +55,6 @@ void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t s
   } else {
     launch_per_kv_head(params, stream);
   }
-  launch_decode_attention_merge(params, stream);
-}
-
-void launch_decode_attention_merge(const DecodeAttentionParams& params, cudaStream_t stream) {
-  const AttentionShape& s = params.shape;
   if (params.shares_are_outputs()) return;
   MergeSharesParams merge;
   merge.partial_out = params.partial_out;

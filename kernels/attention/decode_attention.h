@@ -106,8 +106,6 @@ bool decode_attention_supports(int head_dim, int group_size);
 
 // Throws std::invalid_argument on shapes it does not support.
 void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
-// Its second kernel alone: the merge of the shares, unless they are the outputs.
-void launch_decode_attention_merge(const DecodeAttentionParams& params, cudaStream_t stream);
 
 // The per-share kernels: tensor cores for head_dim 64 and 128 (decode_attention_mma_kernel.cuh), per KV head or for
 // all of them, CUDA cores for the other head sizes (decode_attention_kernel.cuh).

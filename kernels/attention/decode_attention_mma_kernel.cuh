@@ -497,18 +497,6 @@ void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t strea
   launch_dependent("decode attention", kernel, grid, Warps * 32, smem, stream, params);
 }
 
-template <int HeadDim>
-void launch_all_heads_kernel(const DecodeAttentionParams& params, cudaStream_t stream) {
-  const int kv_heads = params.shape.num_kv_heads;
-  const int stages = all_heads_stages(kv_heads, HeadDim);
-  auto kernel = all_heads_kernel<HeadDim>;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAllHeadsSharedBytes);
-  if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
-  launch_dependent("decode attention", kernel, dim3(params.num_items), dim3((kv_heads + 1) * 32),
-                   stages * all_heads_stage_bytes(kv_heads, HeadDim), stream, params, stages);
-}
-
 }  // namespace decode_mma
 
 template <int HeadDim>
@@ -518,7 +506,15 @@ void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream
 
 template <int HeadDim>
 void launch_decode_attention_all_heads(const DecodeAttentionParams& params, cudaStream_t stream) {
-  decode_mma::launch_all_heads_kernel<HeadDim>(params, stream);
+  using namespace decode_mma;
+  const int kv_heads = params.shape.num_kv_heads;
+  const int stages = all_heads_stages(kv_heads, HeadDim);
+  auto kernel = all_heads_kernel<HeadDim>;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kAllHeadsSharedBytes);
+  if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
+  launch_dependent("decode attention", kernel, dim3(params.num_items), dim3((kv_heads + 1) * 32),
+                   stages * all_heads_stage_bytes(kv_heads, HeadDim), stream, params, stages);
 }
 
 }  // namespace tern::kernels
