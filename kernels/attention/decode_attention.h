@@ -80,8 +80,8 @@ inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num
 // copies, a key's rows of every head) streams at the SM's share of the bandwidth: num_sms / tokens shares, where
 // every SM gets at least kDecodeAllHeadsMinKeysPerSm keys.
 // Measured on the H200 (docs/BENCHMARKS.md, attention_bench), 32 query / 8 KV heads of 128, of the copy bandwidth,
-// all heads against per KV head: batch 32 at 32K keys 100% against 68%, at 4K 92% against 67%, at 1K 77% against
-// 63%; batch 64 at 512 keys 75% against 57%, batch 128 97% against 75%; batch 8 at 32K 91% against 93%.
+// all heads against per KV head: batch 32 at 32K keys 98% against 68%, at 4K 90% against 67%, at 1K 76% against
+// 62%; batch 64 at 512 keys 74% against 57%, batch 128 94% against 74%; batch 8 at 32K 92% both.
 constexpr int kDecodeAllHeadsMaxKvHeads = 8;
 constexpr int64_t kDecodeAllHeadsMinKeysPerSm = 128;
 struct DecodeAttentionPlan {
