@@ -1,8 +1,9 @@
 // Paged attention on the GPU against the CPU reference: mixed prefill/decode batches in one step, prefix-cached
 // context, GQA, sliding windows, sinks, long contexts split over several KV shares with partial key tiles, random
 // batches, and every head size built (the tiled prefill kernel for 64/128, on wgmma; split-KV on tensor cores for
-// 64/128, on CUDA cores for 16/32/256), with KV blocks of 16 tokens and of sizes that do not divide the kernels'
-// 64- and 128-key tiles or exceed them.
+// 64/128, per KV head or, for steps of more tokens x KV heads than SMs, all KV heads in one block; on CUDA cores for
+// 16/32/256), with KV blocks of 16 tokens and of sizes that do not divide the kernels' 64- and 128-key tiles or
+// exceed them.
 #include <numeric>
 
 #include "cuda_test_util.h"
