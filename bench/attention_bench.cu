@@ -72,6 +72,29 @@ Batch make_batch(const std::vector<int>& cached, const std::vector<int>& fresh, 
   return b;
 }
 
+// The split-KV plan of `num_tokens` decode tokens (rows 0, 1, ...) with `num_splits` shares each, as the CUDA
+// backend's step plan gives it to the decode and MLA kernels.
+template <typename SplitKvParams>
+void set_split_items(SplitKvParams& p, int num_tokens, int num_splits) {
+  std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
+  for (int t = 0; t < num_tokens; ++t) {
+    tokens.push_back(t);
+    item_begin.push_back(static_cast<int32_t>(item_token.size()));
+    for (int c = 0; c < num_splits; ++c) {
+      item_token.push_back(t);
+      item_chunk.push_back(c);
+    }
+  }
+  item_begin.push_back(static_cast<int32_t>(item_token.size()));
+  p.item_token = upload(item_token);
+  p.item_chunk = upload(item_chunk);
+  p.num_items = static_cast<int>(item_token.size());
+  p.num_splits = num_splits;
+  p.tokens = upload(tokens);
+  p.token_item_begin = upload(item_begin);
+  p.num_decode_tokens = num_tokens;
+}
+
 double copy_bandwidth_tbs() {
   const size_t bytes = size_t{2} << 30;
   char* src = device_alloc<char>(bytes);
@@ -134,29 +157,13 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   // The steps' metadata for a share count; three caches, so that a run finds little of its KV in L2 when the one
   // before read another.
   const auto make_params = [&](const Batch& b, DecodeAttentionPlan with) {
-    std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
-    for (int t = 0; t < b.num_tokens; ++t) {
-      tokens.push_back(t);
-      item_begin.push_back(static_cast<int32_t>(item_token.size()));
-      for (int c = 0; c < with.num_splits; ++c) {
-        item_token.push_back(t);
-        item_chunk.push_back(c);
-      }
-    }
-    item_begin.push_back(static_cast<int32_t>(item_token.size()));
     DecodeAttentionParams p;
     p.query = random_bf16(size_t(b.num_tokens) * heads * head_dim, 14);
     p.out = device_alloc<__nv_bfloat16>(size_t(b.num_tokens) * heads * head_dim);
     p.kv = b.kv;
     p.batch = b.batch;
     p.shape = {heads, kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)), 0, nullptr};
-    p.item_token = upload(item_token);
-    p.item_chunk = upload(item_chunk);
-    p.num_items = static_cast<int>(item_token.size());
-    p.num_splits = with.num_splits;
-    p.tokens = upload(tokens);
-    p.token_item_begin = upload(item_begin);
-    p.num_decode_tokens = b.num_tokens;
+    set_split_items(p, b.num_tokens, with.num_splits);
     p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
     p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
     p.all_heads = with.all_heads;
@@ -232,23 +239,7 @@ void bench_mla(bool prefill, int batch, int context, int heads, int key_dim, int
     p.tile_row = upload(tile_row);
     p.num_tiles = static_cast<int>(tile_seq.size());
   } else {
-    p.num_splits = decode_attention_num_splits(batch, kMlaDecodeSplitHeads, num_sms, context);
-    std::vector<int32_t> item_token, item_chunk, tokens, item_begin;
-    for (int t = 0; t < b.num_tokens; ++t) {
-      tokens.push_back(t);
-      item_begin.push_back(static_cast<int32_t>(item_token.size()));
-      for (int c = 0; c < p.num_splits; ++c) {
-        item_token.push_back(t);
-        item_chunk.push_back(c);
-      }
-    }
-    item_begin.push_back(static_cast<int32_t>(item_token.size()));
-    p.item_token = upload(item_token);
-    p.item_chunk = upload(item_chunk);
-    p.num_items = static_cast<int>(item_token.size());
-    p.tokens = upload(tokens);
-    p.token_item_begin = upload(item_begin);
-    p.num_decode_tokens = b.num_tokens;
+    set_split_items(p, b.num_tokens, decode_attention_num_splits(batch, kMlaDecodeSplitHeads, num_sms, context));
     p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * value_dim);
     p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
   }
