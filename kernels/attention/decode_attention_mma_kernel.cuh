@@ -14,6 +14,7 @@
 #include <string>
 
 #include "attention/decode_attention.h"
+#include "attention/online_softmax.cuh"
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 
@@ -147,17 +148,7 @@ __device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, const __nv_bf
                                          fmaxf(s_acc[1][2 * h], s_acc[1][2 * h + 1])));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float safe = mx == -INFINITY ? 0.0f : mx;
-    correction[h] = fast_exp2(w.row_max[h] - safe);
-    w.row_max[h] = mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      s_acc[n][2 * h] = fast_exp2(s_acc[n][2 * h] - safe);
-      s_acc[n][2 * h + 1] = fast_exp2(s_acc[n][2 * h + 1] - safe);
-      sum += s_acc[n][2 * h] + s_acc[n][2 * h + 1];
-    }
-    w.row_sum[h] = w.row_sum[h] * correction[h] + sum;
+    correction[h] = online_softmax_row(s_acc, h, mx, w.row_max[h], w.row_sum[h]);
   }
 #pragma unroll
   for (int i = 0; i < HeadDim / 8; ++i) {

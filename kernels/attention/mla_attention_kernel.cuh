@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attention/mla_attention.h"
+#include "attention/online_softmax.cuh"
 #include "common/device_math.cuh"
 
 namespace tern::kernels {
@@ -175,17 +176,7 @@ __global__ void __launch_bounds__(kNumWarps * 32, 1) tile_kernel(const MlaAttent
     for (int h = 0; h < 2; ++h) {
       // Both warps of the row group take the same maximum, so their accumulators are rescaled alike.
       const float m_new = fmaxf(row_max[h], fmaxf(tile_max[h], half_max[1 - half][warp_row + quad_row + 8 * h]));
-      const float safe = m_new == -INFINITY ? 0.0f : m_new;
-      correction[h] = fast_exp2(row_max[h] - safe);
-      row_max[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        s_acc[n][2 * h] = fast_exp2(s_acc[n][2 * h] - safe);
-        s_acc[n][2 * h + 1] = fast_exp2(s_acc[n][2 * h + 1] - safe);
-        sum += s_acc[n][2 * h] + s_acc[n][2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * correction[h] + sum;
+      correction[h] = online_softmax_row(s_acc, h, m_new, row_max[h], row_sum[h]);
     }
     __nv_bfloat16* p_row = p_smem + (warp_row + quad_row) * kPStride + half * 16 + 2 * quad_col;
 #pragma unroll
