@@ -150,7 +150,7 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
   DecodeAttentionPlan plan = planned;
   if (other_kernel) {
     plan.all_heads = !planned.all_heads;
-    plan.num_splits = plan.all_heads ? std::clamp(num_sms / batch, 1, kDecodeMaxSplits)
+    plan.num_splits = plan.all_heads ? decode_attention_all_heads_splits(batch, num_sms)
                                      : decode_attention_num_splits(batch, kv_heads, num_sms, context);
   }
   const std::vector<int> cached(batch, context - 1), fresh(batch, 1);

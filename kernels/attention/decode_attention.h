@@ -88,11 +88,15 @@ struct DecodeAttentionPlan {
   int num_splits = 1;
   bool all_heads = false;
 };
+// The all-heads kernel's shares per token: a block an SM, at least one share and at most kDecodeMaxSplits.
+inline int decode_attention_all_heads_splits(int num_tokens, int num_sms) {
+  const int per_sm = num_tokens > 0 ? num_sms / num_tokens : num_sms;
+  return per_sm < 1 ? 1 : (per_sm > kDecodeMaxSplits ? kDecodeMaxSplits : per_sm);
+}
 inline DecodeAttentionPlan plan_decode_attention(int num_tokens, int num_kv_heads, int num_sms, int64_t max_keys) {
   if (num_tokens > 0 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads && num_tokens * num_kv_heads > num_sms &&
       static_cast<int64_t>(num_tokens) * max_keys >= static_cast<int64_t>(num_sms) * kDecodeAllHeadsMinKeysPerSm) {
-    const int per_sm = num_sms / num_tokens;
-    return {per_sm < 1 ? 1 : per_sm, true};
+    return {decode_attention_all_heads_splits(num_tokens, num_sms), true};
   }
   return {decode_attention_num_splits(num_tokens, num_kv_heads, num_sms, max_keys), false};
 }

@@ -77,7 +77,7 @@ __device__ __forceinline__ ShareKeys share_keys(const DecodeAttentionParams& p, 
 template <int HeadDim>
 struct WarpState {
   uint32_t q_frag[HeadDim / 16][4];
-  float o_acc[HeadDim / 8][4];
+  float o_acc[HeadDim / 8][4] = {};
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
 };
@@ -101,11 +101,10 @@ __device__ __forceinline__ void load_queries(const DecodeAttentionParams& p, __n
   cp_async_wait<0>();
 }
 
+// The group's query rows, from q_smem, as mma A fragments.
 template <int HeadDim, typename L>
 __device__ __forceinline__ void start_warp(WarpState<HeadDim>& w, const __nv_bfloat16* q_smem) {
   const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int i = 0; i < HeadDim / 8; ++i) w.o_acc[i][0] = w.o_acc[i][1] = w.o_acc[i][2] = w.o_acc[i][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < HeadDim / 16; ++kk) {
     ldmatrix_x4(w.q_frag[kk], q_smem + (lane % 16) * L::kRowStride + kk * 16 + (lane / 16) * 8);
@@ -305,7 +304,7 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
 }
 
 // The query rows of `kv_head`'s group as mma A fragments, straight from global memory (rows past the group are
-// zeros), and the accumulators cleared.
+// zeros).
 template <int HeadDim>
 __device__ __forceinline__ void start_warp_from_global(WarpState<HeadDim>& w, const DecodeAttentionParams& p, int token,
                                                        int kv_head) {
@@ -323,8 +322,6 @@ __device__ __forceinline__ void start_warp_from_global(WarpState<HeadDim>& w, co
       w.q_frag[kk][f] = row < group ? *reinterpret_cast<const uint32_t*>(q + row * HeadDim + c) : 0u;
     }
   }
-#pragma unroll
-  for (int i = 0; i < HeadDim / 8; ++i) w.o_acc[i][0] = w.o_acc[i][1] = w.o_acc[i][2] = w.o_acc[i][3] = 0.0f;
 }
 
 // A warp that attended all of its share's keys for one KV head writes the share, as merge_warps_and_write does for
@@ -374,8 +371,12 @@ __device__ __forceinline__ void write_warp_share(const DecodeAttentionParams& p,
 // instead, so that a token's blocks would end together, was slower: docs/BENCHMARKS.md.)
 constexpr int kAllHeadsMaxStages = 8;
 constexpr size_t kAllHeadsSharedBytes = 200 * 1024;
+// A key's row of every KV head, padded by 16 bytes.
+__host__ __device__ constexpr int all_heads_row_stride(int num_kv_heads, int head_dim) {
+  return num_kv_heads * head_dim + 8;
+}
 inline size_t all_heads_stage_bytes(int num_kv_heads, int head_dim) {
-  return 2 * kWarpKeys * (num_kv_heads * head_dim + 8) * sizeof(__nv_bfloat16);
+  return 2 * kWarpKeys * all_heads_row_stride(num_kv_heads, head_dim) * sizeof(__nv_bfloat16);
 }
 inline int all_heads_stages(int num_kv_heads, int head_dim) {
   const int fit = static_cast<int>(kAllHeadsSharedBytes / all_heads_stage_bytes(num_kv_heads, head_dim));
@@ -389,7 +390,7 @@ __global__ void __launch_bounds__((kDecodeAllHeadsMaxKvHeads + 1) * 32)
   __shared__ uint64_t full[kAllHeadsMaxStages];
   __shared__ uint64_t empty[kAllHeadsMaxStages];
   const int kv_heads = p.shape.num_kv_heads;
-  const int row_stride = kv_heads * HeadDim + 8;
+  const int row_stride = all_heads_row_stride(kv_heads, HeadDim);
   const int tensor_elems = kWarpKeys * row_stride;  // one stage's keys (then its values)
   __nv_bfloat16* tiles = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [stage][K, V][key][row_stride]
 

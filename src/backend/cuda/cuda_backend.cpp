@@ -57,7 +57,8 @@ const cuda::CudaStepContext& cuda_step(const StepContext& step) {
   return *ctx;
 }
 
-// The split-KV plan's fields, which the decode and MLA kernels' params both have.
+// The split-KV plan's fields, which the decode and MLA kernels' params both have, and the decode kernel's choice
+// of kernel.
 template <typename SplitKvParams>
 void set_split_plan(SplitKvParams& p, const cuda::AttentionPlan& plan) {
   p.item_token = plan.item_token;
@@ -67,6 +68,7 @@ void set_split_plan(SplitKvParams& p, const cuda::AttentionPlan& plan) {
   p.tokens = plan.decode_tokens;
   p.token_item_begin = plan.token_item_begin;
   p.num_decode_tokens = plan.num_decode_tokens;
+  if constexpr (requires { p.all_heads; }) p.all_heads = plan.all_heads;
 }
 
 int checked_int(int64_t v, const char* what) {
@@ -724,7 +726,6 @@ class CudaBackend final : public Backend {
       p.batch = batch;
       p.shape = shape;
       set_split_plan(p, plan);
-      p.all_heads = plan.all_heads;
       p.partial_out = partial_out.ptr<float>();
       p.partial_lse = partial_lse.ptr<float>();
       launch("attention (decode)", [&] { kernels::launch_decode_attention(p, stream_); });
@@ -797,7 +798,6 @@ class CudaBackend final : public Backend {
     p.shape = {checked_int(num_heads, "heads"), static_cast<int>(spec.num_kv_heads),
                checked_int(spec.key_dim, "head_dim"), params.scale, 0, nullptr};
     set_split_plan(p, plan);
-    p.all_heads = plan.all_heads;
     p.partial_out = partial_out.ptr<float>();
     p.partial_lse = partial_lse.ptr<float>();
     p.out_f32 = partial.out.ptr<float>();

@@ -46,6 +46,8 @@ TEST(DecodeSplitsTest, AllHeadsOnceTokensTimesKvHeadsOutnumberTheSms) {
   const DecodeAttentionPlan wide = plan_decode_attention(32, 16, kSms, 32768);
   EXPECT_FALSE(wide.all_heads);
   EXPECT_EQ(wide.num_splits, decode_attention_num_splits(32, 16, kSms, 32768));
+  // A block an SM, within what the merge takes.
+  EXPECT_EQ(decode_attention_all_heads_splits(1, kSms), kDecodeMaxSplits);
   // Short contexts: per KV head.
   const DecodeAttentionPlan short_context = plan_decode_attention(1, kKvHeads, kSms, 385);
   EXPECT_FALSE(short_context.all_heads);
