@@ -66,6 +66,7 @@ Batch make_batch(const std::vector<int>& cached, const std::vector<int>& fresh, 
   b.kv.keys = random_bf16(cache_elems, 11);
   b.kv.values = random_bf16(cache_elems, 12);
   b.kv.block_size = block_size;
+  b.kv.num_slots = int64_t{total_blocks} * block_size;
   b.kv.block_tables = upload(tables);
   b.kv.block_table_offsets = upload(offsets);
   b.batch = {upload(b.cu), upload(b.cached), upload(b.token_seq), upload(b.positions)};

@@ -73,15 +73,16 @@ inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num
 }
 
 // The decode attention of a step: its kernel and the shares per token. The per-KV-head kernel's blocks are small
-// (three an SM), each streaming its KV head's rows as 256-byte bulk copies, which a block issues at about 8.5 GB/s
-// on the H200: it reaches the copy bandwidth only with a full wave of them, that is, with num_sms * 3 / (tokens x
-// KV heads) shares of long enough contexts. Once a step's tokens x KV heads outnumber the SMs, the plan has one or
+// (three an SM), each streaming its KV head's keys (pages of 16, or rows where the cache's blocks are not whole
+// pages): it reaches the copy bandwidth only with a full wave of them, that is, with num_sms * 3 / (tokens x KV
+// heads) shares of long enough contexts. Once a step's tokens x KV heads outnumber the SMs, the plan has one or
 // two shares a token and the wave is short of blocks; then one block an SM for all KV heads of a share (2 KB
 // copies, a key's rows of every head) streams at the SM's share of the bandwidth: num_sms / tokens shares, where
 // every SM gets at least kDecodeAllHeadsMinKeysPerSm keys.
 // Measured on the H200 (docs/BENCHMARKS.md, attention_bench), 32 query / 8 KV heads of 128, of the copy bandwidth,
-// all heads against per KV head: batch 32 at 32K keys 98% against 68%, at 4K 90% against 67%, at 1K 76% against
-// 62%; batch 64 at 512 keys 74% against 57%, batch 128 94% against 74%; batch 8 at 32K 92% both.
+// all heads against per KV head (page copies): batch 32 at 32K keys 97% against 76%, at 4K 89% against 72%, at 1K
+// 76% against 69%; batch 64 at 512 keys 73% against 72%, batch 128 94% against 86%; batch 8 at 32K 92% against
+// 93%.
 constexpr int kDecodeAllHeadsMaxKvHeads = 8;
 constexpr int64_t kDecodeAllHeadsMinKeysPerSm = 128;
 struct DecodeAttentionPlan {

@@ -6,17 +6,20 @@
 // tile: S = Q K^T, the online softmax and O += P V stay in registers. At the end the warps' partial
 // results are merged by their log-sum-exp through shared memory. Each K/V byte crosses device memory once per
 // group and shared memory once per block, so the arithmetic stays far below the memory time (the CUDA-core kernel
-// re-read every tile once per warp and was bound by FMAs and shared-memory traffic). The tiles come in by bulk
-// copies (the copy engine), one per key row and tensor, completing on a per-stage mbarrier (with 16-byte cp.async
-// the same kernel streamed about 20 GB/s per SM on the H200 at best, against 32 for the copy bandwidth).
+// re-read every tile once per warp and was bound by FMAs and shared-memory traffic). The tiles come in by the copy
+// engine (tensor-map or bulk copies, below), completing on a per-stage mbarrier (with 16-byte cp.async the same
+// kernel streamed about 20 GB/s per SM on the H200 at best, against 32 for the copy bandwidth).
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "attention/decode_attention.h"
 #include "attention/online_softmax.cuh"
+#include "attention/smem_swizzle.h"
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
+#include "common/tensor_map.h"
 
 namespace tern::kernels {
 
@@ -24,24 +27,61 @@ namespace decode_mma {
 
 constexpr int kRows = 16;  // query heads of the group, zero-padded: the mma's M
 constexpr int kWarpKeys = 16;
-// On the H200 a block streamed 10-12 GB/s whatever its pipeline depth (2, 3 or 6 stages): its bulk copies are
-// single 256-byte rows, which a block issues at about 8.5 GB/s. So the bandwidth comes from blocks per SM: 4 warps
-// and 2 stages (64-key tiles) fit three blocks per SM for head_dim 128.
+// 4 warps and 2 stages (64-key tiles) fit three blocks per SM for head_dim 128, which the row copies below need.
+// With page copies, deeper pipelines at fewer blocks per SM were slower on the H200 (1 block of 4-6 stages, or of
+// 8 warps: 64-76% of the copy bandwidth at batch 1 and 32K keys, 67-86% at batch 8, against 74% and 92%), and 2
+// or 3 blocks per SM about the same (docs/BENCHMARKS.md).
 constexpr int kDefaultWarps = 4;
 constexpr int kDefaultStages = 2;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int HeadDim, int Warps, int Stages>
+// chunk_kernel's tiles come in one of two ways. Where the cache's blocks hold whole pages of kWarpKeys keys
+// (block_size a multiple of 16), a tensor-map copy (TMA) brings a page of one KV head, 16 rows of 64 columns a
+// copy (2 KB), into smem_swizzle.h's 128-byte swizzled layout. Otherwise a bulk copy brings each key's row of the
+// head (256 bytes for head_dim 128), padded by 16 bytes in shared memory so that ldmatrix rows hit distinct banks;
+// a block issues those at about 8.5 GB/s on the H200 whatever its pipeline depth. Pages against rows, same call
+// (docs/BENCHMARKS.md): batch 1 at 32K keys 73% of the copy bandwidth against 64%, batch 8 92% against 89%,
+// head_dim 64 at batch 1 62% against 42%.
+template <int HeadDim, int Warps, int Stages, bool Pages>
 struct Layout {
   static constexpr int kTileKeys = kWarpKeys * Warps;
-  static constexpr int kRowStride = HeadDim + 8;  // 16 bytes of padding: ldmatrix rows hit distinct banks
   static constexpr int kChunksPerRow = HeadDim / 8;
-  static constexpr int kTileElems = kTileKeys * kRowStride;
-  static constexpr size_t kQBytes = kRows * kRowStride * sizeof(__nv_bfloat16);
+  static constexpr int kQRowStride = HeadDim + 8;
+  static constexpr int kKeyRowStride = Pages ? HeadDim : HeadDim + 8;
+  static constexpr int kTileElems = kTileKeys * kKeyRowStride;
+  static constexpr int kHalves = HeadDim / 64;        // a page copy brings 64 columns
+  static constexpr int kPageCopies = 2 * kHalves;     // of keys and values
+  static constexpr int kLoaders = Pages ? Warps * kPageCopies : kTileKeys;  // threads issuing a tile's copies
+  static constexpr uint32_t kPageCopyBytes = kWarpKeys * 64 * sizeof(__nv_bfloat16);
   static constexpr size_t kPipelineBytes = 2 * Stages * kTileElems * sizeof(__nv_bfloat16);
   // After the loop the pipeline's space holds each warp's O rows, row maxima and row sums for the merge.
   static constexpr size_t kMergeBytes = Warps * kRows * (HeadDim + 2) * sizeof(float);
-  static constexpr size_t kSharedBytes = kQBytes + (kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes);
+  static constexpr size_t kTilesBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
+  static constexpr size_t kQBytes = kRows * kQRowStride * sizeof(__nv_bfloat16);
+  // Swizzled pages start 1024-byte aligned; the dynamic shared memory base is only promised 16 bytes.
+  static constexpr size_t kAlignSlack = Pages ? swizzle128::kAtomBytes : 0;
+  static constexpr size_t kSharedBytes = kAlignSlack + kTilesBytes + kQBytes;
+};
+
+// Where a warp's 16 keys of a tile lie in shared memory, as 16-byte chunks (8 columns) of rows. PaddedRows: row r
+// at r * row_stride elements. SwizzledPage: a page as its tensor-map copies land it.
+struct PaddedRows {
+  const __nv_bfloat16* first;
+  int row_stride;
+  __device__ __forceinline__ const __nv_bfloat16* chunk(int row, int c) const { return first + row * row_stride + c * 8; }
+};
+struct SwizzledPage {
+  const __nv_bfloat16* first;
+  __device__ __forceinline__ const __nv_bfloat16* chunk(int row, int c) const {
+    return first + swizzle128::chunk_offset(kWarpKeys, row, c) / sizeof(__nv_bfloat16);
+  }
+};
+
+// The tensor maps of a layer's keys and values for chunk_kernel's page copies: each viewed as [num_slots]
+// [num_kv_heads * HeadDim / 64][64], a box 16 slots of one 64-column half.
+struct KvPageMaps {
+  CUtensorMap keys;
+  CUtensorMap values;
 };
 
 // The cache slot of key `pos` of the sequence whose block table is `table`.
@@ -54,15 +94,17 @@ __device__ __forceinline__ int window_begin(const DecodeAttentionParams& p, int 
   return p.shape.sliding_window > 0 ? max(0, position - p.shape.sliding_window + 1) : 0;
 }
 
-// Keys [begin, end) of share `chunk` of num_splits equal shares (whole tiles) of a token's window.
+// Keys [begin, end) of share `chunk` of num_splits equal shares (whole tiles) of a token's window, the window's
+// start rounded down to a multiple of `align` (keys before the window weigh 0).
 struct ShareKeys {
   int begin = 0;
   int end = 0;
   int num_tiles = 0;
 };
 template <int TileKeys>
-__device__ __forceinline__ ShareKeys share_keys(const DecodeAttentionParams& p, int position, int chunk) {
-  const int first = window_begin(p, position);
+__device__ __forceinline__ ShareKeys share_keys(const DecodeAttentionParams& p, int position, int chunk, int align) {
+  const int window_first = window_begin(p, position);
+  const int first = window_first - window_first % align;
   const int num_keys = position + 1 - first;
   const int split_tokens = ((num_keys + p.num_splits - 1) / p.num_splits + TileKeys - 1) / TileKeys * TileKeys;
   ShareKeys k;
@@ -95,7 +137,7 @@ __device__ __forceinline__ void load_queries(const DecodeAttentionParams& p, __n
     const bool valid = r < group;
     const __nv_bfloat16* src =
         valid ? p.query + (static_cast<int64_t>(token) * s.num_heads + kv_head * group + r) * HeadDim + c * 8 : p.query;
-    cp_async_16(q_smem + r * L::kRowStride + c * 8, src, valid ? 16 : 0);
+    cp_async_16(q_smem + r * L::kQRowStride + c * 8, src, valid ? 16 : 0);
   }
   cp_async_commit();
   cp_async_wait<0>();
@@ -107,16 +149,15 @@ __device__ __forceinline__ void start_warp(WarpState<HeadDim>& w, const __nv_bfl
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < HeadDim / 16; ++kk) {
-    ldmatrix_x4(w.q_frag[kk], q_smem + (lane % 16) * L::kRowStride + kk * 16 + (lane / 16) * 8);
+    ldmatrix_x4(w.q_frag[kk], q_smem + (lane % 16) * L::kQRowStride + kk * 16 + (lane / 16) * 8);
   }
 }
 
-// The warp's 16 keys of a tile (k_tile, v_tile: their first row, rows `row_stride` elements apart), the first of
-// them at `first_key`: S = Q K^T, the online softmax, O += P V. Keys at or past `end` weigh 0.
-template <int HeadDim>
-__device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, const __nv_bfloat16* k_tile,
-                                            const __nv_bfloat16* v_tile, int row_stride, int first_key, int end,
-                                            float score_scale) {
+// The warp's 16 keys of a tile (k_rows, v_rows: PaddedRows or SwizzledPage), the first of them at `first_key`:
+// S = Q K^T, the online softmax, O += P V. Keys before `begin` or at or past `end` weigh 0.
+template <int HeadDim, typename Rows>
+__device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, Rows k_rows, Rows v_rows, int first_key, int begin,
+                                            int end, float score_scale) {
   const int lane = threadIdx.x % 32;
   const int quad_col = lane % 4;
   const int mat = lane / 8;
@@ -125,18 +166,19 @@ __device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, const __nv_bf
 #pragma unroll
   for (int kk = 0; kk < HeadDim / 16; ++kk) {
     uint32_t b[4];
-    ldmatrix_x4(b, k_tile + ((mat / 2) * 8 + mat_row) * row_stride + kk * 16 + (mat % 2) * 8);
+    ldmatrix_x4(b, k_rows.chunk((mat / 2) * 8 + mat_row, kk * 2 + mat % 2));
     mma_bf16_16816(s_acc[0], w.q_frag[kk], b[0], b[1]);
     mma_bf16_16816(s_acc[1], w.q_frag[kk], b[2], b[3]);
   }
 
-  const bool needs_mask = first_key + kWarpKeys > end;
+  const bool needs_mask = first_key < begin || first_key + kWarpKeys > end;
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float v = s_acc[n][e] * score_scale;
-      s_acc[n][e] = needs_mask && first_key + n * 8 + 2 * quad_col + (e & 1) >= end ? -INFINITY : v;
+      const int key = first_key + n * 8 + 2 * quad_col + (e & 1);
+      s_acc[n][e] = needs_mask && (key < begin || key >= end) ? -INFINITY : v;
     }
   }
 
@@ -162,7 +204,7 @@ __device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, const __nv_bf
 #pragma unroll
   for (int dn = 0; dn < HeadDim / 16; ++dn) {
     uint32_t b[4];
-    ldmatrix_x4_trans(b, v_tile + ((mat % 2) * 8 + mat_row) * row_stride + dn * 16 + (mat / 2) * 8);
+    ldmatrix_x4_trans(b, v_rows.chunk((mat % 2) * 8 + mat_row, dn * 2 + mat / 2));
     mma_bf16_16816(w.o_acc[2 * dn], a, b[0], b[1]);
     mma_bf16_16816(w.o_acc[2 * dn + 1], a, b[2], b[3]);
   }
@@ -225,14 +267,37 @@ __device__ __forceinline__ void merge_warps_and_write(const DecodeAttentionParam
   }
 }
 
-template <int HeadDim, int Warps, int Stages>
-__global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttentionParams p) {
-  using L = Layout<HeadDim, Warps, Stages>;
+// A page's value rows outside keys [begin, end) as zeros: a page copy brings whole pages, and rows of other
+// tokens or not yet written may hold anything, which P V would multiply by 0 (NaN times 0 is NaN). Each lane clears
+// one 64-column half row; it then fences its writes against the next copy into the stage.
+template <int HeadDim>
+__device__ __forceinline__ void clear_rows_outside(__nv_bfloat16* v_page, int first_key, int begin, int end) {
+  const int lane = threadIdx.x % 32;
+  const int row = lane % kWarpKeys;
+  const int half = lane / kWarpKeys;
+  const int key = first_key + row;
+  if (half < HeadDim / 64 && (key < begin || key >= end)) {
+    uint4* dst = reinterpret_cast<uint4*>(v_page + (half * kWarpKeys + row) * 64);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) dst[c] = make_uint4(0, 0, 0, 0);
+    fence_proxy_async_shared();
+  }
+  __syncwarp();
+}
+
+template <int HeadDim, int Warps, int Stages, bool Pages>
+__global__ void __launch_bounds__(Warps * 32)
+    chunk_kernel(const DecodeAttentionParams p, const __grid_constant__ KvPageMaps maps) {
+  using L = Layout<HeadDim, Warps, Stages, Pages>;
   constexpr int kTileKeys = L::kTileKeys;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* k_tiles = q_smem + kRows * L::kRowStride;  // [Stages][kTileKeys][kRowStride]
+  unsigned char* smem = smem_raw;
+  if constexpr (Pages) {
+    smem += (swizzle128::kAtomBytes - smem_address(smem_raw) % swizzle128::kAtomBytes) % swizzle128::kAtomBytes;
+  }
+  __nv_bfloat16* k_tiles = reinterpret_cast<__nv_bfloat16*>(smem);  // [Stages][kTileElems]
   __nv_bfloat16* v_tiles = k_tiles + Stages * L::kTileElems;
+  __nv_bfloat16* q_smem = reinterpret_cast<__nv_bfloat16*>(smem + L::kTilesBytes);
 
   __shared__ uint64_t tile_ready[Stages];  // one mbarrier per stage: its keys and values have landed
 
@@ -246,36 +311,59 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
 
   const int token = p.item_token[item];
   const int seq = p.batch.token_seq[token];
-  const ShareKeys keys = share_keys<kTileKeys>(p, p.batch.positions[token], p.item_chunk[item]);
+  const int position = p.batch.positions[token];
+  const int window_first = window_begin(p, position);
+  const ShareKeys keys = share_keys<kTileKeys>(p, position, p.item_chunk[item], Pages ? kWarpKeys : 1);
 
   if (threadIdx.x == 0) {
-    for (int stage = 0; stage < Stages; ++stage) mbarrier_init(&tile_ready[stage], kTileKeys);
+    for (int stage = 0; stage < Stages; ++stage) mbarrier_init(&tile_ready[stage], L::kLoaders);
     mbarrier_init_fence();
   }
   __syncthreads();
 
-  // Thread r < kTileKeys brings key row r of a tile: one block-table lookup, one bulk copy each for its key and
-  // value. Rows past the share repeat the share's last key, whose scores are masked to weight 0, so that P V
-  // never multiplies garbage.
+  // Thread t < kLoaders issues its copies of every tile, each arriving on the stage's barrier once. Row copies:
+  // thread r brings key row r, its key and value (rows past the share repeat the share's last key, whose scores
+  // are masked to weight 0, so that P V never multiplies garbage). Page copies: thread t brings page
+  // t / kPageCopies of the tile (warp t / kPageCopies's keys), its keys' or values' half t % kHalves.
   const int32_t* table = p.kv.block_tables + p.kv.block_table_offsets[seq];
-  constexpr uint32_t kRowBytes = HeadDim * sizeof(__nv_bfloat16);
-  const auto tile_position = [&](int tile) {
-    return min(keys.begin + tile * kTileKeys + static_cast<int>(threadIdx.x), keys.end - 1);
-  };
-  const auto load_row = [&](int stage, int pos) {
-    const int64_t row = (key_slot(p, table, pos) * p.shape.num_kv_heads + kv_head) * HeadDim;
-    const int dst = stage * L::kTileElems + threadIdx.x * L::kRowStride;
-    mbarrier_arrive_expect_tx(&tile_ready[stage], 2 * kRowBytes);
-    bulk_copy_g2s(k_tiles + dst, p.kv.keys + row, kRowBytes, &tile_ready[stage]);
-    bulk_copy_g2s(v_tiles + dst, p.kv.values + row, kRowBytes, &tile_ready[stage]);
-  };
-  const auto load_tile = [&](int tile, int stage) {
-    if (tile < keys.num_tiles && threadIdx.x < kTileKeys) load_row(stage, tile_position(tile));
-  };
   const int cached_before_step = p.batch.num_cached_tokens[seq];
-  const auto load_first_tiles = [&](bool cached_rows) {
+  constexpr uint32_t kRowBytes = HeadDim * sizeof(__nv_bfloat16);
+  const int loader_offset =
+      Pages ? static_cast<int>(threadIdx.x) / L::kPageCopies * kWarpKeys : static_cast<int>(threadIdx.x);
+  const auto first_position = [&](int tile) { return keys.begin + tile * kTileKeys + loader_offset; };
+  // Whether the thread's copies of `tile` read only rows that earlier steps cached (or read nothing).
+  const auto cached_copies = [&](int tile) {
+    const int pos = first_position(tile);
+    return Pages ? pos >= keys.end || pos + kWarpKeys <= cached_before_step
+                 : min(pos, keys.end - 1) < cached_before_step;
+  };
+  const auto load = [&](int tile, int stage) {
+    const int pos = first_position(tile);
+    if constexpr (Pages) {
+      if (pos >= keys.end) {
+        mbarrier_arrive(&tile_ready[stage]);
+        return;
+      }
+      const int copy = threadIdx.x % L::kPageCopies;
+      const int half = copy % L::kHalves;
+      const bool values = copy >= L::kHalves;
+      __nv_bfloat16* dst = (values ? v_tiles : k_tiles) + stage * L::kTileElems +
+                           (threadIdx.x / L::kPageCopies) * kWarpKeys * HeadDim + half * kWarpKeys * 64;
+      mbarrier_arrive_expect_tx(&tile_ready[stage], L::kPageCopyBytes);
+      tensor_copy_3d_g2s(dst, values ? &maps.values : &maps.keys, 0, kv_head * L::kHalves + half,
+                         static_cast<int>(key_slot(p, table, pos)), &tile_ready[stage]);
+    } else {
+      const int64_t row = (key_slot(p, table, min(pos, keys.end - 1)) * p.shape.num_kv_heads + kv_head) * HeadDim;
+      const int dst = stage * L::kTileElems + threadIdx.x * L::kKeyRowStride;
+      mbarrier_arrive_expect_tx(&tile_ready[stage], 2 * kRowBytes);
+      bulk_copy_g2s(k_tiles + dst, p.kv.keys + row, kRowBytes, &tile_ready[stage]);
+      bulk_copy_g2s(v_tiles + dst, p.kv.values + row, kRowBytes, &tile_ready[stage]);
+    }
+  };
+  const bool loader = threadIdx.x < L::kLoaders;
+  const auto load_first_tiles = [&](bool cached) {
     for (int t = 0; t < Stages - 1 && t < keys.num_tiles; ++t) {
-      if (threadIdx.x < kTileKeys && (tile_position(t) < cached_before_step) == cached_rows) load_row(t, tile_position(t));
+      if (loader && cached_copies(t) == cached) load(t, t);
     }
   };
   load_first_tiles(true);
@@ -292,12 +380,24 @@ __global__ void __launch_bounds__(Warps * 32) chunk_kernel(const DecodeAttention
   for (int tile = 0; tile < keys.num_tiles; ++tile) {
     // Every warp is done with tile - 1, whose stage the next load refills.
     if (tile > 0) __syncthreads();
-    load_tile(tile + Stages - 1, (tile + Stages - 1) % Stages);
+    const int next = tile + Stages - 1;
+    if (loader && next < keys.num_tiles) load(next, next % Stages);
     const int stage = tile % Stages;
+    const int first_key = keys.begin + tile * kTileKeys + warp * kWarpKeys;
+    if (first_key >= keys.end) continue;  // past the share: nothing of this warp's to wait for
     mbarrier_wait_parity(&tile_ready[stage], (tile / Stages) & 1);
-    const int offset = stage * L::kTileElems + warp * kWarpKeys * L::kRowStride;
-    attend_keys<HeadDim>(state, k_tiles + offset, v_tiles + offset, L::kRowStride,
-                         keys.begin + tile * kTileKeys + warp * kWarpKeys, keys.end, score_scale);
+    const int offset = stage * L::kTileElems + warp * kWarpKeys * L::kKeyRowStride;
+    if constexpr (Pages) {
+      if (first_key < window_first || first_key + kWarpKeys > keys.end) {
+        clear_rows_outside<HeadDim>(v_tiles + offset, first_key, window_first, keys.end);
+      }
+      attend_keys<HeadDim>(state, SwizzledPage{k_tiles + offset}, SwizzledPage{v_tiles + offset}, first_key,
+                           window_first, keys.end, score_scale);
+    } else {
+      attend_keys<HeadDim>(state, PaddedRows{k_tiles + offset, L::kKeyRowStride},
+                           PaddedRows{v_tiles + offset, L::kKeyRowStride}, first_key, keys.begin, keys.end,
+                           score_scale);
+    }
   }
   __syncthreads();  // every warp is done with the tiles (all landed: each was waited for): the space holds the merge
   merge_warps_and_write<HeadDim, Warps>(p, state, reinterpret_cast<float*>(k_tiles), item, token, kv_head);
@@ -468,17 +568,17 @@ __global__ void __launch_bounds__((kDecodeAllHeadsMaxKvHeads + 1) * 32)
     const int stage = n % stages;
     mbarrier_wait_parity(&full[stage], (n / stages) & 1);
     const __nv_bfloat16* k_tile = tiles + 2 * stage * tensor_elems + warp * HeadDim;
-    attend_keys<HeadDim>(state, k_tile, k_tile + tensor_elems, row_stride, first_key + (share + n * shares) * kWarpKeys,
-                         position + 1, score_scale);
+    attend_keys<HeadDim>(state, PaddedRows{k_tile, row_stride}, PaddedRows{k_tile + tensor_elems, row_stride},
+                         first_key + (share + n * shares) * kWarpKeys, first_key, position + 1, score_scale);
     mbarrier_arrive(&empty[stage]);  // every lane, after its own reads of the stage
   }
   write_warp_share<HeadDim>(p, state, item, token, warp);
 }
 
-template <int HeadDim, int Warps, int Stages>
-void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t stream) {
-  constexpr size_t smem = Layout<HeadDim, Warps, Stages>::kSharedBytes;
-  auto kernel = chunk_kernel<HeadDim, Warps, Stages>;
+template <int HeadDim, int Warps, int Stages, bool Pages>
+void launch_chunk_kernel(const DecodeAttentionParams& params, const KvPageMaps& maps, cudaStream_t stream) {
+  constexpr size_t smem = Layout<HeadDim, Warps, Stages, Pages>::kSharedBytes;
+  auto kernel = chunk_kernel<HeadDim, Warps, Stages, Pages>;
   // The whole shared-memory carveout, so that as many blocks as possible fit on an SM.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err == cudaSuccess) {
@@ -486,14 +586,35 @@ void launch_chunk_kernel(const DecodeAttentionParams& params, cudaStream_t strea
   }
   if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
   const dim3 grid(params.num_items, params.shape.num_kv_heads);
-  launch_dependent("decode attention", kernel, grid, Warps * 32, smem, stream, params);
+  launch_dependent("decode attention", kernel, grid, Warps * 32, smem, stream, params, maps);
+}
+
+// Whether chunk_kernel can bring the cache's keys in pages: whole pages in a block, slots that a tensor map's
+// 32-bit coordinates reach.
+inline bool pages_fit(const PagedKv& kv) {
+  return kv.block_size % kWarpKeys == 0 && kv.num_slots > 0 && kv.num_slots <= INT32_MAX;
+}
+
+template <int HeadDim>
+KvPageMaps kv_page_maps(const DecodeAttentionParams& p) {
+  const uint64_t halves = static_cast<uint64_t>(p.shape.num_kv_heads) * HeadDim / 64;
+  const uint64_t dims[3] = {64, halves, static_cast<uint64_t>(p.kv.num_slots)};
+  const uint64_t byte_strides[2] = {64 * sizeof(__nv_bfloat16), halves * 64 * sizeof(__nv_bfloat16)};
+  const uint32_t box[3] = {64, 1, kWarpKeys};
+  return {bf16_tensor_map_3d_swizzle128(p.kv.keys, dims, byte_strides, box),
+          bf16_tensor_map_3d_swizzle128(p.kv.values, dims, byte_strides, box)};
 }
 
 }  // namespace decode_mma
 
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream) {
-  decode_mma::launch_chunk_kernel<HeadDim, decode_mma::kDefaultWarps, decode_mma::kDefaultStages>(params, stream);
+  using namespace decode_mma;
+  if (pages_fit(params.kv)) {
+    launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true>(params, kv_page_maps<HeadDim>(params), stream);
+  } else {
+    launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, false>(params, KvPageMaps{}, stream);
+  }
 }
 
 template <int HeadDim>

@@ -9,6 +9,7 @@ struct PagedKv {
   const __nv_bfloat16* keys = nullptr;    // [num_slots, num_kv_heads, head_dim]
   const __nv_bfloat16* values = nullptr;  // [num_slots, num_kv_heads, head_dim]
   int block_size = 0;
+  int64_t num_slots = 0;  // rows of keys and values (blocks x block_size), for the decode kernel's tensor maps
   const int32_t* block_tables = nullptr;         // all sequences' block tables back to back
   const int32_t* block_table_offsets = nullptr;  // [num_seqs]: where each sequence's table starts
 

@@ -79,10 +79,15 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals));
 }
+// Orders this thread's earlier generic-proxy shared-memory accesses (st.shared, cp.async) before later
+// async-proxy ones (wgmma operand reads, bulk and tensor copies), and the reverse.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 // Makes initialized barriers visible to the copy engine; a __syncthreads must follow before their first use.
 __device__ __forceinline__ void mbarrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  fence_proxy_async_shared();
 }
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
@@ -112,6 +117,16 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
           smem_address(smem)),
       "l"(gmem), "r"(bytes), "r"(smem_address(bar))
+      : "memory");
+}
+
+// The box of a TMA tensor map (common/tensor_map.h; `map` a __grid_constant__ parameter's address) at element
+// coordinates (x, y, z) into shared memory (1024-byte aligned for the 128-byte swizzle), counted on `bar`.
+__device__ __forceinline__ void tensor_copy_3d_g2s(void* smem, const void* map, int x, int y, int z, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_address(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(smem_address(bar))
       : "memory");
 }
 

@@ -31,12 +31,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// Orders this thread's earlier generic-proxy shared-memory accesses (st.shared, cp.async) before later
-// async-proxy ones (wgmma operand reads, bulk copies), and the reverse.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Warp-specialised kernels hand registers from the producer warpgroup to the consumers (all warps of a
 // warpgroup execute the same instruction; counts are multiples of 8 in [24, 256]).
 template <int Registers>

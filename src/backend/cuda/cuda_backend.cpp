@@ -1123,6 +1123,7 @@ class CudaBackend final : public Backend {
     kv.keys = cache.keys[layer].ptr<bf16>();
     kv.values = cache.layers[layer].value_dim ? cache.values[layer].ptr<bf16>() : nullptr;
     kv.block_size = checked_int(cache.block_size, "block_size");
+    kv.num_slots = cache.keys[layer].size(0);
     kv.block_tables = ctx.block_tables();
     kv.block_table_offsets = ctx.block_table_offsets(cache.layer_group.at(layer));
     return kv;

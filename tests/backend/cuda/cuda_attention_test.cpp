@@ -3,7 +3,8 @@
 // batches, and every head size built (the tiled prefill kernel for 64/128, on wgmma; split-KV on tensor cores for
 // 64/128, per KV head or, for steps of more tokens x KV heads than SMs, all KV heads in one block; on CUDA cores for
 // 16/32/256), with KV blocks of 16 tokens and of sizes that do not divide the kernels' 64- and 128-key tiles or
-// exceed them.
+// exceed them (the per-KV-head decode kernel copies pages of 16 keys from blocks of multiples of 16, rows
+// otherwise).
 #include <numeric>
 
 #include "cuda_test_util.h"

@@ -1,0 +1,50 @@
+#include "common/tensor_map.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace tern::kernels {
+
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static const EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == nullptr) {
+      throw std::runtime_error(std::string("tensor map: the driver has no cuTensorMapEncodeTiled: ") +
+                               cudaGetErrorString(err));
+    }
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encode;
+}
+
+}  // namespace
+
+CUtensorMap bf16_tensor_map_3d_swizzle128(const void* base, const uint64_t (&dims)[3],
+                                          const uint64_t (&byte_strides)[2], const uint32_t (&box)[3]) {
+  CUtensorMap map{};
+  const cuuint64_t global_dims[3] = {dims[0], dims[1], dims[2]};
+  const cuuint64_t global_strides[2] = {byte_strides[0], byte_strides[1]};
+  const cuuint32_t box_dims[3] = {box[0], box[1], box[2]};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result =
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), global_dims, global_strides,
+                     box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    throw std::runtime_error("tensor map: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(result) + ")");
+  }
+  return map;
+}
+
+}  // namespace tern::kernels
