@@ -53,15 +53,17 @@ struct DecodeAttentionParams {
   }
 };
 
-// Shares per token for `num_tokens` decode tokens whose longest context (keys of one token) is `max_keys`: as
-// many blocks (token x share x KV head) as fit on `num_sms` SMs at once (the tensor-core kernel holds three blocks
-// per SM for head_dim 128, more for 64), rounded down so that the launch is one full wave rather than a wave and a
-// sliver (on the H200, 320 blocks where 264 fit ran at 43% of copy bandwidth, 256 blocks at 58%), at most
-// kDecodeMaxSplits (the combine reads every share). Short contexts take fewer: one share per kDecodeShareKeys keys,
+// Shares per token for `num_tokens` decode tokens whose longest context (keys of one token) is `max_keys`: two
+// blocks (token x share x KV head) per SM on `num_sms` SMs, rounded down so that the launch is one wave rather
+// than a wave and a sliver (on the H200, 320 blocks where 264 fit ran at 43% of copy bandwidth, 256 blocks at 58%),
+// at most kDecodeMaxSplits (the merge reads every share). The tensor-core kernel holds three blocks per SM for
+// head_dim 128, which its row copies need; with page copies, two an SM make longer shares and fewer to merge: on
+// the 8B model at 4K context (docs/BENCHMARKS.md) batch 1 decoded 1.7% faster, batch 2 1.4%, batch 4 0.5%, batches
+// 8 and 16 0.4-0.8% slower. Short contexts take fewer: one share per kDecodeShareKeys keys,
 // rounded up to a power of two so that one recorded graph serves a range of lengths. Empty shares were not free:
 // batch-1 decode of the 8B model at 128-384 keys ran at 231.2 tok/s with 8 shares, 228.1 with 49.
 constexpr int kDecodeMaxSplits = kMergeMaxShares;
-constexpr int kDecodeBlocksPerSm = 3;
+constexpr int kDecodeBlocksPerSm = 2;
 constexpr int kDecodeShareKeys = 64;  // the tensor-core kernel's key tile
 inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num_sms, int64_t max_keys) {
   const int tokens_heads = num_tokens * num_kv_heads > 0 ? num_tokens * num_kv_heads : 1;
@@ -73,9 +75,9 @@ inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num
 }
 
 // The decode attention of a step: its kernel and the shares per token. The per-KV-head kernel's blocks are small
-// (three an SM), each streaming its KV head's keys (pages of 16, or rows where the cache's blocks are not whole
-// pages): it reaches the copy bandwidth only with a full wave of them, that is, with num_sms * 3 / (tokens x KV
-// heads) shares of long enough contexts. Once a step's tokens x KV heads outnumber the SMs, the plan has one or
+// (up to three an SM), each streaming its KV head's keys (pages of 16, or rows where the cache's blocks are not
+// whole pages): it reaches the copy bandwidth only with a full wave of them, that is, with num_sms * 2 / (tokens x
+// KV heads) shares of long enough contexts. Once a step's tokens x KV heads outnumber the SMs, the plan has one or
 // two shares a token and the wave is short of blocks; then one block an SM for all KV heads of a share (2 KB
 // copies, a key's rows of every head) streams at the SM's share of the bandwidth: num_sms / tokens shares, where
 // every SM gets at least kDecodeAllHeadsMinKeysPerSm keys.

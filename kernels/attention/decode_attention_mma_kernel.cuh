@@ -27,7 +27,8 @@ namespace decode_mma {
 
 constexpr int kRows = 16;  // query heads of the group, zero-padded: the mma's M
 constexpr int kWarpKeys = 16;
-// 4 warps and 2 stages (64-key tiles) fit three blocks per SM for head_dim 128, which the row copies below need.
+// 4 warps and 2 stages (64-key tiles) fit three blocks per SM for head_dim 128, which the row copies below need
+// (the plan fills two an SM, decode_attention.h).
 // With page copies, deeper pipelines at fewer blocks per SM were slower on the H200 (1 block of 4-6 stages, or of
 // 8 warps: 64-76% of the copy bandwidth at batch 1 and 32K keys, 67-86% at batch 8, against 74% and 92%), and 2
 // or 3 blocks per SM about the same (docs/BENCHMARKS.md).

@@ -12,8 +12,8 @@ constexpr int kSms = 132;  // the H200's
 constexpr int kKvHeads = 8;
 
 TEST(DecodeSplitsTest, OneFullWaveAtLongContexts) {
-  EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 32768), 49);  // 392 blocks where 396 fit
-  EXPECT_EQ(decode_attention_num_splits(8, kKvHeads, kSms, 32768), 6);
+  EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 32768), 33);  // 264 blocks: two an SM
+  EXPECT_EQ(decode_attention_num_splits(8, kKvHeads, kSms, 32768), 4);
   EXPECT_EQ(decode_attention_num_splits(64, kKvHeads, kSms, 32768), 1);
   EXPECT_EQ(decode_attention_num_splits(1, 1, kSms, 1 << 20), kDecodeMaxSplits);
 }
@@ -25,9 +25,10 @@ TEST(DecodeSplitsTest, AShareFor64KeysRoundedUpToAPowerOfTwo) {
   EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 129), 4);
   EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 385), 8);
   EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 2048), 32);
-  EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 2049), 49);  // capped by the wave
+  EXPECT_EQ(decode_attention_num_splits(1, kKvHeads, kSms, 2049), 33);  // capped by the wave
   EXPECT_EQ(decode_attention_num_splits(8, kKvHeads, kSms, 200), 4);
-  EXPECT_EQ(decode_attention_num_splits(8, kKvHeads, kSms, 300), 6);
+  EXPECT_EQ(decode_attention_num_splits(8, kKvHeads, kSms, 300), 4);
+  EXPECT_EQ(decode_attention_num_splits(4, kKvHeads, kSms, 1100), 8);  // capped by the wave (8.25 shares)
 }
 
 TEST(DecodeSplitsTest, AllHeadsOnceTokensTimesKvHeadsOutnumberTheSms) {
