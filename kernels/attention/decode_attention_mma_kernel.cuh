@@ -37,8 +37,8 @@ constexpr int kDefaultStages = 2;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // chunk_kernel's tiles come in one of two ways. Where the cache's blocks hold whole pages of kWarpKeys keys
-// (block_size a multiple of 16), a tensor-map copy (TMA) brings a page of one KV head, 16 rows of 64 columns a
-// copy (2 KB), into smem_swizzle.h's 128-byte swizzled layout. Otherwise a bulk copy brings each key's row of the
+// (block_size a multiple of 16), a tensor-map copy (TMA) brings a page of one KV head's keys or values (4 KB for
+// head_dim 128) into smem_swizzle.h's 128-byte swizzled layout. Otherwise a bulk copy brings each key's row of the
 // head (256 bytes for head_dim 128), padded by 16 bytes in shared memory so that ldmatrix rows hit distinct banks;
 // a block issues those at about 8.5 GB/s on the H200 whatever its pipeline depth. Pages against rows, same call
 // (docs/BENCHMARKS.md): batch 1 at 32K keys 73% of the copy bandwidth against 64%, batch 8 92% against 89%,
@@ -50,10 +50,8 @@ struct Layout {
   static constexpr int kQRowStride = HeadDim + 8;
   static constexpr int kKeyRowStride = Pages ? HeadDim : HeadDim + 8;
   static constexpr int kTileElems = kTileKeys * kKeyRowStride;
-  static constexpr int kHalves = HeadDim / 64;        // a page copy brings 64 columns
-  static constexpr int kPageCopies = 2 * kHalves;     // of keys and values
-  static constexpr int kLoaders = Pages ? Warps * kPageCopies : kTileKeys;  // threads issuing a tile's copies
-  static constexpr uint32_t kPageCopyBytes = kWarpKeys * 64 * sizeof(__nv_bfloat16);
+  static constexpr int kLoaders = Pages ? Warps * 2 : kTileKeys;  // threads issuing a tile's copies
+  static constexpr uint32_t kPageBytes = kWarpKeys * HeadDim * sizeof(__nv_bfloat16);
   static constexpr size_t kPipelineBytes = 2 * Stages * kTileElems * sizeof(__nv_bfloat16);
   // After the loop the pipeline's space holds each warp's O rows, row maxima and row sums for the merge.
   static constexpr size_t kMergeBytes = Warps * kRows * (HeadDim + 2) * sizeof(float);
@@ -78,8 +76,7 @@ struct SwizzledPage {
   }
 };
 
-// The tensor maps of a layer's keys and values for chunk_kernel's page copies: each viewed as [num_slots]
-// [num_kv_heads * HeadDim / 64][64], a box 16 slots of one 64-column half.
+// The tensor maps of a layer's keys and values for chunk_kernel's page copies (kv_page_maps).
 struct KvPageMaps {
   CUtensorMap keys;
   CUtensorMap values;
@@ -324,13 +321,13 @@ __global__ void __launch_bounds__(Warps * 32)
 
   // Thread t < kLoaders issues its copies of every tile, each arriving on the stage's barrier once. Row copies:
   // thread r brings key row r, its key and value (rows past the share repeat the share's last key, whose scores
-  // are masked to weight 0, so that P V never multiplies garbage). Page copies: thread t brings page
-  // t / kPageCopies of the tile (warp t / kPageCopies's keys), its keys' or values' half t % kHalves.
+  // are masked to weight 0, so that P V never multiplies garbage). Page copies: thread t brings page t / 2 of the
+  // tile (warp t / 2's keys), its keys (t even) or values.
   const int32_t* table = p.kv.block_tables + p.kv.block_table_offsets[seq];
   const int cached_before_step = p.batch.num_cached_tokens[seq];
   constexpr uint32_t kRowBytes = HeadDim * sizeof(__nv_bfloat16);
   const int loader_offset =
-      Pages ? static_cast<int>(threadIdx.x) / L::kPageCopies * kWarpKeys : static_cast<int>(threadIdx.x);
+      Pages ? static_cast<int>(threadIdx.x) / 2 * kWarpKeys : static_cast<int>(threadIdx.x);
   const auto first_position = [&](int tile) { return keys.begin + tile * kTileKeys + loader_offset; };
   // Whether the thread's copies of `tile` read only rows that earlier steps cached (or read nothing).
   const auto cached_copies = [&](int tile) {
@@ -345,14 +342,12 @@ __global__ void __launch_bounds__(Warps * 32)
         mbarrier_arrive(&tile_ready[stage]);
         return;
       }
-      const int copy = threadIdx.x % L::kPageCopies;
-      const int half = copy % L::kHalves;
-      const bool values = copy >= L::kHalves;
-      __nv_bfloat16* dst = (values ? v_tiles : k_tiles) + stage * L::kTileElems +
-                           (threadIdx.x / L::kPageCopies) * kWarpKeys * HeadDim + half * kWarpKeys * 64;
-      mbarrier_arrive_expect_tx(&tile_ready[stage], L::kPageCopyBytes);
-      tensor_copy_3d_g2s(dst, values ? &maps.values : &maps.keys, 0, kv_head * L::kHalves + half,
-                         static_cast<int>(key_slot(p, table, pos)), &tile_ready[stage]);
+      const bool values = threadIdx.x % 2;
+      __nv_bfloat16* dst =
+          (values ? v_tiles : k_tiles) + stage * L::kTileElems + (threadIdx.x / 2) * kWarpKeys * HeadDim;
+      mbarrier_arrive_expect_tx(&tile_ready[stage], L::kPageBytes);
+      tensor_copy_3d_g2s(dst, values ? &maps.values : &maps.keys, 0, static_cast<int>(key_slot(p, table, pos)),
+                         kv_head * (HeadDim / 64), &tile_ready[stage]);
     } else {
       const int64_t row = (key_slot(p, table, min(pos, keys.end - 1)) * p.shape.num_kv_heads + kv_head) * HeadDim;
       const int dst = stage * L::kTileElems + threadIdx.x * L::kKeyRowStride;
@@ -596,12 +591,16 @@ inline bool pages_fit(const PagedKv& kv) {
   return kv.block_size % kWarpKeys == 0 && kv.num_slots > 0 && kv.num_slots <= INT32_MAX;
 }
 
+// Keys (values) viewed as [64-column blocks of every head's row][num_slots][64 columns]: the column blocks are
+// 128 bytes apart and the slots a row apart, a stride order a tensor map allows, so that a box of 16 slots and a
+// head's column blocks lands as smem_swizzle.h's tile, column block after column block. (A box per column block,
+// two copies a page for head_dim 128: batch 8 at 32K keys 92-93% of the copy bandwidth against 94%.)
 template <int HeadDim>
 KvPageMaps kv_page_maps(const DecodeAttentionParams& p) {
-  const uint64_t halves = static_cast<uint64_t>(p.shape.num_kv_heads) * HeadDim / 64;
-  const uint64_t dims[3] = {64, halves, static_cast<uint64_t>(p.kv.num_slots)};
-  const uint64_t byte_strides[2] = {64 * sizeof(__nv_bfloat16), halves * 64 * sizeof(__nv_bfloat16)};
-  const uint32_t box[3] = {64, 1, kWarpKeys};
+  const uint64_t column_blocks = static_cast<uint64_t>(p.shape.num_kv_heads) * HeadDim / 64;
+  const uint64_t dims[3] = {64, static_cast<uint64_t>(p.kv.num_slots), column_blocks};
+  const uint64_t byte_strides[2] = {column_blocks * 64 * sizeof(__nv_bfloat16), 64 * sizeof(__nv_bfloat16)};
+  const uint32_t box[3] = {64, kWarpKeys, HeadDim / 64};
   return {bf16_tensor_map_3d_swizzle128(p.kv.keys, dims, byte_strides, box),
           bf16_tensor_map_3d_swizzle128(p.kv.values, dims, byte_strides, box)};
 }
