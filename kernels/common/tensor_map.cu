@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace tern::kernels {
 
@@ -32,14 +33,12 @@ EncodeTiled encode_tiled() {
 
 CUtensorMap bf16_tensor_map_3d_swizzle128(const void* base, const uint64_t (&dims)[3],
                                           const uint64_t (&byte_strides)[2], const uint32_t (&box)[3]) {
+  static_assert(std::is_same_v<cuuint64_t, uint64_t> && std::is_same_v<cuuint32_t, uint32_t>);
   CUtensorMap map{};
-  const cuuint64_t global_dims[3] = {dims[0], dims[1], dims[2]};
-  const cuuint64_t global_strides[2] = {byte_strides[0], byte_strides[1]};
-  const cuuint32_t box_dims[3] = {box[0], box[1], box[2]};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult result =
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), global_dims, global_strides,
-                     box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, byte_strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     throw std::runtime_error("tensor map: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(result) + ")");
