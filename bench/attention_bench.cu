@@ -147,9 +147,11 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
                   bool other_kernel = false) {
   int num_sms = 0;
   check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
-  const DecodeAttentionPlan planned = plan_decode_attention(batch, kv_heads, num_sms, context);
+  // Blocks of 16 tokens and head_dim 64 or 128 (make_batch): the whole-context kernel is the plan's to choose.
+  const DecodeAttentionPlan planned = plan_decode_attention(batch, {kv_heads, true}, num_sms, context);
   DecodeAttentionPlan plan = planned;
   if (other_kernel) {
+    plan.whole_context = false;
     plan.all_heads = !planned.all_heads;
     plan.num_splits = plan.all_heads ? decode_attention_all_heads_splits(batch, num_sms)
                                      : decode_attention_num_splits(batch, kv_heads, num_sms, context);
@@ -168,6 +170,7 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
     p.partial_out = device_alloc<float>(size_t(p.num_items) * heads * head_dim);
     p.partial_lse = device_alloc<float>(size_t(p.num_items) * heads);
     p.all_heads = with.all_heads;
+    p.whole_context = with.whole_context;
     return p;
   };
   constexpr int kSets = 3;

@@ -42,8 +42,10 @@ struct DecodeAttentionParams {
   float* out_lse = nullptr;
 
   // The plan's kernel (DecodeAttentionPlan): one block per item for all KV heads, where the layer's shape has it
-  // (decode_attention_all_heads_supports); otherwise one block per item and KV head.
+  // (decode_attention_all_heads_supports); otherwise one block per item and KV head, the whole-context kernel
+  // where whole_context is set and the cache's blocks are whole pages.
   bool all_heads = false;
+  bool whole_context = false;
 
   // One share per token and nothing to merge in (no sinks, no log-sum-exp asked for): the share kernel writes the
   // bf16 output itself and no merge runs (batch-128 decode on the 8B model spent 6.8 us a layer in a merge that
@@ -90,13 +92,33 @@ constexpr int64_t kDecodeAllHeadsMinKeysPerSm = 128;
 struct DecodeAttentionPlan {
   int num_splits = 1;
   bool all_heads = false;
+  bool whole_context = false;
 };
+// What the plan needs to know of a model's attention layers, one plan serving every layer of a step.
+struct DecodeLayers {
+  int num_kv_heads = 1;  // the most of any layer (an MLA layer counts as kMlaDecodeSplitHeads)
+  // Every layer decodes with the per-KV-head tensor-core kernel (head_dim 64 or 128) reading whole pages (cache
+  // blocks of a multiple of 16 tokens), so that the plan may choose its whole-context form.
+  bool whole_context = false;
+};
+// Short contexts at few tokens: one share per (token, KV head) holding the whole context, so that nothing is
+// merged. Its kernel (8 warps, 3 stages of 128 keys, a block an SM) has every key of up to
+// kDecodeWholeContextKeys in flight at once, the ones earlier steps cached before the wait for the q/k/v
+// projection. Batch-1 decode of the 8B model at 128-384 keys: 247.8 tok/s against 244.3 with 2-8 shares and their
+// merge; 4 warps and 6 stages of 64 keys 246.8 (docs/BENCHMARKS.md).
+constexpr int64_t kDecodeWholeContextKeys = 384;
 // The all-heads kernel's shares per token: a block an SM, at least one share and at most kDecodeMaxSplits.
 inline int decode_attention_all_heads_splits(int num_tokens, int num_sms) {
   const int per_sm = num_tokens > 0 ? num_sms / num_tokens : num_sms;
   return per_sm < 1 ? 1 : (per_sm > kDecodeMaxSplits ? kDecodeMaxSplits : per_sm);
 }
-inline DecodeAttentionPlan plan_decode_attention(int num_tokens, int num_kv_heads, int num_sms, int64_t max_keys) {
+inline DecodeAttentionPlan plan_decode_attention(int num_tokens, const DecodeLayers& layers, int num_sms,
+                                                 int64_t max_keys) {
+  const int num_kv_heads = layers.num_kv_heads;
+  if (layers.whole_context && num_tokens > 0 && num_tokens * num_kv_heads <= num_sms &&
+      max_keys <= kDecodeWholeContextKeys) {
+    return {1, false, true};
+  }
   if (num_tokens > 0 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads && num_tokens * num_kv_heads > num_sms &&
       static_cast<int64_t>(num_tokens) * max_keys >= static_cast<int64_t>(num_sms) * kDecodeAllHeadsMinKeysPerSm) {
     return {decode_attention_all_heads_splits(num_tokens, num_sms), true};

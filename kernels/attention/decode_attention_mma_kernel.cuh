@@ -34,6 +34,9 @@ constexpr int kWarpKeys = 16;
 // or 3 blocks per SM about the same (docs/BENCHMARKS.md).
 constexpr int kDefaultWarps = 4;
 constexpr int kDefaultStages = 2;
+// The whole-context plan (kDecodeWholeContextKeys): a block an SM, three 128-key tiles in flight.
+constexpr int kWholeContextWarps = 8;
+constexpr int kWholeContextStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // chunk_kernel's tiles come in one of two ways. Where the cache's blocks hold whole pages of kWarpKeys keys
@@ -610,7 +613,10 @@ KvPageMaps kv_page_maps(const DecodeAttentionParams& p) {
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream) {
   using namespace decode_mma;
-  if (pages_fit(params.kv)) {
+  if (params.whole_context && pages_fit(params.kv)) {
+    launch_chunk_kernel<HeadDim, kWholeContextWarps, kWholeContextStages, true>(params, kv_page_maps<HeadDim>(params),
+                                                                               stream);
+  } else if (pages_fit(params.kv)) {
     launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true>(params, kv_page_maps<HeadDim>(params), stream);
   } else {
     launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, false>(params, KvPageMaps{}, stream);

@@ -32,10 +32,11 @@ elif command -v compute-sanitizer >/dev/null; then
   # The op, MoE and attention tests exercise every kernel; the model tests add nothing the sanitizer would see.
   # cuBLAS's own split-K GEMM kernels report racecheck hazards (seen 2026-11, nvjet_sm90_*_splitK): the linear
   # and grouped-linear tests stay out of the sanitizer runs, which check our kernels.
-  # Attention cases 16 and 18: the all-heads decode kernel (head_dim 128 with sinks; 64 with a window).
+  # Attention cases 16 and 18: the all-heads decode kernel (head_dim 128 with sinks; 64 with a window); 30 and 32:
+  # the whole-context decode kernel (without and with a window).
   # The MLA cases: the fixture's dims (16-padding), odd heads with three value chunks, values of 560. The V4 cases:
   # every DeepSeek-V4 op at the fixture's dims and larger.
-  filter='CudaOpsTest.*:CudaMoeTest.*:Shapes/CudaAttentionTest.MatchesCpu/0:Shapes/CudaAttentionTest.MatchesCpu/3:Shapes/CudaAttentionTest.MatchesCpu/7:Shapes/CudaAttentionTest.MatchesCpu/16:Shapes/CudaAttentionTest.MatchesCpu/18:Shapes/CudaMlaAttentionTest.MatchesCpu/0:Shapes/CudaMlaAttentionTest.MatchesCpu/7:Shapes/CudaMlaAttentionTest.MatchesCpu/10:CudaV4OpsTest.*:Layers/CudaV4LayerTest.*:-CudaOpsTest.LinearWithAndWithoutBias:CudaOpsTest.GroupedLinearMatchesCpu'
+  filter='CudaOpsTest.*:CudaMoeTest.*:Shapes/CudaAttentionTest.MatchesCpu/0:Shapes/CudaAttentionTest.MatchesCpu/3:Shapes/CudaAttentionTest.MatchesCpu/7:Shapes/CudaAttentionTest.MatchesCpu/16:Shapes/CudaAttentionTest.MatchesCpu/18:Shapes/CudaAttentionTest.MatchesCpu/30:Shapes/CudaAttentionTest.MatchesCpu/32:Shapes/CudaMlaAttentionTest.MatchesCpu/0:Shapes/CudaMlaAttentionTest.MatchesCpu/7:Shapes/CudaMlaAttentionTest.MatchesCpu/10:CudaV4OpsTest.*:Layers/CudaV4LayerTest.*:-CudaOpsTest.LinearWithAndWithoutBias:CudaOpsTest.GroupedLinearMatchesCpu'
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool"
     compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/cuda_backend_test" --gtest_brief=1 \

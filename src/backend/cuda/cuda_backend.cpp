@@ -68,7 +68,10 @@ void set_split_plan(SplitKvParams& p, const cuda::AttentionPlan& plan) {
   p.tokens = plan.decode_tokens;
   p.token_item_begin = plan.token_item_begin;
   p.num_decode_tokens = plan.num_decode_tokens;
-  if constexpr (requires { p.all_heads; }) p.all_heads = plan.all_heads;
+  if constexpr (requires { p.all_heads; }) {
+    p.all_heads = plan.all_heads;
+    p.whole_context = plan.whole_context;
+  }
 }
 
 int checked_int(int64_t v, const char* what) {
@@ -186,7 +189,11 @@ class CudaBackend final : public Backend {
     for (const auto& layer : layers) {
       const int heads = layer.kind == KvLayerKind::mla_latent ? kernels::kMlaDecodeSplitHeads
                                                               : static_cast<int>(layer.num_kv_heads);
-      kv_heads_for_splits_ = std::max(kv_heads_for_splits_, heads);
+      decode_layers_.num_kv_heads = std::max(decode_layers_.num_kv_heads, heads);
+      const bool per_kv_head = layer.kind == KvLayerKind::full || layer.kind == KvLayerKind::sliding_window;
+      const bool tensor_core_dim = layer.key_dim == 64 || layer.key_dim == 128;
+      decode_layers_.whole_context = decode_layers_.whole_context && per_kv_head && tensor_core_dim &&
+                                     layer.value_dim == layer.key_dim && block_size % 16 == 0;
     }
     cache.keys.resize(layers.size());
     cache.values.resize(layers.size());
@@ -250,7 +257,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) override {
     return std::make_unique<cuda::CudaStepContext>(batch, *allocator_, *staging_, stream_, num_sms_,
-                                                   kv_heads_for_splits_);
+                                                   decode_layers_);
   }
 
   std::optional<DeviceMemory> device_memory() override {
@@ -268,7 +275,7 @@ class CudaBackend final : public Backend {
         batch,
         [&](const cuda::FixedMetadata& fixed) {
           return std::make_unique<cuda::CudaStepContext>(batch, *allocator_, *staging_, stream_, num_sms_,
-                                                         kv_heads_for_splits_, &fixed);
+                                                         decode_layers_, &fixed);
         },
         forward);
   }
@@ -1434,9 +1441,10 @@ class CudaBackend final : public Backend {
   int rank_ = 0;
   std::string device_name_;
   int num_sms_ = 1;
-  // KV heads of the allocated cache's layers (the most of any layer), for the split-KV plan: a plan is made once
-  // per step, before the layers run.
-  int kv_heads_for_splits_ = 1;
+  // What the split-KV plan needs of the allocated caches' layers (a plan is made once per step, before the layers
+  // run): their most KV heads, and whether all of them can take the whole-context kernel (until a layer that
+  // cannot is allocated).
+  kernels::DecodeLayers decode_layers_{.num_kv_heads = 1, .whole_context = true};
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::PinnedStaging> staging_;
   std::shared_ptr<cuda::PinnedIdsPool> pinned_ids_ = std::make_shared<cuda::PinnedIdsPool>();

@@ -23,9 +23,10 @@ size_t append(std::vector<int32_t>& packed, const std::vector<int32_t>& values) 
 }  // namespace
 
 CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& allocator, PinnedStaging& staging,
-                                 cudaStream_t stream, int num_sms, int num_kv_heads_hint, const FixedMetadata* fixed)
+                                 cudaStream_t stream, int num_sms, const kernels::DecodeLayers& decode_layers,
+                                 const FixedMetadata* fixed)
     : StepContext(batch), allocator_(allocator), staging_(staging), stream_(stream), num_sms_(num_sms),
-      num_kv_heads_hint_(num_kv_heads_hint) {
+      decode_layers_(decode_layers) {
   positions_host_ = batch_positions(batch);
   for (int32_t row : batch.logit_rows) {
     if (row < 0 || row >= batch.num_tokens()) fail("forward batch: logit row {} out of range", row);
@@ -167,7 +168,7 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
   // The item count depends on the number of decode tokens and, in powers of two, on their longest context.
   const int num_decode = static_cast<int>(decode_tokens.size());
   const kernels::DecodeAttentionPlan decode_plan =
-      kernels::plan_decode_attention(num_decode, num_kv_heads_hint_, num_sms_, max_decode_keys);
+      kernels::plan_decode_attention(num_decode, decode_layers_, num_sms_, max_decode_keys);
   const int splits = decode_plan.num_splits;
   std::vector<int32_t> item_token, item_chunk, token_item_begin;
   item_token.reserve(static_cast<size_t>(num_decode) * splits);
@@ -199,6 +200,7 @@ void CudaStepContext::pack_plan(bool with_prefill, std::vector<int32_t>& packed,
   plan.num_items = static_cast<int>(item_token.size());
   plan.num_splits = splits;
   plan.all_heads = decode_plan.all_heads;
+  plan.whole_context = decode_plan.whole_context;
   plan.num_decode_tokens = num_decode;
 }
 

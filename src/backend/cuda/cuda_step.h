@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "attention/decode_attention.h"
 #include "backend/backend.h"
 #include "backend/cuda/device_allocator.h"
 
@@ -28,6 +29,7 @@ struct AttentionPlan {
   int num_items = 0;
   int num_splits = 1;  // items per decode token
   bool all_heads = false;  // kernels::DecodeAttentionPlan
+  bool whole_context = false;
   const int32_t* decode_tokens = nullptr;
   const int32_t* token_item_begin = nullptr;
   int num_decode_tokens = 0;
@@ -45,7 +47,8 @@ class CudaStepContext final : public StepContext {
   // With `fixed`, every sequence must be a decode chunk (at most kDecodeMaxNewTokens new tokens): the attention
   // plan is made at once and written with the rest, block tables last.
   CudaStepContext(const ForwardBatch& batch, DeviceAllocator& allocator, PinnedStaging& staging,
-                  cudaStream_t stream, int num_sms, int num_kv_heads_hint, const FixedMetadata* fixed = nullptr);
+                  cudaStream_t stream, int num_sms, const kernels::DecodeLayers& decode_layers,
+                  const FixedMetadata* fixed = nullptr);
 
   // Device arrays, int32.
   const int32_t* token_ids() const { return device(token_ids_at_); }
@@ -74,7 +77,7 @@ class CudaStepContext final : public StepContext {
   PinnedStaging& staging_;
   cudaStream_t stream_;
   int num_sms_ = 1;
-  int num_kv_heads_hint_ = 1;
+  kernels::DecodeLayers decode_layers_;
   std::vector<int32_t> positions_host_;
   Tensor metadata_;
   size_t token_ids_at_ = 0, positions_at_ = 0, token_seq_at_ = 0, cu_seqlens_at_ = 0, num_cached_at_ = 0,

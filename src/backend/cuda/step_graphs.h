@@ -37,8 +37,8 @@ class StepGraphs {
     cudaGraphExec_t exec = nullptr;
     Tensor ids;  // the graph's output, kept allocated between replays
   };
-  // tokens, sequences, logit rows, attention shares, whether they are all-heads shares
-  using Shape = std::tuple<int64_t, size_t, size_t, int, bool>;
+  // tokens, sequences, logit rows, attention shares, whether they are all-heads shares, whole-context shares
+  using Shape = std::tuple<int64_t, size_t, size_t, int, bool, bool>;
 
   // Makes the fixed buffer hold at least `values` int32 values; a new buffer invalidates every recording.
   void reserve(size_t values);

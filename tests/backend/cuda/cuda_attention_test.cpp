@@ -1,12 +1,13 @@
 // Paged attention on the GPU against the CPU reference: mixed prefill/decode batches in one step, prefix-cached
 // context, GQA, sliding windows, sinks, long contexts split over several KV shares with partial key tiles, random
 // batches, and every head size built (the tiled prefill kernel for 64/128, on wgmma; split-KV on tensor cores for
-// 64/128, per KV head or, for steps of more tokens x KV heads than SMs, all KV heads in one block; on CUDA cores for
-// 16/32/256), with KV blocks of 16 tokens and of sizes that do not divide the kernels' 64- and 128-key tiles or
-// exceed them (the per-KV-head decode kernel copies pages of 16 keys from blocks of multiples of 16, rows
-// otherwise).
+// 64/128, per KV head or, for steps of more tokens x KV heads than SMs, all KV heads in one block, or at short
+// contexts one share per KV head holding the whole context; on CUDA cores for 16/32/256), with KV blocks of 16
+// tokens and of sizes that do not divide the kernels' 64- and 128-key tiles or exceed them (the per-KV-head decode
+// kernel copies pages of 16 keys from blocks of multiples of 16, rows otherwise).
 #include <numeric>
 
+#include "backend/cuda/cuda_step.h"
 #include "cuda_test_util.h"
 
 namespace tern {
@@ -22,6 +23,10 @@ struct AttentionCase {
   std::vector<std::pair<int, int>> sequences;  // (cached tokens, new tokens)
   int block_size = 16;                          // tokens per KV block
 };
+
+// Short decodes for the whole-context plan (kernels::kDecodeWholeContextKeys): every key of each (token, KV head)
+// in one share, the longest exactly at the limit, a decode chunk of three tokens.
+const std::vector<std::pair<int, int>> kShortDecodes = {{383, 1}, {0, 1}, {100, 1}, {255, 1}, {16, 1}, {200, 3}};
 
 class CudaAttentionTest : public testing::CudaVsCpuTest, public ::testing::WithParamInterface<AttentionCase> {};
 
@@ -57,6 +62,12 @@ TEST_P(CudaAttentionTest, MatchesCpu) {
   }
   const auto cpu_step = cpu->begin_step(step_batch);
   const auto gpu_step = gpu->begin_step(step_batch);
+  if (c.sequences == kShortDecodes) {
+    // The plan the short decodes are for: its kernel only where the blocks are whole pages (every case's head_dim
+    // takes tensor cores).
+    const auto& plan = dynamic_cast<const cuda::CudaStepContext&>(*gpu_step).attention_plan(true);
+    EXPECT_EQ(plan.whole_context, block_size % 16 == 0);
+  }
   const auto expected = cpu->to_host_f32(cpu->attention(q.cpu, cpu_cache, 0, cpu_params, *cpu_step));
   const auto actual = gpu->to_host_f32(gpu->attention(q.gpu, gpu_cache, 0, gpu_params, *gpu_step));
   ASSERT_EQ(actual.size(), expected.size());
@@ -135,7 +146,13 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{16, 2, 128, 0, true, kPrefills, 256},    // blocks longer than a key tile
                       AttentionCase{8, 2, 64, 200, true, kPrefills, 5},      // window and sinks, blocks of 5
                       AttentionCase{8, 1, 128, 300, true, kPrefills, 48},    // MQA, window over key tiles
-                      AttentionCase{8, 4, 128, 0, false, kMixed, 7}));       // odd block size in a mixed batch
+                      AttentionCase{8, 4, 128, 0, false, kMixed, 7},         // odd block size in a mixed batch
+                      // The whole-context kernel: group of 4, head_dim 64 with sinks (merged), a window inside
+                      // the context, group of 16 in blocks of 32.
+                      AttentionCase{32, 8, 128, 0, false, kShortDecodes},
+                      AttentionCase{16, 2, 64, 0, true, kShortDecodes},
+                      AttentionCase{8, 2, 128, 100, false, kShortDecodes},
+                      AttentionCase{16, 1, 128, 0, false, kShortDecodes, 32}));
 
 }  // namespace
 }  // namespace tern

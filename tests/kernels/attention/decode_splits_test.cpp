@@ -32,27 +32,44 @@ TEST(DecodeSplitsTest, AShareFor64KeysRoundedUpToAPowerOfTwo) {
 }
 
 TEST(DecodeSplitsTest, AllHeadsOnceTokensTimesKvHeadsOutnumberTheSms) {
-  EXPECT_FALSE(plan_decode_attention(1, kKvHeads, kSms, 1 << 20).all_heads);
-  EXPECT_FALSE(plan_decode_attention(16, kKvHeads, kSms, 32768).all_heads);  // 128 (token, KV head) pairs
-  const DecodeAttentionPlan batch_17 = plan_decode_attention(17, kKvHeads, kSms, 32768);
+  EXPECT_FALSE(plan_decode_attention(1, {kKvHeads}, kSms, 1 << 20).all_heads);
+  EXPECT_FALSE(plan_decode_attention(16, {kKvHeads}, kSms, 32768).all_heads);  // 128 (token, KV head) pairs
+  const DecodeAttentionPlan batch_17 = plan_decode_attention(17, {kKvHeads}, kSms, 32768);
   EXPECT_TRUE(batch_17.all_heads);
   EXPECT_EQ(batch_17.num_splits, 7);  // a block an SM: 119 of 132
-  EXPECT_EQ(plan_decode_attention(32, kKvHeads, kSms, 32768).num_splits, 4);
-  EXPECT_EQ(plan_decode_attention(200, kKvHeads, kSms, 32768).num_splits, 1);
-  EXPECT_TRUE(plan_decode_attention(140, 1, kSms, 300).all_heads);
+  EXPECT_EQ(plan_decode_attention(32, {kKvHeads}, kSms, 32768).num_splits, 4);
+  EXPECT_EQ(plan_decode_attention(200, {kKvHeads}, kSms, 32768).num_splits, 1);
+  EXPECT_TRUE(plan_decode_attention(140, {1}, kSms, 300).all_heads);
   // Keys: at least 128 an SM (16,896 on 132).
-  EXPECT_FALSE(plan_decode_attention(128, kKvHeads, kSms, 131).all_heads);
-  EXPECT_TRUE(plan_decode_attention(128, kKvHeads, kSms, 132).all_heads);
+  EXPECT_FALSE(plan_decode_attention(128, {kKvHeads}, kSms, 131).all_heads);
+  EXPECT_TRUE(plan_decode_attention(128, {kKvHeads}, kSms, 132).all_heads);
   // More KV heads than a block holds: per KV head, as decode_attention_num_splits plans.
-  const DecodeAttentionPlan wide = plan_decode_attention(32, 16, kSms, 32768);
+  const DecodeAttentionPlan wide = plan_decode_attention(32, {16}, kSms, 32768);
   EXPECT_FALSE(wide.all_heads);
   EXPECT_EQ(wide.num_splits, decode_attention_num_splits(32, 16, kSms, 32768));
   // A block an SM, within what the merge takes.
   EXPECT_EQ(decode_attention_all_heads_splits(1, kSms), kDecodeMaxSplits);
   // Short contexts: per KV head.
-  const DecodeAttentionPlan short_context = plan_decode_attention(1, kKvHeads, kSms, 385);
+  const DecodeAttentionPlan short_context = plan_decode_attention(1, {kKvHeads}, kSms, 385);
   EXPECT_FALSE(short_context.all_heads);
   EXPECT_EQ(short_context.num_splits, 8);
+}
+
+TEST(DecodeSplitsTest, OneWholeContextShareAtShortContextsAndFewTokens) {
+  const DecodeLayers layers{kKvHeads, true};
+  const DecodeAttentionPlan batch_1 = plan_decode_attention(1, layers, kSms, kDecodeWholeContextKeys);
+  EXPECT_TRUE(batch_1.whole_context);
+  EXPECT_FALSE(batch_1.all_heads);
+  EXPECT_EQ(batch_1.num_splits, 1);
+  EXPECT_TRUE(plan_decode_attention(16, layers, kSms, 1).whole_context);     // 128 blocks, a block an SM
+  EXPECT_FALSE(plan_decode_attention(17, layers, kSms, 100).whole_context);  // 136 blocks
+  const DecodeAttentionPlan longer = plan_decode_attention(1, layers, kSms, kDecodeWholeContextKeys + 1);
+  EXPECT_FALSE(longer.whole_context);
+  EXPECT_EQ(longer.num_splits, 8);
+  // Layers that cannot take its kernel: shares of 64 keys.
+  const DecodeAttentionPlan shares = plan_decode_attention(1, {kKvHeads, false}, kSms, kDecodeWholeContextKeys);
+  EXPECT_FALSE(shares.whole_context);
+  EXPECT_EQ(shares.num_splits, 8);
 }
 
 TEST(DecodeSplitsTest, AtLeastOneShare) {
