@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/tensor_info.h"
+#include "elementwise/host_copy.h"
 
 namespace tern::cuda {
 
@@ -140,7 +141,7 @@ void PinnedStaging::upload(void* dst, const void* src, size_t bytes, void* strea
   }
   std::memcpy(buffer_ + offset_, src, bytes);
   auto s = static_cast<cudaStream_t>(stream);
-  check(cudaMemcpyAsync(dst, buffer_ + offset_, bytes, cudaMemcpyHostToDevice, s), "upload");
+  kernels::launch_host_copy(dst, buffer_ + offset_, bytes, /*source_ready=*/true, s);
   check(cudaEventRecord(event, s), "cudaEventRecord");
   offset_ += aligned;
 }

@@ -40,8 +40,9 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   size_t cached_bytes_ = 0;
 };
 
-// Page-locked host memory used as a ring for host-to-device uploads: a slot is reused only after the copy that
-// read it has finished (an event recorded after each copy).
+// Page-locked host memory used as a ring for host-to-device uploads, each copied by a kernel that reads the ring
+// (kernels/elementwise/host_copy.h): a slot is reused only after the copy that read it has finished (an event
+// recorded after each copy).
 class PinnedStaging {
  public:
   explicit PinnedStaging(size_t initial_bytes = 1 << 20);

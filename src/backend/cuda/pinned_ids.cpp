@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "elementwise/host_copy.h"
 
 namespace tern::cuda {
 
@@ -71,8 +72,13 @@ std::unique_ptr<PendingIds> PinnedIdsPool::copy(const Tensor& ids, cudaStream_t 
   if (ids.dtype != DType::I32) fail("to_host_i32_async: tensor is {}", dtype_name(ids.dtype));
   const auto count = static_cast<size_t>(ids.numel());
   const Slot slot = acquire(count);
-  const cudaError_t copied = cudaMemcpyAsync(slot.host, ids.data, count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
-  const cudaError_t recorded = copied == cudaSuccess ? cudaEventRecord(slot.done, stream) : copied;
+  try {
+    kernels::launch_host_copy(slot.host, ids.data, count * sizeof(int32_t), /*source_ready=*/false, stream);
+  } catch (...) {
+    release(slot);
+    throw;
+  }
+  const cudaError_t recorded = cudaEventRecord(slot.done, stream);
   if (recorded != cudaSuccess) {
     release(slot);
     check(recorded, "copy sampled ids to the host");
