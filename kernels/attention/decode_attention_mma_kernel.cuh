@@ -224,11 +224,14 @@ __device__ __forceinline__ void merge_warps_and_write(const DecodeAttentionParam
   const int lane = threadIdx.x % 32;
   const int quad_row = lane / 4;
   const int quad_col = lane % 4;
+  const AttentionShape& s = p.shape;
+  const int group = s.num_heads / s.num_kv_heads;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     w.row_sum[h] += __shfl_xor_sync(0xffffffffu, w.row_sum[h], 1);
     w.row_sum[h] += __shfl_xor_sync(0xffffffffu, w.row_sum[h], 2);
     const int r = quad_row + 8 * h;
+    if (r >= group) continue;  // a padding row
     float* o_row = merge_o + (warp * kRows + r) * HeadDim;
 #pragma unroll
     for (int i = 0; i < HeadDim / 8; ++i) {
@@ -241,8 +244,6 @@ __device__ __forceinline__ void merge_warps_and_write(const DecodeAttentionParam
   }
   __syncthreads();
 
-  const AttentionShape& s = p.shape;
-  const int group = s.num_heads / s.num_kv_heads;
   for (int i = threadIdx.x; i < group * HeadDim; i += blockDim.x) {
     const int r = i / HeadDim;
     const int d = i % HeadDim;

@@ -91,7 +91,33 @@ __global__ void gather_rows_kernel(const Element* table, const int32_t* rows, El
   for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[i] = src[i];
 }
 
+// Element: uint4 where every address and width allows, else bytes; a block per row, grid-strided over rows.
+template <typename Element>
+__global__ void copy_2d_kernel(Element* dst, int64_t dst_pitch, const Element* src, int64_t src_pitch,
+                               int64_t row_elems, int64_t rows) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[r * dst_pitch + i] = src[r * src_pitch + i];
+  }
+}
+
 }  // namespace
+
+void launch_copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t row_bytes,
+                    int64_t rows, cudaStream_t stream) {
+  if (rows <= 0 || row_bytes <= 0) return;
+  const unsigned blocks = static_cast<unsigned>(rows < 4096 ? rows : 4096);
+  const bool vectorized = (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | dst_pitch |
+                           src_pitch | row_bytes) % 16 == 0;
+  if (vectorized) {
+    launch_dependent("copy_2d", copy_2d_kernel<uint4>, blocks, 128, 0, stream, static_cast<uint4*>(dst),
+                     dst_pitch / 16, static_cast<const uint4*>(src), src_pitch / 16, row_bytes / 16, rows);
+  } else {
+    launch_dependent("copy_2d", copy_2d_kernel<unsigned char>, blocks, 128, 0, stream, static_cast<unsigned char*>(dst),
+                     dst_pitch, static_cast<const unsigned char*>(src), src_pitch, row_bytes, rows);
+  }
+}
 
 void launch_silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int64_t num_rows, int64_t width,
                      cudaStream_t stream) {

@@ -20,6 +20,12 @@ struct GatherRange {
   int64_t num_rows = INT64_MAX;
 };
 
+// `rows` rows of `row_bytes` bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart): column slices and
+// concatenations. A kernel rather than cudaMemcpy2DAsync, whose copy-engine transfers no kernel overlaps (three q/k/v
+// slices a layer took 47 us of a 128-token prefill's layer on the H200, docs/BENCHMARKS.md).
+void launch_copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t row_bytes,
+                    int64_t rows, cudaStream_t stream);
+
 // out[r] = table[rows[r] - range.first_row] for rows of row_bytes bytes (a multiple of 2), zeros for a row outside
 // `range`; ids are checked by the caller.
 void launch_gather_rows(const void* table, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,

@@ -318,7 +318,8 @@ class Backend {
   // x [R, C] on every rank -> [R, num_columns]: rank r's columns land at [r * C, (r + 1) * C), cut at num_columns
   // (the last rank's shard may be padded).
   virtual Tensor all_gather_columns(const Tensor& x, int64_t num_columns);
-  virtual Tensor gather_logit_rows(const Tensor& x, const StepContext& step) = 0;  // [T, H] -> [R, H]
+  // [T, H] -> [R, H]; x itself where the rows are every token's in order (logit_rows_are_tokens): read it only.
+  virtual Tensor gather_logit_rows(const Tensor& x, const StepContext& step) = 0;
   virtual Tensor argmax(const Tensor& logits) = 0;                                  // [R, V] -> [R] int32
   // Temperature, top-k and top-p sampling of each row of logits [R, V] -> [R] int32 on the device, where
   // samples_on_device(); elsewhere nullopt (the engine's host sampler does it).

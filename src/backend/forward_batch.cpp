@@ -17,6 +17,14 @@ std::vector<int32_t> batch_positions(const ForwardBatch& batch) {
   return positions;
 }
 
+bool logit_rows_are_tokens(const ForwardBatch& batch) {
+  if (static_cast<int64_t>(batch.logit_rows.size()) != batch.num_tokens()) return false;
+  for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
+    if (batch.logit_rows[i] != static_cast<int32_t>(i)) return false;
+  }
+  return true;
+}
+
 void check_deferred_tokens(const ForwardBatch& batch) {
   if (batch.deferred_tokens.empty()) return;
   if (batch.previous_sampled_ids.dtype != DType::I32 || batch.previous_sampled_ids.shape.size() != 1) {

@@ -41,6 +41,9 @@ struct ForwardBatch {
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
 
+// Whether the logit rows are every token's row in order (a decode step's), so that gathering them changes nothing.
+bool logit_rows_are_tokens(const ForwardBatch& batch);
+
 // `batch` with its deferred tokens' ids taken from `previous_ids` (host values of previous_sampled_ids): the
 // definition the backends implement in their memory. Fails naming a token index or row out of range.
 ForwardBatch with_deferred_tokens(const ForwardBatch& batch, std::span<const int32_t> previous_ids);

@@ -100,6 +100,8 @@ class CudaBackend final : public Backend {
     staging_ = std::make_unique<cuda::PinnedStaging>();
     gemm_workspace_ = allocator_->allocate(DType::I32, {static_cast<int64_t>(kGemmWorkspaceBytes / 4)});
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_workspace_.data, kGemmWorkspaceBytes);
+    argmax_workspace_ = allocator_->allocate(DType::I32, {(kernels::ArgmaxWorkspace::bytes + 3) / 4});
+    check(cudaMemsetAsync(argmax_workspace_.data, 0, kernels::ArgmaxWorkspace::bytes, stream_), "argmax workspace");
   }
 
   ~CudaBackend() override {
@@ -451,15 +453,14 @@ class CudaBackend final : public Backend {
     }
     const int64_t num_rows = width ? x.numel() / width : 0;
     const size_t element = dtype_size(x.dtype);
-    // One row's columns are contiguous: a view, where a copy would be a graph node that no kernel can overlap (at
-    // batch 1 the three q/k/v slices of each layer cost 0.15 ms a step; docs/BENCHMARKS.md).
+    // One row's columns are contiguous: a view (at batch 1 the three q/k/v slices of each layer, copied as graph
+    // nodes of the copy engine, cost 0.15 ms a step; docs/BENCHMARKS.md).
     if (num_rows == 1) return Tensor{x.dtype, {1, count}, x.ptr<char>() + begin * element, x.storage};
     Tensor out = allocator_->allocate(x.dtype, {num_rows, count});
-    if (num_rows > 0 && count > 0) {
-      check(cudaMemcpy2DAsync(out.data, count * element, x.ptr<char>() + begin * element, width * element,
-                              count * element, num_rows, cudaMemcpyDeviceToDevice, stream_),
-            "slice_columns");
-    }
+    launch("slice_columns", [&] {
+      kernels::launch_copy_2d(out.data, count * element, x.ptr<char>() + begin * element, width * element,
+                              count * element, num_rows, stream_);
+    });
     return out;
   }
 
@@ -473,10 +474,10 @@ class CudaBackend final : public Backend {
     Tensor out = allocator_->allocate(a.dtype, {num_rows, width_a + width_b});
     const size_t out_pitch = (width_a + width_b) * element;
     for (const auto& [part, width, column] : {std::tuple{&a, width_a, int64_t{0}}, {&b, width_b, width_a}}) {
-      if (num_rows == 0 || width == 0) continue;
-      check(cudaMemcpy2DAsync(out.ptr<char>() + column * element, out_pitch, part->data, width * element,
-                              width * element, num_rows, cudaMemcpyDeviceToDevice, stream_),
-            "concat_columns");
+      launch("concat_columns", [&] {
+        kernels::launch_copy_2d(out.ptr<char>() + column * element, out_pitch, part->data, width * element,
+                                width * element, num_rows, stream_);
+      });
     }
     return out;
   }
@@ -995,6 +996,9 @@ class CudaBackend final : public Backend {
       fail("gather_logit_rows: input has {} rows for a step of {} tokens", x.shape.empty() ? 0 : x.size(0),
            step.batch().num_tokens());
     }
+    // Every token's row in order (a decode step's): x itself. Recorded steps are keyed by this
+    // (cuda::StepGraphs), so a replay never meets other rows of the same count.
+    if (logit_rows_are_tokens(step.batch())) return x;
     const int64_t width = x.row_numel();
     Tensor out = allocator_->allocate(x.dtype, {static_cast<int64_t>(rows.size()), width});
     launch("gather_logit_rows", [&] {
@@ -1041,9 +1045,13 @@ class CudaBackend final : public Backend {
     const int rows = checked_int(num_rows, "rows");
     const int v = checked_int(vocab, "vocab");
     if (logits.dtype == DType::BF16) {
-      launch("argmax", [&] { kernels::launch_argmax_bf16(logits.ptr<bf16>(), out.ptr<int32_t>(), rows, v, stream_); });
+      launch("argmax", [&] {
+        kernels::launch_argmax_bf16(logits.ptr<bf16>(), out.ptr<int32_t>(), rows, v, {argmax_workspace_.data}, stream_);
+      });
     } else if (logits.dtype == DType::F32) {
-      launch("argmax", [&] { kernels::launch_argmax_f32(logits.ptr<float>(), out.ptr<int32_t>(), rows, v, stream_); });
+      launch("argmax", [&] {
+        kernels::launch_argmax_f32(logits.ptr<float>(), out.ptr<int32_t>(), rows, v, {argmax_workspace_.data}, stream_);
+      });
     } else {
       fail("argmax: logits are {}", dtype_name(logits.dtype));
     }
@@ -1449,6 +1457,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::PinnedStaging> staging_;
   std::shared_ptr<cuda::PinnedIdsPool> pinned_ids_ = std::make_shared<cuda::PinnedIdsPool>();
   Tensor gemm_workspace_;
+  Tensor argmax_workspace_;  // kernels::ArgmaxWorkspace, its tickets at zero between launches
   std::unique_ptr<cuda::Gemm> gemm_;
   std::unique_ptr<cuda::StepGraphs> graphs_;
 };

@@ -50,8 +50,13 @@ Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_contex
   // the buffer when it is overwritten.
   const std::unique_ptr<CudaStepContext> step = make_context(fixed_);
   const AttentionPlan& plan = step->attention_plan(false);
-  const Shape shape{batch.num_tokens(), batch.sequences.size(), batch.logit_rows.size(), plan.num_splits,
-                    plan.all_heads, plan.whole_context};
+  const Shape shape{.tokens = batch.num_tokens(),
+                    .sequences = batch.sequences.size(),
+                    .logit_rows = batch.logit_rows.size(),
+                    .logit_rows_are_tokens = logit_rows_are_tokens(batch),
+                    .attention_shares = plan.num_splits,
+                    .all_heads = plan.all_heads,
+                    .whole_context = plan.whole_context};
   if (const auto it = graphs_.find(shape); it != graphs_.end()) {
     check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
     return it->second.ids;

@@ -6,10 +6,10 @@
 // pool (DeviceAllocator::set_recording).
 #include <cuda_runtime.h>
 
+#include <compare>
 #include <functional>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -37,8 +37,17 @@ class StepGraphs {
     cudaGraphExec_t exec = nullptr;
     Tensor ids;  // the graph's output, kept allocated between replays
   };
-  // tokens, sequences, logit rows, attention shares, whether they are all-heads shares, whole-context shares
-  using Shape = std::tuple<int64_t, size_t, size_t, int, bool, bool>;
+  // What a recording depends on besides the metadata's values.
+  struct Shape {
+    int64_t tokens = 0;
+    size_t sequences = 0;
+    size_t logit_rows = 0;
+    bool logit_rows_are_tokens = false;  // the lm_head reads the last layer's rows in place (gather_logit_rows)
+    int attention_shares = 0;
+    bool all_heads = false;
+    bool whole_context = false;
+    auto operator<=>(const Shape&) const = default;
+  };
 
   // Makes the fixed buffer hold at least `values` int32 values; a new buffer invalidates every recording.
   void reserve(size_t values);

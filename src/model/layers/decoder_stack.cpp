@@ -53,9 +53,8 @@ Tensor DecoderStack::embed(Backend& backend, const StepContext& step) const {
   return embedded;
 }
 
-Tensor DecoderStack::logits(Backend& backend, const Tensor& rows) const {
-  const Tensor shard = backend.linear(rows, lm_head_ ? *lm_head_ : embed_tokens_, nullptr);
-  return backend.all_gather_columns(shard, vocab_shard_.vocab_size);
+Tensor DecoderStack::logits(Backend& backend, const BlockInput& rows) const {
+  return backend.all_gather_columns(rows.linear(lm_head_ ? *lm_head_ : embed_tokens_), vocab_shard_.vocab_size);
 }
 
 Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache) const {
@@ -71,12 +70,17 @@ Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache&
     output = layer.feed_forward->forward(
         backend, BlockInput(backend, residual, attended, layer.feed_forward_norm, norm_eps_), step);
   }
-  const Tensor x = BlockInput(backend, residual, std::move(output), final_norm_, norm_eps_).normalized();
-  return logits(backend, backend.gather_logit_rows(x, step));
+  // The final norm runs only on the rows whose logits are asked for, as one op with the lm_head (at batch-1 decode
+  // on the CUDA backend the lm_head's GEMV adds and normalizes).
+  Tensor rows = backend.gather_logit_rows(residual, step);
+  std::optional<Tensor> output_rows;
+  if (output) output_rows = backend.gather_logit_rows(*output, step);
+  return logits(backend, BlockInput(backend, rows, std::move(output_rows), final_norm_, norm_eps_));
 }
 
 Tensor DecoderStack::final_norm_logits(Backend& backend, const Tensor& rows) const {
-  return logits(backend, backend.rms_norm(rows, final_norm_, norm_eps_));
+  Tensor residual = rows;  // only read: no addend
+  return logits(backend, BlockInput(backend, residual, std::nullopt, final_norm_, norm_eps_));
 }
 
 DecoderModel::DecoderModel(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend,

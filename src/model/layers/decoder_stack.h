@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "model/checkpoint.h"
+#include "model/layers/block_input.h"
 #include "model/layers/decoder_block.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
@@ -58,8 +59,8 @@ class DecoderStack {
   Tensor final_norm_logits(Backend& backend, const Tensor& rows) const;
 
  private:
-  // normalized rows [R, hidden] -> [R, vocab], gathered from the ranks' vocab shards.
-  Tensor logits(Backend& backend, const Tensor& rows) const;
+  // The lm_head of the final norm's input rows [R, hidden] -> [R, vocab], gathered from the ranks' vocab shards.
+  Tensor logits(Backend& backend, const BlockInput& rows) const;
 
   float norm_eps_;
   VocabShard vocab_shard_;  // the token ids embed_tokens_ and lm_head_ hold on this rank

@@ -362,7 +362,7 @@ TEST_F(CudaOpsTest, StoreKvRejectsShortBlockTable) {
 }
 
 TEST_F(CudaOpsTest, GatherLogitRowsAndArgmax) {
-  const int tokens = 12, hidden = 40, vocab = 32000;
+  const int tokens = 12, hidden = 40;
   ForwardBatch batch;
   batch.token_ids.assign(tokens, 0);
   batch.sequences.push_back({0, 5, {{0}}});
@@ -373,15 +373,25 @@ TEST_F(CudaOpsTest, GatherLogitRowsAndArgmax) {
   const auto gpu_step = gpu->begin_step(batch);
   expect_close(gpu->gather_logit_rows(x.gpu, *gpu_step), cpu->gather_logit_rows(x.cpu, *cpu_step), 0, "gather");
 
-  for (int rows : {1, 3, 17}) {
-    auto values = random_bf16_values(rows * vocab, 20 + rows);
-    values[vocab - 1] = 100.0f;  // a maximum in the last column
-    if (rows > 1) values[vocab + 5] = values[vocab + 9] = 50.0f;  // a tie: the first index wins
-    const auto logits = input(values, {rows, vocab});
-    EXPECT_EQ(gpu->to_host_i32(gpu->argmax(logits.gpu)), cpu->to_host_i32(cpu->argmax(logits.cpu))) << rows;
-    // float32 logits (e.g. from from_host_f32) work too
-    EXPECT_EQ(gpu->to_host_i32(gpu->argmax(gpu->from_host_f32(values, {rows, vocab}))),
-              cpu->to_host_i32(cpu->argmax(logits.cpu)));
+  // Every token's row in order: the rows themselves.
+  batch.logit_rows.resize(tokens);
+  std::iota(batch.logit_rows.begin(), batch.logit_rows.end(), 0);
+  const auto gpu_all = gpu->begin_step(batch);
+  EXPECT_EQ(gpu->gather_logit_rows(x.gpu, *gpu_all).data, x.gpu.data);
+
+  // Rows of several blocks each (up to 16 rows) and of one (17); an odd vocabulary leaves rows unaligned.
+  for (int vocab : {32000, 100003}) {
+    for (int rows : {1, 3, 17}) {
+      auto values = random_bf16_values(rows * vocab, 20 + rows);
+      values[vocab - 1] = 100.0f;  // a maximum in the last column
+      if (rows > 1) values[vocab + 5] = values[vocab + 9] = 50.0f;  // a tie: the first index wins
+      if (rows > 2) values[2 * vocab + 8195] = values[2 * vocab + 3 * 8192 + 1] = 60.0f;  // a tie across blocks
+      const auto logits = input(values, {rows, vocab});
+      EXPECT_EQ(gpu->to_host_i32(gpu->argmax(logits.gpu)), cpu->to_host_i32(cpu->argmax(logits.cpu))) << rows;
+      // float32 logits (e.g. from from_host_f32) work too
+      EXPECT_EQ(gpu->to_host_i32(gpu->argmax(gpu->from_host_f32(values, {rows, vocab}))),
+                cpu->to_host_i32(cpu->argmax(logits.cpu)));
+    }
   }
 }
 
