@@ -10,6 +10,9 @@ namespace {
 
 constexpr int kMaxGroup = 16;
 
+// The head sizes launch_per_kv_head (and the all-heads kernel) run on tensor cores.
+bool on_tensor_cores(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
 void launch_per_kv_head(const DecodeAttentionParams& params, cudaStream_t stream) {
   switch (params.shape.head_dim) {
     case 16: launch_decode_attention_chunks<16>(params, stream); break;
@@ -23,7 +26,11 @@ void launch_per_kv_head(const DecodeAttentionParams& params, cudaStream_t stream
 }  // namespace
 
 bool decode_attention_all_heads_supports(int head_dim, int num_kv_heads) {
-  return (head_dim == 64 || head_dim == 128) && num_kv_heads >= 1 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads;
+  return on_tensor_cores(head_dim) && num_kv_heads >= 1 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads;
+}
+
+bool decode_attention_whole_context_supports(int64_t head_dim, int64_t value_dim, int64_t block_size) {
+  return on_tensor_cores(head_dim) && value_dim == head_dim && block_size > 0 && block_size % kDecodePageKeys == 0;
 }
 
 bool decode_attention_supports(int head_dim, int group_size) {

@@ -67,6 +67,7 @@ struct DecodeAttentionParams {
 constexpr int kDecodeMaxSplits = kMergeMaxShares;
 constexpr int kDecodeBlocksPerSm = 2;
 constexpr int kDecodeShareKeys = 64;  // the tensor-core kernel's key tile
+constexpr int kDecodePageKeys = 16;  // the tensor-core kernel's page copies: one warp's keys of a tile
 inline int decode_attention_num_splits(int num_tokens, int num_kv_heads, int num_sms, int64_t max_keys) {
   const int tokens_heads = num_tokens * num_kv_heads > 0 ? num_tokens * num_kv_heads : 1;
   const int full_wave = num_sms * kDecodeBlocksPerSm / tokens_heads;
@@ -97,8 +98,8 @@ struct DecodeAttentionPlan {
 // What the plan needs to know of a model's attention layers, one plan serving every layer of a step.
 struct DecodeLayers {
   int num_kv_heads = 1;  // the most of any layer (an MLA layer counts as kMlaDecodeSplitHeads)
-  // Every layer decodes with the per-KV-head tensor-core kernel (head_dim 64 or 128) reading whole pages (cache
-  // blocks of a multiple of 16 tokens), so that the plan may choose its whole-context form.
+  // Every layer can take the whole-context kernel (decode_attention_whole_context_supports), so that the plan may
+  // choose it.
   bool whole_context = false;
 };
 // Short contexts at few tokens: one share per (token, KV head) holding the whole context, so that nothing is
@@ -129,6 +130,10 @@ inline DecodeAttentionPlan plan_decode_attention(int num_tokens, const DecodeLay
 // Whether a layer of this shape runs a plan's all-heads kernel (tensor cores, head_dim 64 or 128, every KV head's
 // 16-key tile in one block's shared memory); layers that do not take the per-KV-head kernel on the same plan.
 bool decode_attention_all_heads_supports(int head_dim, int num_kv_heads);
+// Whether a layer can take the whole-context kernel (DecodeLayers::whole_context): the per-KV-head tensor-core
+// kernel (head_dim 64 or 128, values as wide as keys) bringing its keys in pages, from cache blocks of a multiple
+// of kDecodePageKeys tokens.
+bool decode_attention_whole_context_supports(int64_t head_dim, int64_t value_dim, int64_t block_size);
 
 // Head sizes and GQA group sizes (query heads per KV head) this kernel is built for.
 bool decode_attention_supports(int head_dim, int group_size);

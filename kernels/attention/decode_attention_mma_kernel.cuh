@@ -26,7 +26,7 @@ namespace tern::kernels {
 namespace decode_mma {
 
 constexpr int kRows = 16;  // query heads of the group, zero-padded: the mma's M
-constexpr int kWarpKeys = 16;
+constexpr int kWarpKeys = kDecodePageKeys;  // a page copy brings one warp's keys of a tile
 // 4 warps and 2 stages (64-key tiles) fit three blocks per SM for head_dim 128, which the row copies below need
 // (the plan fills two an SM, decode_attention.h).
 // With page copies, deeper pipelines at fewer blocks per SM were slower on the H200 (1 block of 4-6 stages, or of
@@ -614,13 +614,15 @@ KvPageMaps kv_page_maps(const DecodeAttentionParams& p) {
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream) {
   using namespace decode_mma;
-  if (params.whole_context && pages_fit(params.kv)) {
-    launch_chunk_kernel<HeadDim, kWholeContextWarps, kWholeContextStages, true>(params, kv_page_maps<HeadDim>(params),
-                                                                               stream);
-  } else if (pages_fit(params.kv)) {
-    launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true>(params, kv_page_maps<HeadDim>(params), stream);
-  } else {
+  if (!pages_fit(params.kv)) {
     launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, false>(params, KvPageMaps{}, stream);
+    return;
+  }
+  const KvPageMaps maps = kv_page_maps<HeadDim>(params);
+  if (params.whole_context) {
+    launch_chunk_kernel<HeadDim, kWholeContextWarps, kWholeContextStages, true>(params, maps, stream);
+  } else {
+    launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true>(params, maps, stream);
   }
 }
 

@@ -21,8 +21,9 @@ struct GatherRange {
 };
 
 // `rows` rows of `row_bytes` bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart): column slices and
-// concatenations. A kernel rather than cudaMemcpy2DAsync, whose copy-engine transfers no kernel overlaps (three q/k/v
-// slices a layer took 47 us of a 128-token prefill's layer on the H200, docs/BENCHMARKS.md).
+// concatenations. A kernel rather than cudaMemcpy2DAsync, whose copy-engine transfers no kernel overlaps (the three
+// q/k/v slices of a 128-token prefill's layer spanned 47 us between the kernels around them on the H200;
+// docs/BENCHMARKS.md).
 void launch_copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t row_bytes,
                     int64_t rows, cudaStream_t stream);
 

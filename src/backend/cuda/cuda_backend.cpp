@@ -193,9 +193,9 @@ class CudaBackend final : public Backend {
                                                               : static_cast<int>(layer.num_kv_heads);
       decode_layers_.num_kv_heads = std::max(decode_layers_.num_kv_heads, heads);
       const bool per_kv_head = layer.kind == KvLayerKind::full || layer.kind == KvLayerKind::sliding_window;
-      const bool tensor_core_dim = layer.key_dim == 64 || layer.key_dim == 128;
-      decode_layers_.whole_context = decode_layers_.whole_context && per_kv_head && tensor_core_dim &&
-                                     layer.value_dim == layer.key_dim && block_size % 16 == 0;
+      decode_layers_.whole_context =
+          decode_layers_.whole_context && per_kv_head &&
+          kernels::decode_attention_whole_context_supports(layer.key_dim, layer.value_dim, block_size);
     }
     cache.keys.resize(layers.size());
     cache.values.resize(layers.size());
