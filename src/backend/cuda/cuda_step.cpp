@@ -6,7 +6,7 @@
 #include "attention/prefill_attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
-#include "elementwise/deferred_tokens.h"
+#include "elementwise/host_copy.h"
 
 namespace tern::cuda {
 
@@ -73,15 +73,11 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
   size_t plan_offsets[6] = {};
   if (fixed) pack_plan(false, packed, plan, plan_offsets);
   block_tables_at_ = append(packed, block_tables);
-  // Deferred tokens go after the block tables too: only the fill below reads them, never a recorded graph.
+  // Deferred tokens travel as -1 - (their row of the previous step's ids), resolved by the upload.
   check_deferred_tokens(batch);
-  std::vector<int32_t> deferred_index, deferred_row;
   for (const DeferredToken& token : batch.deferred_tokens) {
-    deferred_index.push_back(token.token_index);
-    deferred_row.push_back(token.previous_row);
+    packed[token_ids_at_ + static_cast<size_t>(token.token_index)] = -1 - token.previous_row;
   }
-  const size_t deferred_index_at = append(packed, deferred_index);
-  const size_t deferred_row_at = append(packed, deferred_row);
   int32_t* device_base = nullptr;
   if (fixed) {
     if (packed.size() > fixed->capacity) {
@@ -96,15 +92,11 @@ CudaStepContext::CudaStepContext(const ForwardBatch& batch, DeviceAllocator& all
     metadata_ = allocator_.allocate(DType::I32, {static_cast<int64_t>(packed.size())});
     device_base = metadata_.ptr<int32_t>();
   }
-  staging_.upload(device_base, packed.data(), packed.size() * sizeof(int32_t), stream_);
-  if (!deferred_index.empty()) {
-    // Ordered after the upload and after the previous step's sampling on this stream; before any op of this step.
-    launch("fill deferred tokens", [&] {
-      kernels::launch_fill_deferred_tokens(device_base + token_ids_at_, device_base + deferred_index_at,
-                                           device_base + deferred_row_at, static_cast<int>(deferred_index.size()),
-                                           batch.previous_sampled_ids.ptr<int32_t>(), stream_);
-    });
-  }
+  // Ordered after the previous step's sampling on this stream, and before any op of this step.
+  const kernels::DeferredIds deferred{token_ids_at_, batch.token_ids.size(),
+                                      batch.deferred_tokens.empty() ? nullptr
+                                                                    : batch.previous_sampled_ids.ptr<int32_t>()};
+  staging_.upload(device_base, packed.data(), packed.size() * sizeof(int32_t), stream_, &deferred);
   if (fixed) {
     plan.tile_seq = plan.tile_row = device_base;
     plan.item_token = device_base + plan_offsets[2];

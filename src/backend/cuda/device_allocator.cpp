@@ -125,7 +125,8 @@ PinnedStaging::~PinnedStaging() {
   cudaFreeHost(buffer_);
 }
 
-void PinnedStaging::upload(void* dst, const void* src, size_t bytes, void* stream) {
+void PinnedStaging::upload(void* dst, const void* src, size_t bytes, void* stream,
+                           const kernels::DeferredIds* deferred) {
   if (bytes == 0) return;
   const size_t aligned = (bytes + 255) / 256 * 256;
   auto event = static_cast<cudaEvent_t>(last_copy_);
@@ -141,7 +142,8 @@ void PinnedStaging::upload(void* dst, const void* src, size_t bytes, void* strea
   }
   std::memcpy(buffer_ + offset_, src, bytes);
   auto s = static_cast<cudaStream_t>(stream);
-  kernels::launch_host_copy(dst, buffer_ + offset_, bytes, /*source_ready=*/true, s);
+  kernels::launch_host_copy(dst, buffer_ + offset_, bytes, /*source_ready=*/true, s,
+                            deferred ? *deferred : kernels::DeferredIds{});
   check(cudaEventRecord(event, s), "cudaEventRecord");
   offset_ += aligned;
 }

@@ -11,6 +11,10 @@
 
 #include "backend/tensor.h"
 
+namespace tern::kernels {
+struct DeferredIds;
+}
+
 namespace tern::cuda {
 
 class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
@@ -49,8 +53,9 @@ class PinnedStaging {
   ~PinnedStaging();
   PinnedStaging(const PinnedStaging&) = delete;
   PinnedStaging& operator=(const PinnedStaging&) = delete;
-  // Copies `bytes` from `src` to device memory `dst` asynchronously on `stream`.
-  void upload(void* dst, const void* src, size_t bytes, void* stream);
+  // Copies `bytes` from `src` to device memory `dst` asynchronously on `stream`, resolving `deferred` ids on the way
+  // if given (kernels/elementwise/host_copy.h).
+  void upload(void* dst, const void* src, size_t bytes, void* stream, const kernels::DeferredIds* deferred = nullptr);
 
  private:
   char* buffer_ = nullptr;

@@ -10,12 +10,12 @@ namespace {
 
 // An upper bound of the int32 values a decode step's metadata takes (CudaStepContext's layout): per token its id,
 // position, sequence, plan row and up to kDecodeMaxSplits split items of two values; per sequence four values and
-// one more per block table (its offset); block tables; two values per deferred token; 4-value alignment padding
-// of each of the 15 arrays and of each table-offset array past the first.
+// one more per block table (its offset); block tables; 4-value alignment padding of each of the 13 arrays and of
+// each table-offset array past the first.
 size_t metadata_values(const ForwardBatch& batch) {
   const size_t per_token = 5 + 2 * kernels::kDecodeMaxSplits;
   size_t values = static_cast<size_t>(batch.num_tokens()) * per_token + 4 * (batch.sequences.size() + 1) +
-                  batch.logit_rows.size() + 2 * batch.deferred_tokens.size() + 15 * 4;
+                  batch.logit_rows.size() + 13 * 4;
   for (const auto& seq : batch.sequences) {
     values += seq.block_tables.size() + 4;
     for (const auto& table : seq.block_tables) values += table.size();

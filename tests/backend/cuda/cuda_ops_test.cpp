@@ -82,7 +82,8 @@ TEST_F(CudaOpsTest, RmsNormOverHeads) {
 
 TEST_F(CudaOpsTest, LinearWithAndWithoutBias) {
   for (auto [rows, k, n] : {std::tuple{1, 64, 512}, {7, 64, 192}, {40, 256, 1024}, {3, 128, 40}, {300, 512, 768},
-                            {1, 4096, 4096}, {17, 96, 8}, {2, 1024, 300}, {4, 2048, 264}}) {
+                            {1, 4096, 4096}, {17, 96, 8}, {2, 1024, 300}, {4, 2048, 264}, {128, 4096, 640},
+                            {64, 14336, 384}, {129, 256, 384}, {65, 1536, 136}}) {
     const auto x = input(random_bf16_values(rows * k, 8), {rows, k});
     const auto w = weight(random_bf16_values(n * k, 9, 0.1f), {n, k});
     const auto b = weight(random_bf16_values(n, 10), {n});
