@@ -32,6 +32,20 @@ __device__ __forceinline__ void keep_best_of_chunk(float& best, int& index, cons
   for (int j = 0; j < 8; ++j) keep_better(best, index, v[j], i + j);
 }
 
+// This thread's best of row[begin, end) in a block of Threads: 16 bytes an access where the row allows (begin a
+// multiple of 16 bytes' worth), several accesses in flight per thread.
+template <int Threads, typename T>
+__device__ __forceinline__ void keep_best_of_range(float& best, int& index, const T* row, int begin, int end) {
+  constexpr int kChunk = 16 / sizeof(T);
+  const bool aligned = reinterpret_cast<uintptr_t>(row) % 16 == 0;
+  const int vector_end = aligned ? begin + (end - begin) / kChunk * kChunk : begin;
+#pragma unroll 4
+  for (int i = begin + threadIdx.x * kChunk; i < vector_end; i += Threads * kChunk) {
+    keep_best_of_chunk(best, index, row, i);
+  }
+  for (int i = vector_end + threadIdx.x; i < end; i += Threads) keep_better(best, index, to_float(row[i]), i);
+}
+
 // The best (value, index) of a block's threads, on thread 0.
 template <int Threads>
 __device__ __forceinline__ void block_best(float& best, int& index) {
@@ -51,9 +65,8 @@ __device__ __forceinline__ void block_best(float& best, int& index) {
   }
 }
 
-// One block per row, reading 16 bytes per access where the row allows, several accesses in flight per thread (a
-// decode step's 128K-entry row is one block's work, so the loads must be wide and many: 1,024 threads and the loop
-// unrolled took batch-1 argmax on the 8B model's vocabulary from 12.2 to 7.9 us).
+// One block per row (a decode step's 128K-entry row is one block's work, so the loads must be wide and many: 1,024
+// threads and the loop unrolled took batch-1 argmax on the 8B model's vocabulary from 12.2 to 7.9 us).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const T* logits, int32_t* out, int vocab) {
   wait_for_prior_grids();
@@ -61,12 +74,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const T* logits, int32
   const T* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -FLT_MAX;
   int index = vocab;
-  constexpr int kChunk = 16 / sizeof(T);
-  const bool aligned = reinterpret_cast<uintptr_t>(row) % 16 == 0;
-  const int vector_end = aligned ? vocab / kChunk * kChunk : 0;
-#pragma unroll 4
-  for (int i = threadIdx.x * kChunk; i < vector_end; i += kThreads * kChunk) keep_best_of_chunk(best, index, row, i);
-  for (int i = vector_end + threadIdx.x; i < vocab; i += kThreads) keep_better(best, index, to_float(row[i]), i);
+  keep_best_of_range<kThreads>(best, index, row, 0, vocab);
   block_best<kThreads>(best, index);
   if (threadIdx.x == 0) out[blockIdx.x] = index < vocab ? index : 0;  // a row of NaNs has no largest element: token 0
 }
@@ -86,17 +94,9 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const T* lo
   const int splits = gridDim.x;
   const T* row = logits + static_cast<int64_t>(row_index) * vocab;
   const int begin = blockIdx.x * kSplitKeys;
-  const int end = min(vocab, begin + kSplitKeys);
   float best = -FLT_MAX;
   int index = vocab;
-  constexpr int kChunk = 16 / sizeof(T);
-  const bool aligned = reinterpret_cast<uintptr_t>(row) % 16 == 0;
-  const int vector_end = aligned ? begin + (end - begin) / kChunk * kChunk : begin;
-#pragma unroll 4
-  for (int i = begin + threadIdx.x * kChunk; i < vector_end; i += kSplitThreads * kChunk) {
-    keep_best_of_chunk(best, index, row, i);
-  }
-  for (int i = vector_end + threadIdx.x; i < end; i += kSplitThreads) keep_better(best, index, to_float(row[i]), i);
+  keep_best_of_range<kSplitThreads>(best, index, row, begin, min(vocab, begin + kSplitKeys));
   block_best<kSplitThreads>(best, index);
 
   auto* slot_best = static_cast<float*>(workspace.data);

@@ -1,8 +1,8 @@
 #pragma once
 // Sampled ids copied to page-locked host memory behind the stream's work (Backend::to_host_i32_async), by a kernel
-// that writes it (kernels/elementwise/host_copy.h): the host
-// goes on launching the next step and waits for the copy's event only when it needs the ids. Buffers and events
-// are pooled, since a step makes one copy and cudaMallocHost costs far more than a step's host work.
+// that writes it (kernels/elementwise/host_copy.h): the host goes on launching the next step and waits for the
+// copy's event only when it needs the ids. Buffers and events are pooled, since a step makes one copy and
+// cudaMallocHost costs far more than a step's host work.
 #include <cuda_runtime.h>
 
 #include <cstdint>

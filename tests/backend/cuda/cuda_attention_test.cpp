@@ -66,7 +66,7 @@ TEST_P(CudaAttentionTest, MatchesCpu) {
     // The plan the short decodes are for: its kernel only where the blocks are whole pages (every case's head_dim
     // takes tensor cores).
     const auto& plan = dynamic_cast<const cuda::CudaStepContext&>(*gpu_step).attention_plan(true);
-    EXPECT_EQ(plan.whole_context, block_size % 16 == 0);
+    EXPECT_EQ(plan.whole_context, block_size % kernels::kDecodePageKeys == 0);
   }
   const auto expected = cpu->to_host_f32(cpu->attention(q.cpu, cpu_cache, 0, cpu_params, *cpu_step));
   const auto actual = gpu->to_host_f32(gpu->attention(q.gpu, gpu_cache, 0, gpu_params, *gpu_step));
