@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attention/decode_attention.h"
+#include "attention/key_shares.h"
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 
@@ -58,12 +59,10 @@ __global__ void __launch_bounds__(kNumWarps * 32)
   const int seq = p.batch.token_seq[token];
   const int position = p.batch.positions[token];
   const int window_begin = s.sliding_window > 0 ? max(0, position - s.sliding_window + 1) : 0;
-  // Split `chunk` of num_splits equal shares (whole tiles) of the keys [window_begin, position].
-  const int num_keys = position + 1 - window_begin;
-  const int split_tokens = ((num_keys + p.num_splits - 1) / p.num_splits + kTileTokens - 1) / kTileTokens * kTileTokens;
-  const int kv_begin = window_begin + chunk * split_tokens;
-  const int kv_end = min(kv_begin + split_tokens, position + 1);
-  const int num_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTileTokens - 1) / kTileTokens : 0;
+  const KeyShare share = key_share<kTileTokens>(window_begin, position + 1, chunk, p.num_splits);
+  const int kv_begin = share.begin;
+  const int kv_end = share.end;
+  const int num_tiles = share.num_tiles;
 
   // Queries pre-scaled into the log2 domain, so that exp2 gives the softmax weights.
   const float q_scale = s.scale * kLog2e;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "attention/decode_attention.h"
+#include "attention/key_shares.h"
 #include "attention/online_softmax.cuh"
 #include "attention/smem_swizzle.h"
 #include "common/dependent_launch.cuh"
@@ -34,7 +35,9 @@ constexpr int kWarpKeys = kDecodePageKeys;  // a page copy brings one warp's key
 // or 3 blocks per SM about the same (docs/BENCHMARKS.md).
 constexpr int kDefaultWarps = 4;
 constexpr int kDefaultStages = 2;
-// The whole-context plan (kDecodeWholeContextKeys): a block an SM, three 128-key tiles in flight.
+// The whole-context plan (kDecodeWholeContextKeys): a block an SM, three 128-key tiles in flight. (12 warps of two
+// 192-key tiles, so that a warp attends two pages rather than three, decoded batch 1 at 4.062 ms a token against
+// 4.021: docs/BENCHMARKS.md.)
 constexpr int kWholeContextWarps = 8;
 constexpr int kWholeContextStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -49,8 +52,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <int HeadDim, int Warps, int Stages, bool Pages>
 struct Layout {
   static constexpr int kTileKeys = kWarpKeys * Warps;
-  static constexpr int kChunksPerRow = HeadDim / 8;
-  static constexpr int kQRowStride = HeadDim + 8;
   static constexpr int kKeyRowStride = Pages ? HeadDim : HeadDim + 8;
   static constexpr int kTileElems = kTileKeys * kKeyRowStride;
   static constexpr int kLoaders = Pages ? Warps * 2 : kTileKeys;  // threads issuing a tile's copies
@@ -59,10 +60,9 @@ struct Layout {
   // After the loop the pipeline's space holds each warp's O rows, row maxima and row sums for the merge.
   static constexpr size_t kMergeBytes = Warps * kRows * (HeadDim + 2) * sizeof(float);
   static constexpr size_t kTilesBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
-  static constexpr size_t kQBytes = kRows * kQRowStride * sizeof(__nv_bfloat16);
   // Swizzled pages start 1024-byte aligned; the dynamic shared memory base is only promised 16 bytes.
   static constexpr size_t kAlignSlack = Pages ? swizzle128::kAtomBytes : 0;
-  static constexpr size_t kSharedBytes = kAlignSlack + kTilesBytes + kQBytes;
+  static constexpr size_t kSharedBytes = kAlignSlack + kTilesBytes;
 };
 
 // Where a warp's 16 keys of a tile lie in shared memory, as 16-byte chunks (8 columns) of rows. PaddedRows: row r
@@ -95,26 +95,6 @@ __device__ __forceinline__ int window_begin(const DecodeAttentionParams& p, int 
   return p.shape.sliding_window > 0 ? max(0, position - p.shape.sliding_window + 1) : 0;
 }
 
-// Keys [begin, end) of share `chunk` of num_splits equal shares (whole tiles) of a token's window, the window's
-// start rounded down to a multiple of `align` (keys before the window weigh 0).
-struct ShareKeys {
-  int begin = 0;
-  int end = 0;
-  int num_tiles = 0;
-};
-template <int TileKeys>
-__device__ __forceinline__ ShareKeys share_keys(const DecodeAttentionParams& p, int position, int chunk, int align) {
-  const int window_first = window_begin(p, position);
-  const int first = window_first - window_first % align;
-  const int num_keys = position + 1 - first;
-  const int split_tokens = ((num_keys + p.num_splits - 1) / p.num_splits + TileKeys - 1) / TileKeys * TileKeys;
-  ShareKeys k;
-  k.begin = first + chunk * split_tokens;
-  k.end = min(k.begin + split_tokens, position + 1);
-  k.num_tiles = k.end > k.begin ? (k.end - k.begin + TileKeys - 1) / TileKeys : 0;
-  return k;
-}
-
 // A warp's running attention over its keys: the group's 16 (padded) query rows as mma A fragments, the output
 // accumulators and each row's running max and sum (this thread's two rows, quad_row and quad_row + 8).
 template <int HeadDim>
@@ -125,32 +105,24 @@ struct WarpState {
   float row_sum[2] = {0.0f, 0.0f};
 };
 
-// The group's query rows into q_smem (rows past the group are zeros, which score 0 and are never written); each
-// thread waits for its own copies, the caller syncs.
-template <int HeadDim, typename L>
-__device__ __forceinline__ void load_queries(const DecodeAttentionParams& p, __nv_bfloat16* q_smem, int token,
-                                             int kv_head) {
-  const AttentionShape& s = p.shape;
-  const int group = s.num_heads / s.num_kv_heads;
-  for (int i = threadIdx.x; i < kRows * L::kChunksPerRow; i += blockDim.x) {
-    const int r = i / L::kChunksPerRow;
-    const int c = i % L::kChunksPerRow;
-    const bool valid = r < group;
-    const __nv_bfloat16* src =
-        valid ? p.query + (static_cast<int64_t>(token) * s.num_heads + kv_head * group + r) * HeadDim + c * 8 : p.query;
-    cp_async_16(q_smem + r * L::kQRowStride + c * 8, src, valid ? 16 : 0);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-}
-
-// The group's query rows, from q_smem, as mma A fragments.
-template <int HeadDim, typename L>
-__device__ __forceinline__ void start_warp(WarpState<HeadDim>& w, const __nv_bfloat16* q_smem) {
+// The query rows of `kv_head`'s group as mma A fragments, straight from global memory (rows past the group are
+// zeros).
+template <int HeadDim>
+__device__ __forceinline__ void start_warp(WarpState<HeadDim>& w, const DecodeAttentionParams& p, int token,
+                                           int kv_head) {
   const int lane = threadIdx.x % 32;
+  const int group = p.shape.num_heads / p.shape.num_kv_heads;
+  const __nv_bfloat16* q = p.query + (static_cast<int64_t>(token) * p.shape.num_heads + kv_head * group) * HeadDim;
+  const int lo_row = lane / 4;
+  const int col = 2 * (lane % 4);
 #pragma unroll
   for (int kk = 0; kk < HeadDim / 16; ++kk) {
-    ldmatrix_x4(w.q_frag[kk], q_smem + (lane % 16) * L::kQRowStride + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int row = lo_row + (f % 2) * 8;
+      const int c = kk * 16 + col + (f / 2) * 8;
+      w.q_frag[kk][f] = row < group ? *reinterpret_cast<const uint32_t*>(q + row * HeadDim + c) : 0u;
+    }
   }
 }
 
@@ -299,7 +271,6 @@ __global__ void __launch_bounds__(Warps * 32)
   }
   __nv_bfloat16* k_tiles = reinterpret_cast<__nv_bfloat16*>(smem);  // [Stages][kTileElems]
   __nv_bfloat16* v_tiles = k_tiles + Stages * L::kTileElems;
-  __nv_bfloat16* q_smem = reinterpret_cast<__nv_bfloat16*>(smem + L::kTilesBytes);
 
   __shared__ uint64_t tile_ready[Stages];  // one mbarrier per stage: its keys and values have landed
 
@@ -315,7 +286,9 @@ __global__ void __launch_bounds__(Warps * 32)
   const int seq = p.batch.token_seq[token];
   const int position = p.batch.positions[token];
   const int window_first = window_begin(p, position);
-  const ShareKeys keys = share_keys<kTileKeys>(p, position, p.item_chunk[item], Pages ? kWarpKeys : 1);
+  // Page copies start at a page: keys before the window weigh 0.
+  const int keys_first = Pages ? window_first - window_first % kWarpKeys : window_first;
+  const KeyShare keys = key_share<kTileKeys>(keys_first, position + 1, p.item_chunk[item], p.num_splits);
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Stages; ++stage) mbarrier_init(&tile_ready[stage], L::kLoaders);
@@ -361,8 +334,10 @@ __global__ void __launch_bounds__(Warps * 32)
     }
   };
   const bool loader = threadIdx.x < L::kLoaders;
+  // A tile for every stage, those of cached rows before the wait: with a stage held back for the loop's first
+  // refill, the whole-context kernel's third tile (keys 256-383) came after the wait, about 1 us a layer later.
   const auto load_first_tiles = [&](bool cached) {
-    for (int t = 0; t < Stages - 1 && t < keys.num_tiles; ++t) {
+    for (int t = 0; t < Stages && t < keys.num_tiles; ++t) {
       if (loader && cached_copies(t) == cached) load(t, t);
     }
   };
@@ -371,17 +346,15 @@ __global__ void __launch_bounds__(Warps * 32)
   allow_dependent_grids();
   load_first_tiles(false);
 
-  load_queries<HeadDim, L>(p, q_smem, token, kv_head);
-  __syncthreads();
-
   WarpState<HeadDim> state;
-  start_warp<HeadDim, L>(state, q_smem);
+  start_warp<HeadDim>(state, p, token, kv_head);
   const float score_scale = p.shape.scale * kLog2e;
   for (int tile = 0; tile < keys.num_tiles; ++tile) {
-    // Every warp is done with tile - 1, whose stage the next load refills.
-    if (tile > 0) __syncthreads();
-    const int next = tile + Stages - 1;
-    if (loader && next < keys.num_tiles) load(next, next % Stages);
+    if (tile > 0) {
+      __syncthreads();  // every warp is done with tile - 1, whose stage takes tile - 1 + Stages
+      const int next = tile - 1 + Stages;
+      if (loader && next < keys.num_tiles) load(next, next % Stages);
+    }
     const int stage = tile % Stages;
     const int first_key = keys.begin + tile * kTileKeys + warp * kWarpKeys;
     if (first_key >= keys.end) continue;  // past the share: nothing of this warp's to wait for
@@ -401,27 +374,6 @@ __global__ void __launch_bounds__(Warps * 32)
   }
   __syncthreads();  // every warp is done with the tiles (all landed: each was waited for): the space holds the merge
   merge_warps_and_write<HeadDim, Warps>(p, state, reinterpret_cast<float*>(k_tiles), item, token, kv_head);
-}
-
-// The query rows of `kv_head`'s group as mma A fragments, straight from global memory (rows past the group are
-// zeros).
-template <int HeadDim>
-__device__ __forceinline__ void start_warp_from_global(WarpState<HeadDim>& w, const DecodeAttentionParams& p, int token,
-                                                       int kv_head) {
-  const int lane = threadIdx.x % 32;
-  const int group = p.shape.num_heads / p.shape.num_kv_heads;
-  const __nv_bfloat16* q = p.query + (static_cast<int64_t>(token) * p.shape.num_heads + kv_head * group) * HeadDim;
-  const int lo_row = lane / 4;
-  const int col = 2 * (lane % 4);
-#pragma unroll
-  for (int kk = 0; kk < HeadDim / 16; ++kk) {
-#pragma unroll
-    for (int f = 0; f < 4; ++f) {
-      const int row = lo_row + (f % 2) * 8;
-      const int c = kk * 16 + col + (f / 2) * 8;
-      w.q_frag[kk][f] = row < group ? *reinterpret_cast<const uint32_t*>(q + row * HeadDim + c) : 0u;
-    }
-  }
 }
 
 // A warp that attended all of its share's keys for one KV head writes the share, as merge_warps_and_write does for
@@ -562,7 +514,7 @@ __global__ void __launch_bounds__((kDecodeAllHeadsMaxKvHeads + 1) * 32)
   if (p.batch_from_host) wait_for_prior_grids();
   allow_dependent_grids();
   WarpState<HeadDim> state;
-  start_warp_from_global<HeadDim>(state, p, token, warp);
+  start_warp<HeadDim>(state, p, token, warp);
   const float score_scale = p.shape.scale * kLog2e;
   for (int n = 0; n < share_tiles; ++n) {
     const int stage = n % stages;

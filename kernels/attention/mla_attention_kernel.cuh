@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "attention/key_shares.h"
 #include "attention/mla_attention.h"
 #include "attention/online_softmax.cuh"
 #include "common/device_math.cuh"
@@ -62,10 +63,9 @@ __global__ void __launch_bounds__(kNumWarps * 32, 1) tile_kernel(const MlaAttent
     const int position = p.batch.positions[token];
     const int head0 = blockIdx.y * kRows;
     num_rows = min(kRows, num_heads - head0);
-    // Share item_chunk of num_splits equal shares (whole key tiles) of the keys [0, position].
-    const int share = ((position + p.num_splits) / p.num_splits + kKeys - 1) / kKeys * kKeys;
-    kv_begin = p.item_chunk[blockIdx.x] * share;
-    kv_end = min(kv_begin + share, position + 1);
+    const KeyShare share = key_share<kKeys>(0, position + 1, p.item_chunk[blockIdx.x], p.num_splits);
+    kv_begin = share.begin;
+    kv_end = share.end;
     if (threadIdx.x < kRows) {
       row_token[threadIdx.x] = token;
       row_head[threadIdx.x] = head0 + min(static_cast<int>(threadIdx.x), num_rows - 1);

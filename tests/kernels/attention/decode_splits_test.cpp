@@ -1,9 +1,12 @@
 // The split-KV plan's share count: one full wave of blocks at long contexts, and at short ones a share per 64 keys
 // in powers of two, so that the recorded graphs of a batch size are few and each serves a range of lengths; and
-// where the all-heads kernel takes over.
+// where the all-heads kernel takes over; and how a token's keys are cut into the shares.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "attention/decode_attention.h"
+#include "attention/key_shares.h"
 
 namespace tern::kernels {
 namespace {
@@ -70,6 +73,39 @@ TEST(DecodeSplitsTest, OneWholeContextShareAtShortContextsAndFewTokens) {
   const DecodeAttentionPlan shares = plan_decode_attention(1, {kKvHeads, false}, kSms, kDecodeWholeContextKeys);
   EXPECT_FALSE(shares.whole_context);
   EXPECT_EQ(shares.num_splits, 8);
+}
+
+// Every key in exactly one share, the shares in order, each starting at a tile and no two more than a tile apart.
+void expect_balanced_cover(int first, int end, int num_splits) {
+  constexpr int kTile = 64;
+  int next = first;
+  int fewest = 1 << 30, most = 0;
+  for (int c = 0; c < num_splits; ++c) {
+    const KeyShare share = key_share<kTile>(first, end, c, num_splits);
+    SCOPED_TRACE(testing::Message() << "keys [" << first << ", " << end << "), share " << c << " of " << num_splits);
+    EXPECT_EQ(share.begin, next);
+    EXPECT_EQ((share.begin - first) % kTile, 0);
+    EXPECT_LE(share.begin, share.end);
+    EXPECT_EQ(share.num_tiles, (share.end - share.begin + kTile - 1) / kTile);
+    next = share.end;
+    fewest = std::min(fewest, share.num_tiles);
+    most = std::max(most, share.num_tiles);
+  }
+  EXPECT_EQ(next, end);
+  EXPECT_LE(most - fewest, 1);
+}
+
+TEST(DecodeSplitsTest, SharesCoverTheKeysInBalancedWholeTiles) {
+  expect_balanced_cover(0, 32768, 33);
+  expect_balanced_cover(0, 32769, 33);
+  expect_balanced_cover(16, 4100, 32);
+  expect_balanced_cover(0, 1, 8);  // one key: seven empty shares
+  expect_balanced_cover(0, 300, 8);
+  expect_balanced_cover(5, 5, 4);  // no keys
+  // 512 tiles in 33 shares: 16 of 15 tiles and 17 of 16, none empty (shares of 16 tiles left the 33rd empty).
+  int empty = 0;
+  for (int c = 0; c < 33; ++c) empty += key_share<64>(0, 32768, c, 33).num_tiles == 0;
+  EXPECT_EQ(empty, 0);
 }
 
 TEST(DecodeSplitsTest, AtLeastOneShare) {
