@@ -243,7 +243,9 @@ __device__ __forceinline__ void merge_warps_and_write(const DecodeAttentionParam
 
 // A page's value rows outside keys [begin, end) as zeros: a page copy brings whole pages, and rows of other
 // tokens or not yet written may hold anything, which P V would multiply by 0 (NaN times 0 is NaN). Each lane clears
-// one 64-column half row; it then fences its writes against the next copy into the stage.
+// one 64-column half row: a whole 128-byte row of the swizzled layout (smem_swizzle.h), wherever the swizzle put
+// its chunks, so the row's place is all it needs of SwizzledPage. It then fences its writes against the next copy
+// into the stage.
 template <int HeadDim>
 __device__ __forceinline__ void clear_rows_outside(__nv_bfloat16* v_page, int first_key, int begin, int end) {
   const int lane = threadIdx.x % 32;
