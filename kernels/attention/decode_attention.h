@@ -23,9 +23,9 @@ struct DecodeAttentionParams {
   bool batch_from_host = true;
 
   // The plan, made once per step: items sorted by token, each token's keys (its window) cut into num_splits
-  // shares of whole key tiles (64 keys, 32 on the CUDA-core kernel); item_chunk is the share's index. Shares past
-  // the keys are empty (weight 0), so a recorded graph replays at any context length that plans the same
-  // number of shares (decode_attention_num_splits).
+  // shares of whole key tiles (64 keys, 32 on the CUDA-core kernel; key_shares.h); item_chunk is the share's
+  // index. With fewer tiles than shares some shares are empty (weight 0), so a recorded graph replays at any
+  // context length that plans the same number of shares (decode_attention_num_splits).
   const int32_t* item_token = nullptr;  // [num_items]
   const int32_t* item_chunk = nullptr;  // [num_items]
   int num_items = 0;

@@ -10,10 +10,10 @@ namespace tern::kernels {
 namespace {
 
 constexpr int kWarps = 4;
-// Heads of up to 256 values: at most 40 registers, so that five blocks fit on an SM beside two of decode attention
-// (decode_attention.h), which has the merge's blocks start before it ends; its successor in turn starts only once
-// every block of the merge has. At 60 registers, 512 blocks (batch 8 of 64 heads) did not all fit beside them,
-// and attention_bench's decode took 0.320 ms against 0.271.
+// Heads of up to 256 values: at most 40 registers (12 blocks of 128 threads an SM leave 40 a thread), so that five
+// blocks fit on an SM beside two of decode attention (decode_attention.h), which has the merge's blocks start
+// before it ends; its successor in turn starts only once every block of the merge has. At 60 registers, 512 blocks
+// (batch 8 of 64 heads) did not all fit beside them, and attention_bench's decode took 0.320 ms against 0.271.
 constexpr int kMinBlocksPerSm = 12;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -23,9 +23,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 // outputs are all loaded before any is used, and the warp keeps a running maximum, rescaling its sums as it rises
 // (as attention's online softmax does), so that a batch costs one round trip to L2. (Finding the maximum first and
 // loading the outputs after it took two more: the merge of 32 shares at 4K keys, in attention_bench's chain, 2.9 us
-// against 2.6; MLA decode at batch 1 and 128 shares 0.072 ms against 0.058.) The warps' sums are then rescaled to
-// the block's maximum and added in shared memory. A share of weight 0 (past the keys, log-sum-exp -inf) adds
-// nothing, whatever its output holds.
+// against 2.6; MLA decode at batch 1 and 128 shares 0.070 ms against 0.052.) The warps' sums are then rescaled to
+// the block's maximum and added in shared memory. A share of weight 0 (no keys, log-sum-exp -inf) adds nothing,
+// whatever its output holds.
 // WithLse: the partial attention of decode context parallelism (float32 output and the log-sum-exp).
 // ChunksPerLane: a lane's 16-byte chunks of a head (value_dim / 128 rounded up); a batch holds at most four per
 // lane in registers where the block must fit in 40 of them, eight otherwise.
