@@ -44,19 +44,27 @@ __device__ __forceinline__ float rotated(const __nv_bfloat16* head, int d, const
   return pair.first ? x * a.x - partner * a.y : x * a.x + partner * a.y;
 }
 
-// Threads walk the (head, rotary pair) grid so that each pair is read and written once.
-__device__ void rope_heads_in_place(__nv_bfloat16* x, int num_heads, int head_dim, const float2* angles,
-                                    const RopeSpec& rope) {
+// Threads walk the (head, rotary pair) grid so that each pair is read and written once; dst may be x (in place).
+// Dims outside the rotary ones are copied where dst is not x.
+__device__ void rope_heads(const __nv_bfloat16* x, __nv_bfloat16* dst, int num_heads, int head_dim,
+                           const float2* angles, const RopeSpec& rope) {
   const int half = rope.rotary_dim / 2;
   for (int i = threadIdx.x; i < num_heads * half; i += blockDim.x) {
-    __nv_bfloat16* head = x + (i / half) * head_dim + rope.first_dim;
+    const int64_t offset = (i / half) * head_dim + rope.first_dim;
     const int d = rope.interleaved ? 2 * (i % half) : i % half;  // the pair's first dim
     const RotaryPair pair = rotary_pair(d, rope);
-    const float lo = __bfloat162float(head[d]);
-    const float hi = __bfloat162float(head[pair.partner]);
+    const float lo = __bfloat162float(x[offset + d]);
+    const float hi = __bfloat162float(x[offset + pair.partner]);
     const float2 a = angles[pair.frequency];
-    head[d] = __float2bfloat16(lo * a.x - hi * a.y);
-    head[pair.partner] = __float2bfloat16(hi * a.x + lo * a.y);
+    dst[offset + d] = __float2bfloat16(lo * a.x - hi * a.y);
+    dst[offset + pair.partner] = __float2bfloat16(hi * a.x + lo * a.y);
+  }
+  if (dst == x) return;
+  const int passed = head_dim - rope.rotary_dim;
+  for (int i = threadIdx.x; i < num_heads * passed; i += blockDim.x) {
+    const int d = i % passed;
+    const int64_t element = (i / passed) * head_dim + (d < rope.first_dim ? d : d + rope.rotary_dim);
+    dst[element] = x[element];
   }
 }
 
@@ -68,13 +76,15 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(__nv_bfloat16* x, int nu
   load_angles(angles, static_cast<float>(positions[token]), rope);  // step metadata: before the wait
   wait_for_prior_grids();
   allow_dependent_grids();
-  rope_heads_in_place(x + static_cast<int64_t>(token) * num_heads * head_dim, num_heads, head_dim, angles, rope);
+  __nv_bfloat16* heads = x + static_cast<int64_t>(token) * num_heads * head_dim;
+  rope_heads(heads, heads, num_heads, head_dim, angles, rope);
 }
 
 // One block per token.
 template <bool Rotate>
-__global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p,
-                                                            RopeSpec rope) {
+__global__ void __launch_bounds__(kThreads)
+    kv_write_kernel(const __nv_bfloat16* query, int64_t query_stride, __nv_bfloat16* query_out, int num_heads,
+                    KvWriteParams p, RopeSpec rope) {
   __shared__ float2 angles[kMaxRotaryPairs];
   const int token = blockIdx.x;
   const int64_t slot = slot_of(p.slots, token);  // step metadata: read before the wait
@@ -82,20 +92,21 @@ __global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query
   wait_for_prior_grids();
   allow_dependent_grids();
   if (Rotate) {
-    rope_heads_in_place(query + static_cast<int64_t>(token) * num_heads * p.key_dim, num_heads, p.key_dim, angles, rope);
+    rope_heads(query + token * query_stride, query_out + static_cast<int64_t>(token) * num_heads * p.key_dim,
+               num_heads, p.key_dim, angles, rope);
   }
   if (slot < 0) return;
   const int key_row = p.num_kv_heads * p.key_dim;
-  const __nv_bfloat16* key = p.key + static_cast<int64_t>(token) * key_row;
+  const __nv_bfloat16* key = p.key + token * p.key_stride;
   __nv_bfloat16* key_dst = p.key_cache + slot * key_row;
   for (int i = threadIdx.x; i < key_row; i += blockDim.x) {
     key_dst[i] = Rotate ? __float2bfloat16(rotated(key + (i / p.key_dim) * p.key_dim, i % p.key_dim, angles, rope))
                         : key[i];
   }
   const int value_row = p.num_kv_heads * p.value_dim;
-  const __nv_bfloat16* value = p.value + static_cast<int64_t>(token) * value_row;
+  const __nv_bfloat16* value = p.value + token * p.value_stride;
   __nv_bfloat16* value_dst = p.value_cache + slot * value_row;
-  if (value_row % 8 == 0) {
+  if (value_row % 8 == 0 && p.value_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.value) % 16 == 0) {
     const uint4* src = reinterpret_cast<const uint4*>(value);
     uint4* dst = reinterpret_cast<uint4*>(value_dst);
     for (int i = threadIdx.x; i < value_row / 8; i += blockDim.x) dst[i] = src[i];
@@ -108,8 +119,9 @@ __global__ void __launch_bounds__(kThreads) kv_write_kernel(__nv_bfloat16* query
 // % 8 == 0): a thread
 // takes 8 rotary pairs at once (the vector at d and its partner at d + rotary_dim / 2), so a decode token's
 // heads are one or two rounds of independent loads instead of a chain of dependent scalar ones.
-__global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* query, int num_heads, KvWriteParams p,
-                                                               RopeSpec rope) {
+__global__ void __launch_bounds__(kThreads)
+    rope_kv_vec_kernel(const __nv_bfloat16* query, int64_t query_stride, __nv_bfloat16* query_out, int num_heads,
+                       KvWriteParams p, RopeSpec rope) {
   __shared__ float2 angles[kMaxRotaryPairs];
   const int token = blockIdx.x;
   const int64_t slot = slot_of(p.slots, token);  // step metadata: read before the wait
@@ -119,27 +131,29 @@ __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* qu
   const int half = rope.rotary_dim / 2;
   const int pair_vectors = half / 8;                           // per head
   const int pass_vectors = (p.key_dim - rope.rotary_dim) / 8;  // unrotated dims of a key head
-  const int query_units = num_heads * pair_vectors;
+  // Unrotated query dims are copied too, as query_out may not be query.
+  const int query_units = num_heads * (pair_vectors + pass_vectors);
   const int key_units = slot < 0 ? 0 : p.num_kv_heads * (pair_vectors + pass_vectors);
   const int value_units = slot < 0 ? 0 : p.num_kv_heads * p.value_dim / 8;
-  __nv_bfloat16* q = query + static_cast<int64_t>(token) * num_heads * p.key_dim;
-  const __nv_bfloat16* key = p.key + static_cast<int64_t>(token) * p.num_kv_heads * p.key_dim;
+  const __nv_bfloat16* q = query + token * query_stride;
+  __nv_bfloat16* q_dst = query_out + static_cast<int64_t>(token) * num_heads * p.key_dim;
+  const __nv_bfloat16* key = p.key + token * p.key_stride;
   __nv_bfloat16* key_dst = p.key_cache + slot * p.num_kv_heads * p.key_dim;
   for (int u = threadIdx.x; u < query_units + key_units + value_units; u += blockDim.x) {
     if (u >= query_units + key_units) {
       const int v = u - query_units - key_units;
       reinterpret_cast<uint4*>(p.value_cache + slot * p.num_kv_heads * p.value_dim)[v] =
-          reinterpret_cast<const uint4*>(p.value + static_cast<int64_t>(token) * p.num_kv_heads * p.value_dim)[v];
+          reinterpret_cast<const uint4*>(p.value + token * p.value_stride)[v];
       continue;
     }
     const bool is_query = u < query_units;
     const int unit = is_query ? u : u - query_units;
-    const int per_head = is_query ? pair_vectors : pair_vectors + pass_vectors;
+    const int per_head = pair_vectors + pass_vectors;
     const int head = unit / per_head;
     const int j = unit % per_head;
     const __nv_bfloat16* src = (is_query ? q : key) + head * p.key_dim;
-    __nv_bfloat16* dst = is_query ? q + head * p.key_dim : key_dst + head * p.key_dim;
-    if (j >= pair_vectors) {  // an unrotated key vector
+    __nv_bfloat16* dst = (is_query ? q_dst : key_dst) + head * p.key_dim;
+    if (j >= pair_vectors) {  // an unrotated vector
       const int d = rope.rotary_dim + 8 * (j - pair_vectors);
       *reinterpret_cast<uint4*>(dst + d) = *reinterpret_cast<const uint4*>(src + d);
       continue;
@@ -158,12 +172,13 @@ __global__ void __launch_bounds__(kThreads) rope_kv_vec_kernel(__nv_bfloat16* qu
   }
 }
 
-bool vectorizable(const KvWriteParams& p, const RopeSpec& rope, const __nv_bfloat16* query) {
+bool vectorizable(const KvWriteParams& p, const RopeSpec& rope, const __nv_bfloat16* query, int64_t query_stride,
+                  const __nv_bfloat16* query_out) {
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   return !rope.interleaved && rope.first_dim == 0 && !rope.inverse && rope.rotary_dim > 0 &&
-         rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 &&
-         aligned(query) && aligned(p.key) && aligned(p.key_cache) &&
-         (p.value_dim == 0 || (aligned(p.value) && aligned(p.value_cache)));
+         rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 && query_stride % 8 == 0 &&
+         p.key_stride % 8 == 0 && aligned(query) && aligned(query_out) && aligned(p.key) && aligned(p.key_cache) &&
+         (p.value_dim == 0 || (p.value_stride % 8 == 0 && aligned(p.value) && aligned(p.value_cache)));
 }
 
 void check_rope(const RopeSpec& rope, int head_dim) {
@@ -182,6 +197,10 @@ void check_kv(const KvWriteParams& p) {
                                 std::to_string(p.slots.shard_size));
   }
   if (p.value_dim > 0 && (!p.value || !p.value_cache)) throw std::invalid_argument("store_kv: values missing");
+  if (p.key_stride < int64_t{p.num_kv_heads} * p.key_dim ||
+      (p.value_dim > 0 && p.value_stride < int64_t{p.num_kv_heads} * p.value_dim)) {
+    throw std::invalid_argument("store_kv: token strides shorter than a token's keys or values");
+  }
 }
 
 }  // namespace
@@ -196,19 +215,24 @@ void launch_rope(__nv_bfloat16* x, int num_tokens, int num_heads, int head_dim, 
 void launch_store_kv(const KvWriteParams& p, cudaStream_t stream) {
   check_kv(p);
   if (p.num_tokens == 0) return;
-  launch_dependent("store_kv", kv_write_kernel<false>, p.num_tokens, kThreads, 0, stream, nullptr, 0, p, RopeSpec{});
+  launch_dependent("store_kv", kv_write_kernel<false>, p.num_tokens, kThreads, 0, stream, nullptr, int64_t{0}, nullptr,
+                   0, p, RopeSpec{});
 }
 
-void launch_rope_store_kv(__nv_bfloat16* query, int num_heads, const KvWriteParams& p, const RopeSpec& rope,
-                          cudaStream_t stream) {
+void launch_rope_store_kv(const __nv_bfloat16* query, int64_t query_stride, __nv_bfloat16* query_out, int num_heads,
+                          const KvWriteParams& p, const RopeSpec& rope, cudaStream_t stream) {
   check_kv(p);
   check_rope(rope, p.key_dim);
+  if (query_stride < int64_t{num_heads} * p.key_dim) {
+    throw std::invalid_argument("rope_store_kv: query stride shorter than a token's query heads");
+  }
   if (p.num_tokens == 0) return;
-  if (vectorizable(p, rope, query)) {
-    launch_dependent("rope_store_kv", rope_kv_vec_kernel, p.num_tokens, kThreads, 0, stream, query, num_heads, p, rope);
+  if (vectorizable(p, rope, query, query_stride, query_out)) {
+    launch_dependent("rope_store_kv", rope_kv_vec_kernel, p.num_tokens, kThreads, 0, stream, query, query_stride,
+                     query_out, num_heads, p, rope);
   } else {
-    launch_dependent("rope_store_kv", kv_write_kernel<true>, p.num_tokens, kThreads, 0, stream, query, num_heads, p,
-                     rope);
+    launch_dependent("rope_store_kv", kv_write_kernel<true>, p.num_tokens, kThreads, 0, stream, query, query_stride,
+                     query_out, num_heads, p, rope);
   }
 }
 

@@ -39,8 +39,12 @@ void launch_rope(__nv_bfloat16* x, int num_tokens, int num_heads, int head_dim, 
                  const int32_t* positions, cudaStream_t stream);
 
 struct KvWriteParams {
-  const __nv_bfloat16* key = nullptr;    // [num_tokens, num_kv_heads, key_dim]
-  const __nv_bfloat16* value = nullptr;  // [num_tokens, num_kv_heads, value_dim] or null when value_dim is 0
+  // Token t's keys [num_kv_heads, key_dim] at key + t * key_stride, its values [num_kv_heads, value_dim] at
+  // value + t * value_stride (null when value_dim is 0): packed tensors, or the columns of a q/k/v projection's rows.
+  const __nv_bfloat16* key = nullptr;
+  const __nv_bfloat16* value = nullptr;
+  int64_t key_stride = 0;    // at least num_kv_heads * key_dim
+  int64_t value_stride = 0;  // at least num_kv_heads * value_dim
   __nv_bfloat16* key_cache = nullptr;    // [num_slots, num_kv_heads, key_dim]
   __nv_bfloat16* value_cache = nullptr;  // [num_slots, num_kv_heads, value_dim]
   int num_tokens = 0;
@@ -52,8 +56,9 @@ struct KvWriteParams {
 
 void launch_store_kv(const KvWriteParams& params, cudaStream_t stream);
 
-// Rotates query [num_tokens, num_heads, key_dim] in place, and writes rope(key) and value to the cache.
-void launch_rope_store_kv(__nv_bfloat16* query, int num_heads, const KvWriteParams& params, const RopeSpec& rope,
-                          cudaStream_t stream);
+// Writes rope(query) to query_out [num_tokens, num_heads, key_dim], and rope(key) and value to the cache. Token t's
+// query heads are read at query + t * query_stride; query_out may be query itself (packed, rotated in place).
+void launch_rope_store_kv(const __nv_bfloat16* query, int64_t query_stride, __nv_bfloat16* query_out, int num_heads,
+                          const KvWriteParams& params, const RopeSpec& rope, cudaStream_t stream);
 
 }  // namespace tern::kernels

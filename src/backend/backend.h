@@ -230,9 +230,10 @@ class Backend {
   // A fused projection's output qkv [T, (heads + 2 kv_heads) head_dim] cut into q, k and v (slice_columns: views of
   // qkv where the backend makes them).
   QkvColumns split_qkv(const Tensor& qkv, const QkvHeads& heads);
-  // rope_store_kv of split_qkv(qkv) -> the rotated queries [T, heads, head_dim].
-  Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
-                        const StepContext& step);
+  // rope_store_kv of split_qkv(qkv) -> the rotated queries [T, heads, head_dim]. The CUDA backend reads q, k and v
+  // where they lie in qkv's rows instead of copying the columns out first.
+  virtual Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache,
+                                int layer, const StepContext& step);
   // Causal attention of q [T, heads, key_dim] over each sequence's cached and new tokens -> [T, heads, value_dim].
   virtual Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                            const StepContext& step) = 0;

@@ -675,9 +675,34 @@ class CudaBackend final : public Backend {
     const KvWrite write = kv_write(cache, layer, key, value, step);
     const kernels::RopeSpec spec = rope_spec(table, query.size(2), false);
     launch("rope_store_kv", [&] {
-      kernels::launch_rope_store_kv(query.ptr<bf16>(), checked_int(query.size(1), "heads"), write.params, spec,
-                                    stream_);
+      kernels::launch_rope_store_kv(query.ptr<bf16>(), query.row_numel(), query.ptr<bf16>(),
+                                    checked_int(query.size(1), "heads"), write.params, spec, stream_);
     });
+  }
+
+  // Straight from the projection's rows: with several rows, split_qkv would copy q, k and v out first (three
+  // kernels a layer, 7 us of a batch-128 decode step's 137 us of GEMMs a layer; docs/BENCHMARKS.md).
+  Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
+                        const StepContext& step) override {
+    const int64_t q_width = heads.num_heads * heads.head_dim;
+    const int64_t kv_width = heads.num_kv_heads * heads.head_dim;
+    const bool fits = qkv.dtype == DType::BF16 && qkv.shape.size() == 2 && qkv.size(1) == q_width + 2 * kv_width &&
+                      layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
+                      cache.layers[layer].num_kv_heads == heads.num_kv_heads &&
+                      cache.layers[layer].key_dim == heads.head_dim && cache.layers[layer].value_dim == heads.head_dim;
+    if (!fits) return Backend::rope_store_qkv(qkv, heads, table, cache, layer, step);
+    check_tokens(qkv, step, "rope_store_qkv");
+    kernels::KvWriteParams p = kv_destination(cache, layer, qkv.size(0), step);
+    p.key = qkv.ptr<bf16>() + q_width;
+    p.value = qkv.ptr<bf16>() + q_width + kv_width;
+    p.key_stride = p.value_stride = qkv.size(1);
+    const kernels::RopeSpec spec = rope_spec(table, heads.head_dim, false);
+    Tensor query = allocator_->allocate(DType::BF16, {qkv.size(0), heads.num_heads, heads.head_dim});
+    launch("rope_store_qkv", [&] {
+      kernels::launch_rope_store_kv(qkv.ptr<bf16>(), qkv.size(1), query.ptr<bf16>(),
+                                    checked_int(heads.num_heads, "heads"), p, spec, stream_);
+    });
+    return query;
   }
 
   Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
@@ -1378,9 +1403,26 @@ class CudaBackend final : public Backend {
     Tensor key, value;
   };
 
-  KvWrite kv_write(KvCache& cache, int layer, const Tensor& key, const Tensor& value,
-                                  const StepContext& step) {
+  // Where a step's keys and values go in layer `layer` of the cache; the caller sets where they come from.
+  kernels::KvWriteParams kv_destination(KvCache& cache, int layer, int64_t num_tokens, const StepContext& step) {
     const auto& ctx = cuda_step(step);
+    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("store_kv: layer {} not in the cache", layer);
+    const KvLayerSpec& spec = cache.layers[layer];
+    ctx.check_block_tables(cache.context_shard.tokens_per_block(cache.block_size));
+    kernels::KvWriteParams p;
+    p.key_cache = cache.keys[layer].ptr<bf16>();
+    p.value_cache = spec.value_dim ? cache.values[layer].ptr<bf16>() : nullptr;
+    p.num_tokens = checked_int(num_tokens, "tokens");
+    p.num_kv_heads = checked_int(spec.num_kv_heads, "kv heads");
+    p.key_dim = checked_int(spec.key_dim, "key_dim");
+    p.value_dim = checked_int(spec.value_dim, "value_dim");
+    p.slots = {ctx.positions(), ctx.token_seq(), ctx.block_tables(),
+               ctx.block_table_offsets(cache.layer_group.at(layer)), checked_int(cache.block_size, "block_size"),
+               cache.context_shard.rank, cache.context_shard.size};
+    return p;
+  }
+
+  KvWrite kv_write(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) {
     if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("store_kv: layer {} not in the cache", layer);
     const KvLayerSpec& spec = cache.layers[layer];
     const int64_t key_row = spec.num_kv_heads * spec.key_dim;
@@ -1390,22 +1432,15 @@ class CudaBackend final : public Backend {
            value_row ? value.row_numel() : 0);
     }
     check_tokens(key, step, "store_kv");
-    ctx.check_block_tables(cache.context_shard.tokens_per_block(cache.block_size));
     KvWrite write;
+    write.params = kv_destination(cache, layer, key.size(0), step);
     write.key = activation(key, "store_kv (key)");
     if (value_row) write.value = activation(value, "store_kv (value)");
     kernels::KvWriteParams& p = write.params;
     p.key = write.key.ptr<bf16>();
     p.value = value_row ? write.value.ptr<bf16>() : nullptr;
-    p.key_cache = cache.keys[layer].ptr<bf16>();
-    p.value_cache = value_row ? cache.values[layer].ptr<bf16>() : nullptr;
-    p.num_tokens = checked_int(key.size(0), "tokens");
-    p.num_kv_heads = checked_int(spec.num_kv_heads, "kv heads");
-    p.key_dim = checked_int(spec.key_dim, "key_dim");
-    p.value_dim = checked_int(spec.value_dim, "value_dim");
-    p.slots = {ctx.positions(), ctx.token_seq(), ctx.block_tables(),
-               ctx.block_table_offsets(cache.layer_group.at(layer)), checked_int(cache.block_size, "block_size"),
-               cache.context_shard.rank, cache.context_shard.size};
+    p.key_stride = key_row;
+    p.value_stride = value_row;
     return write;
   }
 

@@ -226,6 +226,58 @@ TEST_F(CudaOpsTest, NormLinearRopeStoreKvMatchesTheOpsOneByOne) {
   }
 }
 
+// rope_store_qkv reads q, k and v where they lie in the projection's rows (no column copies): the same rotated
+// queries and cache slots, bit for bit, as rope_store_kv of the copied columns, and close to the CPU's. Rotate-half
+// (the vectorized kernel), partial rotary (its unrotated query dims copied) and interleaved pairs (the scalar one).
+TEST_F(CudaOpsTest, RopeStoreQkvReadsTheProjectionRows) {
+  struct Case {
+    int rows, heads, kv_heads, head_dim, rotary_dim, cached;
+    bool interleaved;
+  };
+  for (const Case c : {Case{1, 4, 2, 64, 64, 5, false}, Case{7, 4, 2, 64, 64, 20, false},
+                       Case{64, 8, 2, 128, 128, 0, false}, Case{9, 2, 1, 128, 64, 3, false},
+                       Case{6, 4, 2, 32, 32, 11, true}}) {
+    const std::string what = fmt::format("{} rows, {}/{} heads of {}, rotary {}{}", c.rows, c.heads, c.kv_heads,
+                                         c.head_dim, c.rotary_dim, c.interleaved ? " interleaved" : "");
+    const int n = (c.heads + 2 * c.kv_heads) * c.head_dim;
+    const auto qkv = input(random_bf16_values(static_cast<size_t>(c.rows) * n, 50), {c.rows, n});
+    const std::vector<float> inv_freq = testing::rope_inv_freq(c.rotary_dim);
+    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, 1.0f};
+    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, 1.0f};
+    cpu_table.interleaved = gpu_table.interleaved = c.interleaved;
+    const std::vector<KvLayerSpec> layers = {{c.kv_heads, c.head_dim, c.head_dim}};
+    const ForwardBatch batch = one_sequence_batch(c.rows, c.cached, 100, 51);
+    const int blocks = (c.cached + c.rows + 15) / 16;
+    KvCache gpu_cache = gpu->allocate_kv_cache(layers, blocks, 16);
+    KvCache by_copies_cache = gpu->allocate_kv_cache(layers, blocks, 16);
+    KvCache cpu_cache = cpu->allocate_kv_cache(layers, blocks, 16);
+    const auto gpu_step = gpu->begin_step(batch);
+    const auto cpu_step = cpu->begin_step(batch);
+    const QkvHeads heads{c.heads, c.kv_heads, c.head_dim};
+    const Tensor q = gpu->rope_store_qkv(qkv.gpu, heads, gpu_table, gpu_cache, 0, *gpu_step);
+    const Tensor q_by_copies = gpu->Backend::rope_store_qkv(qkv.gpu, heads, gpu_table, by_copies_cache, 0, *gpu_step);
+    const Tensor q_cpu = cpu->rope_store_qkv(qkv.cpu, heads, cpu_table, cpu_cache, 0, *cpu_step);
+    ASSERT_EQ(q.shape, (std::vector<int64_t>{c.rows, c.heads, c.head_dim})) << what;
+    EXPECT_EQ(gpu->to_host_f32(q), gpu->to_host_f32(q_by_copies)) << what;
+    expect_close(q, q_cpu, 2e-2, what + ", queries");
+    // The step's slots (identity block tables) follow the cached tokens.
+    const size_t row = static_cast<size_t>(c.kv_heads) * c.head_dim;
+    for (const auto& [part, gpu_part, by_copies_part, cpu_part] :
+         {std::tuple{"keys", &gpu_cache.keys[0], &by_copies_cache.keys[0], &cpu_cache.keys[0]},
+          {"values", &gpu_cache.values[0], &by_copies_cache.values[0], &cpu_cache.values[0]}}) {
+      const auto cached = gpu->to_host_f32(*gpu_part);
+      EXPECT_EQ(cached, gpu->to_host_f32(*by_copies_part)) << what << ", " << part;
+      const auto cpu_cached = cpu->to_host_f32(*cpu_part);
+      const auto first = static_cast<std::ptrdiff_t>(c.cached * row);
+      const auto last = first + static_cast<std::ptrdiff_t>(c.rows * row);
+      EXPECT_LE(relative_error(std::vector<float>(cached.begin() + first, cached.begin() + last),
+                               std::vector<float>(cpu_cached.begin() + first, cpu_cached.begin() + last)),
+                2e-2)
+          << what << ", " << part;
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, LinearRejectsMismatchedFeatures) {
   const auto x = input(random_bf16_values(4 * 8, 1), {4, 8});
   const auto w = weight(random_bf16_values(3 * 9, 2), {3, 9});
