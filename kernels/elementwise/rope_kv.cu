@@ -131,8 +131,9 @@ __global__ void __launch_bounds__(kThreads)
   const int half = rope.rotary_dim / 2;
   const int pair_vectors = half / 8;                           // per head
   const int pass_vectors = (p.key_dim - rope.rotary_dim) / 8;  // unrotated dims of a key head
-  // Unrotated query dims are copied too, as query_out may not be query.
-  const int query_units = num_heads * (pair_vectors + pass_vectors);
+  // Unrotated query dims are copied where query_out is not query; in place they stay where they are.
+  const int query_pass_vectors = query_out == query ? 0 : pass_vectors;
+  const int query_units = num_heads * (pair_vectors + query_pass_vectors);
   const int key_units = slot < 0 ? 0 : p.num_kv_heads * (pair_vectors + pass_vectors);
   const int value_units = slot < 0 ? 0 : p.num_kv_heads * p.value_dim / 8;
   const __nv_bfloat16* q = query + token * query_stride;
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     const bool is_query = u < query_units;
     const int unit = is_query ? u : u - query_units;
-    const int per_head = pair_vectors + pass_vectors;
+    const int per_head = pair_vectors + (is_query ? query_pass_vectors : pass_vectors);
     const int head = unit / per_head;
     const int j = unit % per_head;
     const __nv_bfloat16* src = (is_query ? q : key) + head * p.key_dim;

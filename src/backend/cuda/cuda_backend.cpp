@@ -1124,7 +1124,7 @@ class CudaBackend final : public Backend {
 
   static void check_attention_query(const Tensor& query, const KvCache& cache, int layer, const StepContext& step,
                                     const char* op) {
-    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("{}: layer {} not in the cache", op, layer);
+    cached_layer(cache, layer, op);
     if (query.shape.size() != 3) fail("{}: query must be [tokens, heads, dim], got {}", op, shape_string(query.shape));
     check_tokens(query, step, op);
   }
@@ -1403,11 +1403,15 @@ class CudaBackend final : public Backend {
     Tensor key, value;
   };
 
+  static const KvLayerSpec& cached_layer(const KvCache& cache, int layer, const char* op) {
+    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("{}: layer {} not in the cache", op, layer);
+    return cache.layers[layer];
+  }
+
   // Where a step's keys and values go in layer `layer` of the cache; the caller sets where they come from.
   kernels::KvWriteParams kv_destination(KvCache& cache, int layer, int64_t num_tokens, const StepContext& step) {
     const auto& ctx = cuda_step(step);
-    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("store_kv: layer {} not in the cache", layer);
-    const KvLayerSpec& spec = cache.layers[layer];
+    const KvLayerSpec& spec = cached_layer(cache, layer, "store_kv");
     ctx.check_block_tables(cache.context_shard.tokens_per_block(cache.block_size));
     kernels::KvWriteParams p;
     p.key_cache = cache.keys[layer].ptr<bf16>();
@@ -1423,8 +1427,7 @@ class CudaBackend final : public Backend {
   }
 
   KvWrite kv_write(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) {
-    if (layer < 0 || layer >= static_cast<int>(cache.layers.size())) fail("store_kv: layer {} not in the cache", layer);
-    const KvLayerSpec& spec = cache.layers[layer];
+    const KvLayerSpec& spec = cached_layer(cache, layer, "store_kv");
     const int64_t key_row = spec.num_kv_heads * spec.key_dim;
     const int64_t value_row = spec.num_kv_heads * spec.value_dim;
     if (key.row_numel() != key_row || (value_row && value.row_numel() != value_row)) {
