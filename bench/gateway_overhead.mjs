@@ -1,6 +1,6 @@
 // Gateway overhead: the latency `tern gateway` adds to a request, and the requests/s it sustains, against the
 // same replica reached directly (the baseline, measured in the same run).
-//   node bench/gateway_overhead.mjs --tern build/src/cli/tern [--model DIR] [--requests 300] [--seconds 5]
+//   node bench/gateway_overhead.mjs --tern build/tern [--model DIR] [--requests 300] [--seconds 5]
 //                                   [--concurrency 16] [--upstreams null,tern]
 // Two upstreams: `tern serve` on the model (max_tokens 1, a 6-word prompt), and a null replica (a Node HTTP
 // server answering a fixed completion at once), which isolates the gateway's own cost. Latency: requests one at a

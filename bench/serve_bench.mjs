@@ -2,7 +2,7 @@
 // server's tern:server_overhead_seconds histogram) and the request rate it sustains. A closed loop of
 // --concurrency clients sends chat requests for --duration seconds; the client runs on the same machine, so on a
 // small box it competes with the server for the cores (as a co-located proxy would).
-//   TERN_BINARY=build/src/cli/tern TERN_FIXTURES=../shared/fixtures \
+//   TERN_BINARY=build/tern TERN_FIXTURES=../shared/fixtures \
 //     node bench/serve_bench.mjs [--concurrency 16] [--duration 15] [--max-tokens 1] [--stream]
 // The server runs with one backend thread (tests/e2e/server.mjs's settings). Prints one JSON report. The model is the tiny fixture chat model, so the engine's share is small and the
 // server's own costs (HTTP, JSON, chat template, tokenization, SSE) dominate.

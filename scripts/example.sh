@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds tern and runs it on a small real model from ../shared/fixtures: a Python-writing model continues a prompt.
+# Builds tern and runs it on a small real model from ../shared/fixtures: a model trained on Python source continues
+# a prompt, its text streamed as it is generated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-model=../shared/fixtures/models/tern-py-13m
-prompt_ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$model/golden.json'))['prompts'][0])))")
-./build/tern generate --model "$model" --prompt-ids "$prompt_ids" --max-tokens 32
+./build/tern generate --model ../shared/fixtures/models/tern-py-13m --prompt 'def fibonacci(n):' --echo \
+  --max-tokens 64 --temperature 0.7 --top-p 0.9 --seed 7

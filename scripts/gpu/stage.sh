@@ -21,7 +21,7 @@ mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models"
 cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda_tensor_parallel_test" \
   "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/tern_engine_bench" \
   "$root/.device/bin/"
-[ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/src/cli/tern" "$root/.device/bin/"
+[ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/tern" "$root/.device/bin/"
 cp "$fixtures/configs/llama-3.1-8b.json" "$root/.device/configs/"
 cp "$(g++ -print-file-name=libgomp.so.1)" "$root/.device/lib/"
 for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3 deepseek_v4; do

@@ -114,6 +114,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // What `tern` prints at start: the name with the device or thread count ("cuda (NVIDIA H200, sm_90a)").
+  virtual std::string description() const { return name(); }
   // The dtype of the activations the ops return (float32 on the CPU, bf16 on CUDA).
   virtual DType activation_dtype() const = 0;
 
@@ -150,6 +152,9 @@ class Backend {
 
   // Free and total device memory, for sizing the KV cache; nullopt for backends in host memory.
   virtual std::optional<DeviceMemory> device_memory() { return std::nullopt; }
+  // True where the KV cache lives in host memory, so that a fractional KV budget is a share of the memory the host
+  // has available.
+  virtual bool kv_cache_in_host_memory() const { return false; }
   // Runs a step of decode chunks through a recorded graph (CUDA graphs) and returns its sampled ids [R] int32 in
   // the backend's memory, valid until the next step of the same shape runs (read them, or copy them to the host,
   // before): the first step of each shape (tokens, sequences, logit rows) runs `forward` eagerly and records it;
@@ -355,7 +360,11 @@ std::unique_ptr<BackendGroup> make_cpu_backend_group(int size, int num_threads =
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // Devices 0 .. size - 1, meeting through NCCL.
 std::unique_ptr<BackendGroup> make_cuda_backend_group(int size);
-// "cpu" or "cuda"; fails clearly for an unknown name or for "cuda" in a build without CUDA.
+// CUDA devices this process can use: 0 in a build without CUDA or where no driver or device answers.
+int cuda_device_count();
+// "auto" becomes "cuda" where this build has CUDA and a device is present, else "cpu"; other names are kept.
+std::string resolve_backend_name(const std::string& name);
+// "cpu", "cuda" or "auto"; fails clearly for an unknown name or for "cuda" in a build without CUDA.
 std::unique_ptr<Backend> make_backend(const std::string& name, int num_threads = 0);
 std::unique_ptr<BackendGroup> make_backend_group(const std::string& name, int size, int num_threads = 0);
 

@@ -123,6 +123,19 @@ ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& path,
   }
 }
 
+std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::filesystem::path& dir) {
+  const bool has_template_file = std::filesystem::exists(dir / "chat_template.jinja") ||
+                                 std::filesystem::exists(dir / "chat_template.json");
+  bool has_config_template = false;
+  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
+    std::ifstream in(dir / "tokenizer_config.json");
+    const auto config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    has_config_template = config.is_object() && config.contains("chat_template");
+  }
+  if (!has_template_file && !has_config_template) return std::nullopt;
+  return from_tokenizer_dir(dir);
+}
+
 std::string ChatTemplate::render(const ChatTemplateInput& input) const {
   ValueMap variables = special_tokens_;
   variables.set("messages", Value::from_json(input.messages));

@@ -34,6 +34,9 @@ class ChatTemplate {
   // `path` is the directory or the tokenizer_config.json file itself. A non-empty `template_override` replaces
   // the directory's template (the special tokens still come from tokenizer_config.json).
   static ChatTemplate from_tokenizer_dir(const std::filesystem::path& path, const std::string& template_override = "");
+  // A model directory's template where it has one (tokenizer_config.json's "chat_template", chat_template.jinja or
+  // chat_template.json); nullopt for a base model, which has none.
+  static std::optional<ChatTemplate> from_model_dir(const std::filesystem::path& dir);
 
   // Throws tern::Error with the template's line and column when the template fails or raises.
   std::string render(const ChatTemplateInput& input) const;

@@ -4,6 +4,8 @@
 
 #include "chat/partial_tag.h"
 #include "chat/value.h"
+#include "core/nesting_limit.h"
+#include "core/ordered_json_parser.h"
 
 namespace tern::chat {
 namespace {
@@ -205,13 +207,16 @@ class Llama3JsonToolCallParser : public ToolCallParser {
 }  // namespace
 
 bool parse_tool_call_json(std::string_view json_text, ParsedToolCall& call) {
-  auto json = nlohmann::ordered_json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  // JSON nested deeper than Value::from_json converts is not a tool call (the text stays content).
+  if (!json_nesting_within_limit(json_text)) return false;
+  auto json = parse_ordered_json(json_text, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("name") || !json["name"].is_string()) return false;
   const char* arguments_key = json.contains("arguments") ? "arguments" : "parameters";
   nlohmann::ordered_json arguments = json.contains(arguments_key) ? json[arguments_key] : nlohmann::ordered_json::object();
   if (arguments.is_string()) {
     // Some models write the arguments as JSON text inside a string; it must still be an object.
-    auto inner = nlohmann::ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+    if (!json_nesting_within_limit(arguments.get_ref<const std::string&>())) return false;
+    auto inner = parse_ordered_json(arguments.get<std::string>(), /*allow_exceptions=*/false);
     if (!inner.is_object()) return false;
     arguments = std::move(inner);
   }

@@ -3,12 +3,18 @@
 #include <charconv>
 #include <cmath>
 #include <fmt/format.h>
+#include <utility>
 
 #include "chat/python_string.h"
+#include "core/nesting_limit.h"
 
 namespace tern::chat {
 
 const Value* ValueMap::find(const std::string& key) const {
+  if (!index_.empty()) {
+    const auto it = index_.find(key);
+    return it == index_.end() ? nullptr : &entries_[it->second].second;
+  }
   for (const auto& [k, v] : entries_) {
     if (k == key) return &v;
   }
@@ -16,17 +22,19 @@ const Value* ValueMap::find(const std::string& key) const {
 }
 
 Value* ValueMap::find(const std::string& key) {
-  for (auto& [k, v] : entries_) {
-    if (k == key) return &v;
-  }
-  return nullptr;
+  return const_cast<Value*>(std::as_const(*this).find(key));
 }
 
 void ValueMap::set(const std::string& key, Value value) {
   if (Value* existing = find(key)) {
     *existing = std::move(value);
-  } else {
-    entries_.emplace_back(key, std::move(value));
+    return;
+  }
+  entries_.emplace_back(key, std::move(value));
+  if (!index_.empty()) {
+    index_.emplace(key, entries_.size() - 1);
+  } else if (entries_.size() == kIndexedSize) {
+    for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
   }
 }
 
@@ -70,8 +78,10 @@ Value Value::namespace_object(ValueMap map) {
 
 namespace {
 
+// `depth` counts the arrays and objects around `json`: request data (messages, tool schemas) is converted here, and
+// Values, like this conversion, recurse once per level when compared, printed or destroyed.
 template <typename Json>
-Value value_from_json(const Json& json) {
+Value value_from_json(const Json& json, int& depth) {
   switch (json.type()) {
     case Json::value_t::null: return Value::none();
     case Json::value_t::boolean: return Value(json.template get<bool>());
@@ -84,14 +94,16 @@ Value value_from_json(const Json& json) {
     case Json::value_t::number_float: return Value(json.template get<double>());
     case Json::value_t::string: return Value(json.template get<std::string>());
     case Json::value_t::array: {
+      NestingLevel level(depth, "chat template input");
       ValueList list;
       list.reserve(json.size());
-      for (const auto& item : json) list.push_back(value_from_json(item));
+      for (const auto& item : json) list.push_back(value_from_json(item, depth));
       return Value(std::move(list));
     }
     case Json::value_t::object: {
+      NestingLevel level(depth, "chat template input");
       ValueMap map;
-      for (auto it = json.begin(); it != json.end(); ++it) map.set(it.key(), value_from_json(it.value()));
+      for (auto it = json.begin(); it != json.end(); ++it) map.set(it.key(), value_from_json(it.value(), depth));
       return Value(std::move(map));
     }
     default: return Value::none();  // binary and discarded values do not occur in parsed JSON text
@@ -100,8 +112,15 @@ Value value_from_json(const Json& json) {
 
 }  // namespace
 
-Value Value::from_json(const nlohmann::ordered_json& json) { return value_from_json(json); }
-Value Value::from_json(const nlohmann::json& json) { return value_from_json(json); }
+Value Value::from_json(const nlohmann::ordered_json& json) {
+  int depth = 0;
+  return value_from_json(json, depth);
+}
+
+Value Value::from_json(const nlohmann::json& json) {
+  int depth = 0;
+  return value_from_json(json, depth);
+}
 
 Value::Kind Value::kind() const { return static_cast<Kind>(data_.index()); }
 
@@ -241,7 +260,7 @@ struct JsonStyle {
 
 void append_json(std::string& out, const Value& value, const JsonStyle& style, int depth) {
   int indent = style.indent;
-  if (depth > 512) throw EvalError("tojson: value nested too deeply");
+  if (depth > kMaxNestingDepth) throw EvalError("tojson: value nested too deeply");
   auto newline = [&](int level) {
     out += '\n';
     out.append(static_cast<size_t>(indent * level), ' ');

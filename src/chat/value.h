@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -16,7 +17,9 @@ namespace tern::chat {
 class Value;
 using ValueList = std::vector<Value>;
 
-// A dict with string keys that keeps insertion order (Python dicts do, and tojson must too).
+// A dict with string keys that keeps insertion order (Python dicts do, and tojson must too). Small dicts are
+// searched; past kIndexedSize keys a hash index finds keys, because request objects (tools' parameters,
+// chat_template_kwargs) can hold 100,000s of keys and a search per insertion would make building them quadratic.
 class ValueMap {
  public:
   const Value* find(const std::string& key) const;
@@ -26,7 +29,10 @@ class ValueMap {
   size_t size() const { return entries_.size(); }
 
  private:
+  static constexpr size_t kIndexedSize = 32;
+
   std::vector<std::pair<std::string, Value>> entries_;
+  std::unordered_map<std::string, size_t> index_;  // key -> position in entries_; empty below kIndexedSize keys
 };
 
 // Arguments of a call: `f(a, b, key=c)`.
@@ -73,6 +79,7 @@ class Value {
   // A Python tuple: a list that prints as (a, b). Tuple literals, dict.items() pairs and varargs are tuples.
   static Value tuple(ValueList items);
 
+  // Throws tern::Error for JSON nested deeper than kMaxNestingDepth (core/nesting_limit.h).
   static Value from_json(const nlohmann::ordered_json& json);
   static Value from_json(const nlohmann::json& json);  // key order is lost: nlohmann::json sorts its keys
 

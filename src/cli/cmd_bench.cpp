@@ -46,12 +46,10 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab
 }
 
 struct BenchOptions {
-  std::string model;
+  ModelFlags model;
   int64_t num_prompts = 32;
   int64_t input_len = 128;
   int64_t output_len = 32;
-  int threads = 0;
-  std::string backend = "cpu";
   uint32_t seed = 0;
   bool scheduler_only = false;
   int64_t scheduler_steps = 200;
@@ -62,9 +60,9 @@ struct BenchOptions {
 
 nlohmann::json run_engine_bench(const BenchOptions& options) {
   const auto load_start = Clock::now();
-  auto model = ShardedModel::load(options.model, options.backend, options.engine.parallel, options.threads);
+  auto model = options.model.load(options.engine.parallel);
   const double load_s = seconds_since(load_start);
-  EngineCore core(*model, options.engine.to_config("1GiB"));
+  EngineCore core(*model, options.engine.to_config());
   const double ready_s = seconds_since(load_start);  // weights, KV pool sizing and allocation, recorded steps
 
   std::mt19937 rng(options.seed);
@@ -103,12 +101,13 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
   const auto& budget = core.kv_budget();
   return {
       {"mode", "offline"},
-      {"model", options.model},
+      {"model", options.model.model},
       {"backend", model->backend(0).name()},
       {"tensor_parallel_size", model->data_parallel() ? 1 : model->size()},
       {"data_parallel_size", model->data_parallel() ? model->size() : 1},
       {"decode_context_parallel_size", model->backend(0).kv_context_shard().size},
-      {"threads", options.threads == 0 ? static_cast<int>(std::thread::hardware_concurrency()) : options.threads},
+      {"threads",
+       options.model.threads == 0 ? static_cast<int>(std::thread::hardware_concurrency()) : options.model.threads},
       {"num_prompts", options.num_prompts},
       {"input_len", options.input_len},
       {"output_len", options.output_len},
@@ -202,12 +201,10 @@ void add_bench_command(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Offline engine benchmark: N prompts at once; prints throughput and latency percentiles as JSON");
-  cmd->add_option("--model", options->model, "Hugging Face model directory (not needed with --scheduler-only)");
+  options->model.add_to(*cmd, /*model_required=*/false);  // not needed with --scheduler-only
   cmd->add_option("--num-prompts", options->num_prompts, "Requests submitted at once")->check(CLI::PositiveNumber);
   cmd->add_option("--input-len", options->input_len, "Prompt tokens (random ids)")->check(CLI::PositiveNumber);
   cmd->add_option("--output-len", options->output_len, "Generated tokens per request")->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", options->backend, "cpu or cuda");
   // --seed is the sampling seed (SamplingFlags); the prompts have their own.
   cmd->add_option("--prompt-seed", options->seed, "Seed of the random prompts");
   cmd->add_flag("--scheduler-only", options->scheduler_only,
@@ -217,7 +214,9 @@ void add_bench_command(CLI::App& app) {
   options->sampling.add_to(*cmd);
   options->engine.add_to(*cmd);
   cmd->callback([options] {
-    if (!options->scheduler_only && options->model.empty()) fail("bench: --model is required (or --scheduler-only)");
+    if (!options->scheduler_only && options->model.model.empty()) {
+      fail("bench: --model is required (or --scheduler-only)");
+    }
     const auto report = options->scheduler_only ? run_scheduler_bench(*options) : run_engine_bench(*options);
     std::printf("%s\n", report.dump(2).c_str());
   });

@@ -1,6 +1,5 @@
-#include <cstdlib>
-
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "gateway/gateway_server.h"
 
@@ -9,7 +8,7 @@ namespace tern::cli {
 void add_gateway_command(CLI::App& app) {
   struct Options {
     gateway::GatewayConfig config;
-    std::string api_key;
+    std::string admin_api_key;
     double health_interval_s = 1.0;
     double health_timeout_s = 2.0;
     double connect_timeout_s = 5.0;
@@ -33,8 +32,18 @@ void add_gateway_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--policy", config.policy, "cache_aware, round_robin or least_load")
       ->check(CLI::IsMember({"cache_aware", "round_robin", "least_load"}))->capture_default_str();
-  cmd->add_option("--api-key", options->api_key,
-                  "Require 'Authorization: Bearer <key>' on /admin/replicas (default: $TERN_GATEWAY_API_KEY)");
+  CLI::Option* admin_api_key_option = cmd->add_option(
+      "--admin-api-key", options->admin_api_key,
+      "Enable /admin/replicas (add and remove replicas at run time), which then needs 'Authorization: Bearer "
+      "<key>', as /metrics does (default: $TERN_GATEWAY_ADMIN_API_KEY; without a key both answer 403; an empty key "
+      "is refused)");
+  cmd->add_option("--allowed-replica-hosts", config.allowed_replica_hosts,
+                  "Comma-separated IP addresses, CIDR ranges (10.0.0.0/8, fd00::/8) and host names that "
+                  "/admin/replicas may add replicas on (default: any; --replica and --prefill hosts are trusted). "
+                  "Link-local addresses and the gateway's own address are always refused")
+      ->delimiter(',');
+  cmd->add_flag("--metrics-without-auth", config.metrics_without_auth,
+                "Serve /metrics to anyone, without the admin key (its labels name the replicas' URLs)");
   cmd->add_option("--threads", config.num_io_threads, "I/O threads")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--cache-threshold", config.cache_aware.cache_threshold,
                   "cache_aware: least fraction of a request's text a replica must hold to be chosen for it")
@@ -62,13 +71,10 @@ void add_gateway_command(CLI::App& app) {
                   "Seconds to let in-flight requests (streams included) finish after SIGTERM or SIGINT before "
                   "closing their connections; new connections are refused meanwhile, a second signal stops at once")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->callback([options] {
+  cmd->callback([options, admin_api_key_option] {
     auto& config = options->config;
-    if (!options->api_key.empty()) {
-      config.api_key = options->api_key;
-    } else if (const char* env = std::getenv("TERN_GATEWAY_API_KEY"); env && *env) {
-      config.api_key = std::string(env);
-    }
+    config.admin_api_key = api_key_setting(admin_api_key_option->count() > 0, options->admin_api_key,
+                                           "--admin-api-key", "TERN_GATEWAY_ADMIN_API_KEY");
     if (options->decode_kv_endpoints.size() != options->decode_urls.size()) {
       fail("gateway: {} --decode replicas but {} --decode-kv endpoints; give one per decode replica",
            options->decode_urls.size(), options->decode_kv_endpoints.size());

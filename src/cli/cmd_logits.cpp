@@ -11,24 +11,20 @@ namespace tern::cli {
 
 void add_logits_command(CLI::App& app) {
   struct Options {
-    std::string model;
+    ModelFlags model;
     std::string prompt_ids;
     std::string out;
-    int threads = 0;
-    std::string backend = "cpu";
     ParallelConfig parallel;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position to a safetensors file");
-  cmd->add_option("--model", options->model, "Hugging Face model directory")->required();
+  options->model.add_to(*cmd);
   cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")->required();
   cmd->add_option("--out", options->out, "Output file: one float32 tensor 'logits' of shape [T, vocab]")->required();
-  cmd->add_option("--threads", options->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", options->backend, "cpu or cuda");
   add_parallel_options(*cmd, options->parallel);
   cmd->callback([options] {
     const auto prompt = parse_token_ids(options->prompt_ids);
-    auto model = ShardedModel::load(options->model, options->backend, options->parallel, options->threads);
+    auto model = options->model.load(options->parallel);
     if (static_cast<int64_t>(prompt.size()) > model->config().max_position_embeddings) {
       fail("prompt of {} tokens exceeds the model's context of {}", prompt.size(),
            model->config().max_position_embeddings);

@@ -1,42 +1,70 @@
 #include "cli/engine_options.h"
 
+#include "cli/load_progress_display.h"
 #include "core/error.h"
 #include "kvcache/kv_cache_budget.h"
+#include "model/hub_cache.h"
 
 namespace tern::cli {
+
+void ModelFlags::add_to(CLI::App& cmd, bool model_required) {
+  CLI::Option* option = cmd.add_option(
+      "--model", model,
+      "Hugging Face model directory, or a model id (ORG/NAME or ORG/NAME@REVISION) in the local Hugging Face cache "
+      "($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub)");
+  if (model_required) option->required();
+  cmd.add_option("--backend", backend,
+                 "auto (cuda where this build has CUDA and a GPU is present, else cpu), cpu or cuda; the CPU kernels' "
+                 "instruction set is forced with TERN_CPU_ISA=avx2 or avx512")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd.add_option("--threads", threads, "CPU backend threads (0: all cores)")->check(CLI::NonNegativeNumber);
+}
+
+std::filesystem::path ModelFlags::model_dir() const { return resolve_model_path(model); }
+
+std::unique_ptr<ShardedModel> ModelFlags::load(const ParallelConfig& parallel) const {
+  return ShardedModel::load(model_dir(), backend, parallel, threads, load_progress_display());
+}
 
 void EngineFlags::add_to(CLI::App& cmd) {
   add_parallel_options(cmd, parallel);
   add_eplb_interval_option(cmd, eplb_interval_steps);
-  cmd.add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 2GiB or 512MiB");
-  cmd.add_option("--kv-cache-fraction", kv_cache_fraction,
-                 "KV cache size as a fraction of available device memory (host memory on the CPU)")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd.add_option("--block-size", block_size, "Tokens per KV block")->check(CLI::PositiveNumber);
+  cmd.add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 2GiB or 512MiB (default: see below)");
+  cmd.add_option("--gpu-memory-utilization,--kv-cache-fraction", kv_cache_fraction,
+                 "Share of the device's memory the weights, the largest step's activations and the KV cache may "
+                 "take (on the CPU: the KV cache's share of the host's available memory); the KV cache holds no "
+                 "more than --max-num-seqs sequences of --max-model-len tokens")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd.add_option("--num-kv-blocks", num_kv_blocks, "KV cache size in blocks (overrides the memory flags)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--block-size", block_size, "Tokens per KV block")->check(CLI::PositiveNumber)->capture_default_str();
   cmd.add_option("--max-num-batched-tokens", max_num_batched_tokens, "Token budget of one step")
-      ->check(CLI::PositiveNumber);
-  cmd.add_option("--max-num-seqs", max_num_seqs, "Most sequences running at once")->check(CLI::PositiveNumber);
-  cmd.add_option("--max-model-len", max_model_len, "Context length (0: the model's)")->check(CLI::NonNegativeNumber);
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--max-num-seqs", max_num_seqs, "Most sequences running at once")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--max-model-len", max_model_len,
+                 "Tokens per sequence, prompt included (0: the model's context, lowered to what the KV cache holds)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_flag("--no-prefix-cache", no_prefix_cache, "Do not reuse cached prompt prefixes");
   cmd.add_flag("--no-chunked-prefill", no_chunked_prefill, "Admit a prompt only when all of it fits one step");
   cmd.add_option("--scheduling-policy", policy, "fcfs or priority")->check(CLI::IsMember({"fcfs", "priority"}));
   cmd.add_option("--overlap-schedule", overlap_schedule,
                  "on (the default): schedule and launch each step before reading the previous step's tokens (the "
                  "host's work hides behind the device's); off: one step at a time")
-      ->check(CLI::IsMember({"on", "off"}));
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
 }
 
-EngineConfig EngineFlags::to_config(const std::string& default_memory) const {
+EngineConfig EngineFlags::to_config() const {
   EngineConfig config;
   config.block_size = block_size;
+  config.num_kv_blocks = num_kv_blocks;
   if (!kv_cache_memory.empty()) {
     config.kv_cache_memory_bytes = parse_byte_size(kv_cache_memory, "--kv-cache-memory");
     if (config.kv_cache_memory_bytes <= 0) fail("--kv-cache-memory: '{}' must be more than 0 bytes", kv_cache_memory);
-  } else if (kv_cache_fraction > 0.0) {
-    config.kv_cache_memory_fraction = kv_cache_fraction;
-  } else {
-    config.kv_cache_memory_bytes = parse_byte_size(default_memory, "default KV cache memory");
   }
+  if (!(kv_cache_fraction > 0.0)) fail("--gpu-memory-utilization {}: must be more than 0", kv_cache_fraction);
+  config.kv_cache_memory_fraction = kv_cache_fraction;
   config.max_num_batched_tokens = max_num_batched_tokens;
   config.max_num_seqs = max_num_seqs;
   config.max_model_len = max_model_len;

@@ -1,6 +1,8 @@
 #pragma once
 // The engine and sampling flags shared by the commands that run the engine (generate, bench, serve).
 #include <CLI/CLI.hpp>
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -10,11 +12,28 @@
 
 namespace tern::cli {
 
+// --model, --backend and --threads, for every command that loads a model.
+struct ModelFlags {
+  std::string model;  // a directory or a Hugging Face id (hub_cache.h)
+  std::string backend = "auto";
+  int threads = 0;
+
+  void add_to(CLI::App& cmd, bool model_required = true);
+  // The model's directory: --model itself, or the hub cache's snapshot of the id.
+  std::filesystem::path model_dir() const;
+  // Loads the model with a progress display on stderr.
+  std::unique_ptr<ShardedModel> load(const ParallelConfig& parallel) const;
+};
+
+// The engine flags of every command that runs the engine (generate, chat, bench, serve), so that each sizes its
+// KV cache the same way: --kv-cache-memory or --num-kv-blocks where given, else a fraction of the backend's memory
+// (EngineConfig's default, vLLM's --gpu-memory-utilization).
 struct EngineFlags {
   ParallelConfig parallel;  // not EngineConfig fields: they decide how the model is loaded
   std::optional<int64_t> eplb_interval_steps;  // unset: eplb_interval_or_default
-  std::string kv_cache_memory;  // e.g. "2GiB"; empty: kv_cache_fraction, else the default below
-  double kv_cache_fraction = 0.0;
+  std::string kv_cache_memory;  // e.g. "2GiB"; empty: kv_cache_fraction
+  double kv_cache_fraction = EngineConfig{}.kv_cache_memory_fraction;
+  int32_t num_kv_blocks = 0;
   int32_t block_size = 16;
   int32_t max_num_batched_tokens = 2048;
   int32_t max_num_seqs = 256;
@@ -25,8 +44,7 @@ struct EngineFlags {
   std::string overlap_schedule = "on";
 
   void add_to(CLI::App& cmd);
-  // The engine config; without a memory flag the KV cache gets `default_memory` (e.g. "1GiB").
-  EngineConfig to_config(const std::string& default_memory) const;
+  EngineConfig to_config() const;
 };
 
 // How the model is spread over ranks (ShardedModel::load), shared by the commands that load a model:

@@ -5,6 +5,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tern: LLM inference and serving engine"};
   app.require_subcommand(1);
   tern::cli::add_generate_command(app);
+  tern::cli::add_chat_command(app);
   tern::cli::add_logits_command(app);
   tern::cli::add_bench_command(app);
   tern::cli::add_tokenize_command(app);

@@ -1,8 +1,10 @@
 #include "cli/options.h"
 
 #include <charconv>
+#include <cstdlib>
 
 #include "core/error.h"
+#include "server/bearer_auth.h"
 
 namespace tern::cli {
 
@@ -25,6 +27,18 @@ std::vector<int32_t> parse_token_ids(const std::string& text) {
     start = end + 1;
   }
   return ids;
+}
+
+std::optional<std::string> api_key_setting(bool given, const std::string& value, std::string_view option,
+                                           const char* env_name) {
+  if (given) {
+    server::check_api_key_value(value, option);
+    return value;
+  }
+  const char* env = std::getenv(env_name);
+  if (!env) return std::nullopt;
+  server::check_api_key_value(env, fmt::format("${} (the default of {})", env_name, option));
+  return std::string(env);
 }
 
 }  // namespace tern::cli

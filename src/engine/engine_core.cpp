@@ -7,6 +7,7 @@
 
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
+#include "engine/request_field_error.h"
 #include "model/sequence_runner.h"
 
 namespace tern {
@@ -32,11 +33,22 @@ void profile_largest_step(Model& model, Backend& backend, const EngineConfig& co
   backend.to_host_i32(backend.argmax(model.forward(*step, cache)));
 }
 
-KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model& model, int64_t bytes_per_token) {
-  if (config.num_kv_blocks > 0) return {bytes_per_token, config.block_size, config.num_kv_blocks};
-  if (config.kv_cache_memory_bytes > 0) {
-    return kv_cache_budget_for_memory(bytes_per_token, config.block_size, config.kv_cache_memory_bytes);
+// KV blocks one sequence of `num_tokens` tokens holds at most: every block of the keep-all groups, a window's worth
+// (and the block it straddles) of the sliding ones.
+int64_t blocks_for_sequence(const std::vector<KvCacheGroup>& groups, int64_t num_tokens, int64_t block_size) {
+  const int64_t all_blocks = (num_tokens + block_size - 1) / block_size;
+  int64_t blocks = 0;
+  for (const auto& group : groups) {
+    const int64_t window = group.sliding_window_tokens;
+    blocks += window > 0 ? std::min(all_blocks, (window + block_size - 1) / block_size + 1) : all_blocks;
   }
+  return blocks;
+}
+
+// The KV cache's share of the memory a backend has, when no size is given: a fraction of the device after the
+// weights and the largest step, or of the host memory available for a backend whose cache lives there.
+int64_t fractional_kv_memory_bytes(const EngineConfig& config, Backend& backend, Model& model,
+                                   int64_t bytes_per_token) {
   if (!(config.kv_cache_memory_fraction > 0.0 && config.kv_cache_memory_fraction <= 1.0)) {
     fail("engine: KV cache memory fraction {} must be in (0, 1]", config.kv_cache_memory_fraction);
   }
@@ -53,15 +65,30 @@ KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model
            used / (1 << 30), memory.total_bytes / double(1 << 30), config.max_num_batched_tokens,
            config.kv_cache_memory_fraction);
     }
-    return kv_cache_budget_for_memory(bytes_per_token, config.block_size,
-                                      budget - bytes_per_token * config.block_size);
+    return budget - bytes_per_token * config.block_size;
   }
-  if (backend.name() != "cpu") {
-    fail("engine: the {} backend cannot report its free memory; give the KV cache memory in bytes", backend.name());
+  if (!backend.kv_cache_in_host_memory()) {
+    fail("engine: the {} backend reports no free memory to size the KV cache by; give its size "
+         "(--kv-cache-memory)", backend.name());
   }
-  const auto available = static_cast<double>(host_available_memory_bytes());
-  return kv_cache_budget_for_memory(bytes_per_token, config.block_size,
-                                    static_cast<int64_t>(available * config.kv_cache_memory_fraction));
+  return static_cast<int64_t>(static_cast<double>(host_available_memory_bytes()) * config.kv_cache_memory_fraction);
+}
+
+// The pool: the blocks asked for, the blocks a byte budget holds, or the blocks a fraction of the backend's memory
+// holds but no more than max_num_seqs sequences of max_model_len tokens can use (a small model on a large host
+// would otherwise reserve most of its memory).
+KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model& model, int64_t bytes_per_token,
+                             int64_t max_model_len) {
+  if (config.num_kv_blocks > 0) return {bytes_per_token, config.block_size, config.num_kv_blocks};
+  if (config.kv_cache_memory_bytes > 0) {
+    return kv_cache_budget_for_memory(bytes_per_token, config.block_size, config.kv_cache_memory_bytes);
+  }
+  KvCacheBudget budget = kv_cache_budget_for_memory(
+      bytes_per_token, config.block_size, fractional_kv_memory_bytes(config, backend, model, bytes_per_token));
+  const int64_t usable_blocks = static_cast<int64_t>(std::max(config.max_num_seqs, 1)) *
+                                blocks_for_sequence(kv_cache_groups(model.kv_layers()), max_model_len, config.block_size);
+  budget.num_blocks = static_cast<int32_t>(std::min<int64_t>(budget.num_blocks, usable_blocks));
+  return budget;
 }
 
 }  // namespace
@@ -108,7 +135,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     Model& model = model_.model(rank);
     if (rank == 0) on_device = backend.device_memory().has_value();
     budgets[rank] = resolve_budget(config, backend, model,
-                                   measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size));
+                                   measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size),
+                                   max_model_len_);
   });
   budget_ = *std::min_element(budgets.begin(), budgets.end(),
                               [](const auto& a, const auto& b) { return a.num_blocks < b.num_blocks; });
@@ -118,6 +146,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   // block_size * ranks tokens (KvContextShard): the scheduler sees the context of all ranks' memory.
   const KvContextShard context_shard = model_.backend(0).kv_context_shard();
   const auto scheduler_block_size = static_cast<int32_t>(context_shard.tokens_per_block(budget_.block_size));
+  fit_max_model_len_to_cache(groups, scheduler_block_size, config.max_model_len > 0);
   if (config.log_kv_cache) {
     const char* per_rank = num_ranks == 1            ? ""
                            : model_.data_parallel() ? ", per data-parallel rank"
@@ -183,6 +212,29 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   }
 }
 
+void EngineCore::fit_max_model_len_to_cache(const std::vector<KvCacheGroup>& groups, int32_t scheduler_block_size,
+                                            bool max_model_len_given) {
+  const auto fits = [&](int64_t num_tokens) {
+    return blocks_for_sequence(groups, num_tokens, scheduler_block_size) <= budget_.num_blocks;
+  };
+  if (fits(max_model_len_)) return;
+  // The longest sequence the pool holds (blocks_for_sequence grows with the length).
+  int64_t longest = 0;
+  for (int64_t step = int64_t{1} << 40; step > 0; step /= 2) {
+    if (longest + step < max_model_len_ && fits(longest + step)) longest += step;
+  }
+  if (max_model_len_given || longest == 0) {
+    fail("engine: max_model_len {} is more than the KV cache holds ({} blocks of {} tokens: {} tokens for one "
+         "sequence); give the cache more memory (--kv-cache-memory, --gpu-memory-utilization) or lower "
+         "--max-model-len", max_model_len_, budget_.num_blocks, scheduler_block_size, longest);
+  }
+  std::fprintf(stderr,
+               "tern: warning: the model's context of %lld tokens is more than the KV cache holds; max_model_len "
+               "lowered to %lld (give the cache more memory to serve the whole context)\n",
+               static_cast<long long>(max_model_len_), static_cast<long long>(longest));
+  max_model_len_ = longest;
+}
+
 StepResult EngineCore::merge_results(const StepPlan& plan, std::vector<StepResult> results) const {
   if (!model_.data_parallel()) return std::move(results.front());
   // Each rank's tokens are its sampled chunks in plan order.
@@ -203,7 +255,10 @@ void EngineCore::validate(const GenerateRequest& request) const {
   const int64_t vocab = model_.config().vocab_size;
   for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
     const int32_t id = request.prompt_token_ids[i];
-    if (id < 0 || id >= vocab) fail("request: prompt token {} (position {}) outside the vocabulary of {}", id, i, vocab);
+    if (id < 0 || id >= vocab) {
+      fail_field("prompt_token_ids", "request: prompt token {} (position {}) outside the vocabulary of {}", id, i,
+                 vocab);
+    }
   }
   request.sampling.validate(vocab);
   request.stop.validate(vocab);

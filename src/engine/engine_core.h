@@ -89,6 +89,10 @@ class EngineCore {
   };
 
   void start(EngineConfig config, TextStreamFactory text_streams);
+  // A pool that cannot hold one sequence of max_model_len tokens: fails where the length was asked for (vLLM
+  // refuses to start too), else lowers the model's context to what fits, with a warning.
+  void fit_max_model_len_to_cache(const std::vector<KvCacheGroup>& groups, int32_t scheduler_block_size,
+                                  bool max_model_len_given);
   // Launches the plan on every rank.
   std::vector<PendingStep> launch(const StepPlan& plan);
   ModelRunner& leader() { return *runners_.front(); }

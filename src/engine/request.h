@@ -16,6 +16,9 @@ struct GenerateRequest {
   SamplingParams sampling;
   StopConditions stop;
   int32_t priority = 0;  // lower runs first under the priority policy; ignored under FCFS
+  // Requests with the same nonzero group (the prompts of one API request) take their admission turns together
+  // (Sequence::admission_turn); 0: the request is a group of its own.
+  uint64_t admission_group = 0;
 };
 
 enum class FinishReason { kStop, kLength, kAbort };

@@ -1,5 +1,6 @@
 #pragma once
-// How a request turns logits into tokens, and when it stops. Plain data; validate() names the first bad field.
+// How a request turns logits into tokens, and when it stops. Plain data; validate() throws a RequestFieldError
+// naming the first bad field.
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -14,12 +14,16 @@ namespace {
 
 bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
 
+// Where a sequence stands in the admission order (smaller: sooner); preemption picks the latest.
+std::tuple<int32_t, bool, int64_t, uint64_t, int32_t> admission_key(const Sequence& seq, SchedulingPolicy policy) {
+  const int32_t priority = policy == SchedulingPolicy::kPriority ? seq.request->request.priority : 0;
+  return {priority, !seq.queued_holding_blocks, seq.admission_turn, seq.request->arrival, seq.index};
+}
+
 }  // namespace
 
 bool Scheduler::WaitingOrder::operator()(const Sequence* a, const Sequence* b) const {
-  const int32_t pa = policy == SchedulingPolicy::kPriority ? a->request->request.priority : 0;
-  const int32_t pb = policy == SchedulingPolicy::kPriority ? b->request->request.priority : 0;
-  return std::tie(pa, a->request->arrival, a->index) < std::tie(pb, b->request->arrival, b->index);
+  return admission_key(*a, policy) < admission_key(*b, policy);
 }
 
 Scheduler::Scheduler(SchedulerConfig config, KvCacheManager& kv, TextStreamFactory text_streams)
@@ -61,6 +65,7 @@ Sequence& Scheduler::new_sequence(RequestState& request, int32_t index) {
   seq->id = next_sequence_id_++;
   seq->request = &request;
   seq->index = index;
+  seq->admission_turn = (*request.group_num_queued)++;
   seq->seed = derive_seed(*request.seed, static_cast<uint64_t>(index));
   seq->token_ids = request.request.prompt_token_ids;
   seq->num_prompt_tokens = static_cast<int32_t>(seq->token_ids.size());
@@ -83,6 +88,14 @@ void Scheduler::add_request(uint64_t request_id, GenerateRequest request) {
       static_cast<int32_t>(std::min<int64_t>(request.stop.max_tokens.value_or(std::numeric_limits<int32_t>::max()), room));
   state->seed = request.sampling.seed ? *request.sampling.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 |
                                                                    std::random_device{}());
+  const uint64_t group = request.admission_group;
+  if (group == 0) {
+    state->group_num_queued = std::make_shared<int64_t>(0);
+  } else {
+    std::weak_ptr<int64_t>& shared = admission_groups_[group];
+    state->group_num_queued = shared.lock();
+    if (!state->group_num_queued) shared = state->group_num_queued = std::make_shared<int64_t>(0);
+  }
   state->request = std::move(request);
   RequestState& ref = *state;
   requests_.emplace(request_id, std::move(state));
@@ -164,6 +177,7 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
       if (seq.index == 0 && !seq.request->num_cached_tokens) seq.request->num_cached_tokens = seq.num_computed_tokens;
     }
     waiting_.erase(waiting_.begin());
+    seq.queued_holding_blocks = false;
     seq.rank_fixed = true;
     seq.status = SequenceStatus::kRunning;
     running_.push_back(&seq);
@@ -238,12 +252,11 @@ void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens
 
 size_t Scheduler::pick_victim(size_t first) const {
   size_t victim = first;
-  const auto key = [&](const Sequence* s) {
-    const int32_t priority = config_.policy == SchedulingPolicy::kPriority ? s->request->request.priority : 0;
-    return std::make_tuple(priority, s->request->arrival, s->index);
-  };
   for (size_t i = first + 1; i < running_.size(); ++i) {
-    if (running_[i]->rank == running_[first]->rank && key(running_[i]) > key(running_[victim])) victim = i;
+    if (running_[i]->rank == running_[first]->rank &&
+        admission_key(*running_[i], config_.policy) > admission_key(*running_[victim], config_.policy)) {
+      victim = i;
+    }
   }
   return victim;
 }
@@ -272,6 +285,7 @@ void Scheduler::fork(Sequence& first) {
     fork.rank_fixed = true;
     fork.blocks = kv(first).fork(first.blocks, max_shared_blocks);
     fork.num_computed_tokens = fork.blocks.num_blocks() * kv(first).block_size();
+    fork.queued_holding_blocks = fork.blocks.num_blocks() > 0;
     waiting_.insert(&fork);
   }
 }
@@ -376,7 +390,9 @@ void Scheduler::remove_finished_requests() {
     const auto it = requests_.find(id);
     if (it == requests_.end()) continue;
     for (Sequence* seq : it->second->sequences) sequences_.erase(seq->id);
+    const uint64_t group = it->second->request.admission_group;
     requests_.erase(it);
+    if (group != 0 && admission_groups_[group].expired()) admission_groups_.erase(group);
   }
   finished_requests_.clear();
 }

@@ -1,8 +1,10 @@
 #pragma once
 // Continuous batching: each step decides how many tokens every request computes (vLLM v1). Running sequences go
 // first (a decode is one token, a prefill chunk up to the step's token budget), then waiting ones are admitted in
-// FCFS or priority order, reusing cached prefixes. When the KV pool runs dry the least important, newest running
-// sequence is preempted: its blocks are freed and it recomputes later from its tokens, losing nothing.
+// FCFS or priority order, reusing cached prefixes; within a priority, the sequences of a request's n (or of an
+// admission group's prompts x n) take turns with those of other requests (Sequence::admission_turn). When the KV
+// pool runs dry the running sequence last in that order is preempted: its blocks are freed and it recomputes later
+// from its tokens, losing nothing.
 // The scheduler works on host data only and hands the model runner a StepPlan.
 #include <cstdint>
 #include <memory>
@@ -113,6 +115,8 @@ class Scheduler {
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   std::vector<Sequence*> running_;  // admission order
   std::set<Sequence*, WaitingOrder> waiting_;
+  // The queued-sequence counts of the admission groups with unfinished requests (RequestState::group_num_queued).
+  std::unordered_map<uint64_t, std::weak_ptr<int64_t>> admission_groups_;
   std::vector<uint64_t> finished_since_plan_;  // told to the runner with the next plan
   std::vector<uint64_t> finished_requests_;    // removed once their outputs are out
   uint64_t next_sequence_id_ = 1;

@@ -20,6 +20,13 @@ struct Sequence {
   uint64_t id = 0;
   RequestState* request = nullptr;
   int32_t index = 0;  // which of the request's n sequences
+  // How many sequences of its request's admission group were queued before it. Waiting sequences are admitted by
+  // turn before arrival: the k-th sequence of every group goes before the (k+1)-th of any, so that a fan-out of
+  // prompts x n admits in turn with the requests that arrive after it instead of holding them back.
+  int64_t admission_turn = 0;
+  // Queued holding blocks (a fork's shared prompt blocks): such sequences are admitted before the others, which
+  // could otherwise wait forever for the room these hold.
+  bool queued_holding_blocks = false;
   uint64_t seed = 0;
   SequenceStatus status = SequenceStatus::kWaiting;
   std::vector<int32_t> token_ids;  // prompt, then output
@@ -55,6 +62,8 @@ struct RequestState {
   std::optional<uint64_t> seed;
   std::vector<Sequence*> sequences;  // index order; the forks appear once the first sequence finished its prompt
   bool forked = false;
+  // The sequences queued so far by the request's admission group, shared by the group's requests.
+  std::shared_ptr<int64_t> group_num_queued;
   int32_t num_finished_sequences = 0;
   std::optional<int32_t> num_cached_tokens;  // set when the first sequence is admitted
   int32_t num_completion_tokens = 0;

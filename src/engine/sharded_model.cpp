@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -73,7 +74,8 @@ class ShardedModel::RankThread {
 };
 
 std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& dir, const std::string& backend_name,
-                                                 const ParallelConfig& parallel, int num_threads) {
+                                                 const ParallelConfig& parallel, int num_threads,
+                                                 const LoadProgress::Listener& on_progress) {
   const int data_parallel_size = parallel.data_parallel_size;
   const int expert_parallel_size = parallel.expert_parallel_size;
   const int64_t num_redundant_experts = parallel.num_redundant_experts;
@@ -110,10 +112,15 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
   sharded->backend_group_ = make_backend_group(backend_name, size, num_threads);
   sharded->ranks_.resize(static_cast<size_t>(size));
   for (int r = 0; size > 1 && r < size; ++r) sharded->threads_.push_back(std::make_unique<RankThread>());
+  LoadProgress progress(on_progress);
   sharded->run_on_ranks([&](int rank) {
     Rank& slot = sharded->ranks_[static_cast<size_t>(rank)];
     slot.owned_backend = sharded->backend_group_->make(rank);
     slot.backend = slot.owned_backend.get();
+    if (rank == 0) {
+      std::fprintf(stderr, "tern: backend %s%s\n", slot.backend->description().c_str(),
+                   size > 1 ? fmt::format(", {} ranks", size).c_str() : "");
+    }
     slot.backend->set_expert_parallel(expert_parallel_size > 1, num_redundant_experts);
     slot.backend->set_data_parallel(data_parallel);
     if (decode_context_parallel_size > 1 && !slot.backend->implements_decode_context_parallel()) {
@@ -122,9 +129,10 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
            slot.backend->name());
     }
     slot.backend->set_decode_context_parallel(decode_context_parallel_size > 1);
-    slot.owned_model = load_model(dir, *slot.backend);
+    slot.owned_model = load_model(dir, *slot.backend, on_progress ? &progress : nullptr);
     slot.model = slot.owned_model.get();
   });
+  if (on_progress) progress.finish();
   return sharded;
 }
 

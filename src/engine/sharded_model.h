@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/load_progress.h"
 #include "model/model.h"
 
 namespace tern {
@@ -36,8 +37,11 @@ class ShardedModel {
   // Loads the model directory on the ranks `parallel` asks for (the tensor- or data-parallel size) of backend
   // `backend_name` ("cpu": threads of this process sharing `num_threads`; "cuda": devices 0 .. size - 1), all ranks
   // at once. Combinations that do not fit fail naming the flags.
+  // `backend_name` "auto" picks CUDA where there is a device. Prints the backend chosen on stderr; `on_progress`,
+  // where given, hears how many bytes of weights are loaded (LoadProgress).
   static std::unique_ptr<ShardedModel> load(const std::filesystem::path& dir, const std::string& backend_name,
-                                            const ParallelConfig& parallel = {}, int num_threads = 0);
+                                            const ParallelConfig& parallel = {}, int num_threads = 0,
+                                            const LoadProgress::Listener& on_progress = {});
   // One whole model on one backend, both owned by the caller.
   ShardedModel(Model& model, Backend& backend);
   ~ShardedModel();

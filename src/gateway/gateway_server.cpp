@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "gateway/gateway_session.h"
+#include "server/openai_api.h"
 
 namespace tern::gateway {
 
@@ -20,19 +21,17 @@ constexpr auto kUpstreamSweepInterval = std::chrono::seconds(1);
 
 GatewayServer::GatewayServer(GatewayConfig config)
     : config_(std::move(config)),
+      id_(server::random_hex_id()),
       pool_(make_routing_policy(config_.policy, config_.cache_aware)),
+      admission_(config_.allowed_replica_hosts),
       upstream_connections_(config_.upstream_pool),
       upstream_sweep_timer_(io_),
-      health_(io_.get_executor(), pool_, config_.health_interval, config_.health_timeout),
-      api_(pool_, upstream_connections_, metrics_, config_.api_key,
+      health_(io_.get_executor(), pool_, config_.health_interval, config_.health_timeout, id_),
+      api_(pool_, upstream_connections_, metrics_, admission_, config_.admin_api_key, config_.metrics_without_auth,
            [this](const ReplicaAddress& address) { health_.check(address); }),
       acceptor_(asio::make_strand(io_)),
       signals_(io_, SIGINT, SIGTERM) {
   if (config_.num_io_threads < 1) fail("gateway: --threads must be at least 1, got {}", config_.num_io_threads);
-  for (const std::string& url : config_.replica_urls) {
-    if (!pool_.add(parse_replica_url(url))) fail("gateway: replica {} is given twice", url);
-  }
-  if (!config_.prefill_urls.empty()) prefill_router_.emplace(config_.prefill_urls, config_.decode_kv_endpoints);
   boost::system::error_code ec;
   const asio::ip::address address = asio::ip::make_address(config_.host, ec);
   if (ec) fail("gateway: --host '{}' is not an IP address", config_.host);
@@ -43,6 +42,17 @@ GatewayServer::GatewayServer(GatewayConfig config)
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) fail("gateway: cannot listen on {}:{}: {}", config_.host, config_.port, ec.message());
   port_ = acceptor_.local_endpoint().port();
+  // Checked once the port is known: a replica on the gateway's own address is refused.
+  admission_.set_listen_address(address, port_);
+  for (const std::string& url : config_.replica_urls) {
+    const ReplicaAddress replica = parse_replica_url(url);
+    admission_.check(replica, ReplicaOrigin::kCommandLine);
+    if (!pool_.add(replica)) fail("gateway: replica {} is given twice", url);
+  }
+  for (const std::string& url : config_.prefill_urls) {
+    admission_.check(parse_replica_url(url), ReplicaOrigin::kCommandLine);
+  }
+  if (!config_.prefill_urls.empty()) prefill_router_.emplace(config_.prefill_urls, config_.decode_kv_endpoints);
 }
 
 GatewayServer::~GatewayServer() = default;

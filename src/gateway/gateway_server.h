@@ -23,6 +23,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/health_checker.h"
 #include "gateway/prefill_router.h"
+#include "gateway/replica_admission.h"
 #include "gateway/replica_pool.h"
 #include "gateway/routing_policy.h"
 #include "gateway/upstream_connection_pool.h"
@@ -38,7 +39,11 @@ struct GatewayConfig {
   std::vector<std::string> replica_urls;
   std::string policy = "cache_aware";
   CacheAwareConfig cache_aware;
-  std::optional<std::string> api_key;  // guards /admin/replicas; /v1/ requests carry their own to the replicas
+  // Enables /admin/replicas, which then needs "Authorization: Bearer <key>" (gateway_api.h); /v1/ requests carry
+  // their own keys to the replicas.
+  std::optional<std::string> admin_api_key;
+  bool metrics_without_auth = false;  // /metrics open to anyone instead of behind the admin key
+  std::vector<std::string> allowed_replica_hosts;  // what /admin/replicas may add (replica_admission.h); empty: any
   std::chrono::milliseconds health_interval{1'000};
   std::chrono::milliseconds health_timeout{2'000};
   UpstreamTimeouts upstream;
@@ -67,6 +72,7 @@ class GatewayServer {
 
   // For connections.
   const GatewayConfig& config() const { return config_; }
+  const std::string& id() const { return id_; }
   ReplicaPool& pool() { return pool_; }
   GatewayMetrics& metrics() { return metrics_; }
   GatewayApi& api() { return api_; }
@@ -80,7 +86,9 @@ class GatewayServer {
   void close_expired_upstream_connections();
 
   GatewayConfig config_;
+  const std::string id_;  // kGatewayIdField's value (upstream_exchange.h)
   ReplicaPool pool_;
+  ReplicaAdmission admission_;
   std::optional<PrefillRouter> prefill_router_;
   GatewayMetrics metrics_;
 

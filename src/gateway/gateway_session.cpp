@@ -86,6 +86,10 @@ void GatewaySession::on_request(beast::error_code ec) {
   stream_.expires_never();
   request_ = parser_->release();
   received_at_ = Clock::now();
+  if (view(request_[kGatewayIdField]) == server_.id()) {
+    return send_reply(HttpReply::error(ApiError(508, "this request came from this gateway itself: a replica URL is "
+                                                     "another name for the gateway", std::nullopt, "loop_detected")));
+  }
   if (server_.connections().draining()) {
     return send_reply(
         HttpReply::error(ApiError(503, "the gateway is shutting down", std::nullopt, "server_shutting_down")));
@@ -150,6 +154,7 @@ void GatewaySession::try_next_replica() {
   for (http::field field : kForwardedRequestFields) {
     if (auto it = request_.find(field); it != request_.end()) upstream_request.set(field, it->value());
   }
+  upstream_request.set(kGatewayIdField, server_.id());
   upstream_request.body() = request_.body();
   upstream_ = std::make_shared<UpstreamExchange>(stream_.get_executor(), lease->address, std::move(upstream_request),
                                                  server_.config().upstream, &server_.upstream_connections());
@@ -171,6 +176,7 @@ void GatewaySession::run_prefill_hop(PrefillTarget target) {
     if (auto it = request_.find(field); it != request_.end()) prefill_request.set(field, it->value());
   }
   prefill_request.set(http::field::content_type, "application/json");
+  prefill_request.set(kGatewayIdField, server_.id());
   prefill_request.body() = std::move(target.body);
   const UpstreamTimeouts timeouts{server_.config().upstream.connect, server_.config().prefill_timeout};
   prefill_ = std::make_shared<UpstreamExchange>(stream_.get_executor(), target.prefill, std::move(prefill_request),

@@ -10,8 +10,14 @@ namespace tern::gateway {
 namespace http = boost::beast::http;
 
 HealthChecker::HealthChecker(boost::asio::any_io_executor executor, ReplicaPool& pool,
-                             std::chrono::milliseconds interval, std::chrono::milliseconds timeout)
-    : executor_(executor), pool_(pool), interval_(interval), timeout_(timeout), timer_(executor) {}
+                             std::chrono::milliseconds interval, std::chrono::milliseconds timeout,
+                             std::string gateway_id)
+    : executor_(executor),
+      pool_(pool),
+      interval_(interval),
+      timeout_(timeout),
+      gateway_id_(std::move(gateway_id)),
+      timer_(executor) {}
 
 void HealthChecker::start() {
   for (const ReplicaAddress& address : pool_.addresses()) check(address);
@@ -31,6 +37,7 @@ void HealthChecker::schedule() {
 
 void HealthChecker::check(const ReplicaAddress& address) {
   UpstreamExchange::Request request{http::verb::get, "/health", 11};
+  request.set(kGatewayIdField, gateway_id_);
   auto probe = std::make_shared<UpstreamExchange>(boost::asio::make_strand(executor_), address, std::move(request),
                                                   UpstreamTimeouts{timeout_, timeout_}, /*pool=*/nullptr);
   probe->start([this, probe](boost::beast::error_code ec) {

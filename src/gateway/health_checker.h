@@ -2,9 +2,12 @@
 // Periodic health checks: GET /health on every replica each interval; a 200 within the timeout marks it healthy
 // (re-admitting it if it was out), anything else marks it unhealthy. Connections also mark a replica unhealthy
 // when a request fails on it, so a dead replica is skipped at once rather than at the next check.
+// Checks carry the gateway's loop marker (kGatewayIdField): a replica URL that leads back to the gateway fails
+// its checks and is never routed to.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <string>
 
 #include "gateway/replica_pool.h"
 
@@ -13,7 +16,7 @@ namespace tern::gateway {
 class HealthChecker {
  public:
   HealthChecker(boost::asio::any_io_executor executor, ReplicaPool& pool, std::chrono::milliseconds interval,
-                std::chrono::milliseconds timeout);
+                std::chrono::milliseconds timeout, std::string gateway_id);
 
   // Checks every replica now, then every interval, until stop().
   void start();
@@ -28,6 +31,7 @@ class HealthChecker {
   ReplicaPool& pool_;
   std::chrono::milliseconds interval_;
   std::chrono::milliseconds timeout_;
+  std::string gateway_id_;
   boost::asio::steady_timer timer_;
 };
 

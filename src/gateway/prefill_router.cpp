@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/nesting_limit.h"
+#include "core/ordered_json_parser.h"
 #include "server/openai_api.h"
 
 namespace tern::gateway {
@@ -19,8 +21,9 @@ std::optional<PrefillTarget> PrefillRouter::route(std::string_view path, std::st
   if (path != "/v1/completions" && path != "/v1/chat/completions") return std::nullopt;
   const auto endpoint = kv_endpoints_.find(decode.url);
   if (endpoint == kv_endpoints_.end()) return std::nullopt;
-  auto request = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  // A body the decode replica will refuse anyway gets no prefill.
+  // A body the decode replica will refuse anyway gets no prefill (and one nested too deep for dump() no parse).
+  if (!json_nesting_within_limit(body)) return std::nullopt;
+  auto request = parse_ordered_json(body, /*allow_exceptions=*/false);
   if (!request.is_object()) return std::nullopt;
   request["max_tokens"] = 1;
   if (request.contains("max_completion_tokens")) request["max_completion_tokens"] = 1;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/nesting_limit.h"
+
 namespace tern::gateway {
 
 namespace {
@@ -41,6 +43,8 @@ void append_content(std::string& out, const Json& content) {
 }  // namespace
 
 std::string routing_text(std::string_view path, std::string_view body) {
+  // append_prompt recurses once per level; a replica refuses a body this deep anyway.
+  if (!json_nesting_within_limit(body)) return {};
   const Json request = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!request.is_object()) return {};
   std::string text;

@@ -8,8 +8,9 @@
 
 namespace tern::gateway {
 
-// `path` is the request target's path; a body that is not JSON or has no prompt/messages yields "" (the replica
-// answers such a request with its own 400, so how it is routed does not matter).
+// `path` is the request target's path; a body that is not JSON, nests deeper than kMaxNestingDepth
+// (core/nesting_limit.h) or has no prompt/messages yields "" (the replica answers such a request with its own 400,
+// so how it is routed does not matter).
 std::string routing_text(std::string_view path, std::string_view body);
 
 }  // namespace tern::gateway

@@ -2,6 +2,9 @@
 
 #include <boost/asio/ip/address.hpp>
 #include <limits>
+#include <vector>
+
+#include "gateway/replica_admission.h"
 
 namespace tern::gateway {
 
@@ -32,7 +35,7 @@ UpstreamExchange::UpstreamExchange(asio::any_io_executor executor, ReplicaAddres
 
 void UpstreamExchange::start(HeadHandler on_head) {
   on_head_ = std::move(on_head);
-  request_.set(http::field::host, address_.host + ":" + address_.port);
+  request_.set(http::field::host, std::string(address_.authority()));
   request_.keep_alive(pool_ != nullptr);
   request_.prepare_payload();
   if (pool_) {
@@ -62,7 +65,15 @@ void UpstreamExchange::connect_fresh() {
                           });
 }
 
-void UpstreamExchange::connect(const tcp::resolver::results_type& endpoints) {
+void UpstreamExchange::connect(const tcp::resolver::results_type& results) {
+  // A name can resolve to what a replica URL may not name (a metadata service's link-local address; replica
+  // addresses given as IP addresses were checked when admitted): checked on every resolution, since the name's
+  // records can change after the replica was admitted.
+  std::vector<tcp::endpoint> endpoints;
+  for (const auto& result : results) {
+    if (!is_forbidden_destination(result.endpoint().address())) endpoints.push_back(result.endpoint());
+  }
+  if (endpoints.empty()) return report_head(asio::error::access_denied);
   stream_.expires_after(timeouts_.connect);
   stream_.async_connect(endpoints, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
     self->on_connected(ec);

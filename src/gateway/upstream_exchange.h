@@ -26,6 +26,11 @@
 
 namespace tern::gateway {
 
+// Every request the gateway sends to a replica carries this header with the gateway's own random id; a request that
+// arrives carrying it has come back (a replica URL that is another name for the gateway) and is answered 508
+// instead of being forwarded again, and a health check that comes back fails.
+inline constexpr char kGatewayIdField[] = "X-Tern-Gateway-Id";
+
 struct UpstreamTimeouts {
   std::chrono::milliseconds connect{5'000};
   // Until the response head arrives; zero: no limit (a non-streaming generation sends its head only at the end).
@@ -58,7 +63,7 @@ class UpstreamExchange : public std::enable_shared_from_this<UpstreamExchange> {
 
  private:
   void connect_fresh();
-  void connect(const boost::asio::ip::tcp::resolver::results_type& endpoints);
+  void connect(const boost::asio::ip::tcp::resolver::results_type& results);
   void on_connected(boost::beast::error_code ec);
   void send();
   void on_written(boost::beast::error_code ec);

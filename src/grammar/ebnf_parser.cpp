@@ -208,6 +208,7 @@ class EbnfParser {
       return Expr::char_class({}, true);
     }
     if (c == '(') {
+      ParseCursor::NestedLevel level(cursor_);
       cursor_.next();
       Expr inner = alternation();
       skip_space();

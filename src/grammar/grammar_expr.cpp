@@ -4,7 +4,22 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+#include "core/nesting_limit.h"
+
 namespace tern::grammar {
+
+namespace {
+
+// The depth of a node over `children`, refused past the limit before the node exists.
+uint32_t parent_depth(const std::vector<Expr>& children) {
+  uint32_t deepest = 0;
+  for (const Expr& child : children) deepest = std::max(deepest, child.depth);
+  if (deepest >= static_cast<uint32_t>(kMaxNestingDepth)) fail("expression {}", nesting_limit_message());
+  return deepest + 1;
+}
+
+}  // namespace
 
 Expr Expr::literal_bytes(std::string bytes) {
   Expr e;
@@ -33,6 +48,7 @@ Expr Expr::sequence(std::vector<Expr> items) {
   if (items.size() == 1) return std::move(items[0]);
   Expr e;
   e.kind = ExprKind::kSequence;
+  e.depth = parent_depth(items);
   e.children = std::move(items);
   return e;
 }
@@ -41,6 +57,7 @@ Expr Expr::choice(std::vector<Expr> alternatives) {
   if (alternatives.size() == 1) return std::move(alternatives[0]);
   Expr e;
   e.kind = ExprKind::kChoice;
+  e.depth = parent_depth(alternatives);
   e.children = std::move(alternatives);
   return e;
 }
@@ -51,6 +68,7 @@ Expr Expr::repeat(Expr body, uint32_t min_count, uint32_t max_count) {
   Expr e;
   e.kind = ExprKind::kRepeat;
   e.children.push_back(std::move(body));
+  e.depth = parent_depth(e.children);
   e.min_repeat = min_count;
   e.max_repeat = max_count;
   return e;

@@ -27,11 +27,16 @@ struct Expr {
   std::vector<Expr> children;          // kSequence, kChoice; kRepeat has exactly one
   uint32_t min_repeat = 0;             // kRepeat
   uint32_t max_repeat = 0;             // kRepeat; kUnboundedRepeat for no upper bound
+  // Levels of this tree (1 for a leaf). The factories refuse to build past kMaxNestingDepth (core/nesting_limit.h),
+  // so every recursive walk of an expression (lowering, printing, destruction) stays shallow: stacked quantifiers
+  // such as "a****" deepen it without any parser recursing.
+  uint32_t depth = 1;
 
   static Expr empty() { return Expr{}; }
   static Expr literal_bytes(std::string bytes);
   static Expr char_class(std::vector<CodepointRange> ranges, bool negated);
   static Expr rule_ref(uint32_t rule);
+  // These three throw tern::Error when the result would be deeper than kMaxNestingDepth.
   static Expr sequence(std::vector<Expr> items);
   static Expr choice(std::vector<Expr> alternatives);
   static Expr repeat(Expr body, uint32_t min_count, uint32_t max_count);

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/nesting_limit.h"
+#include "core/ordered_json_parser.h"
 #include "grammar/integer_range.h"
 #include "grammar/regex_parser.h"
 
@@ -230,10 +232,14 @@ class SchemaConverter {
     return merged;
   }
 
-  // Bounds recursion through nesting, allOf and $ref chains (a cycle of allOf through $ref never ends otherwise).
+  // Bounds recursion through nesting, allOf and $ref chains (a cycle of allOf through $ref never ends otherwise)
+  // and the letters of a property name that key_excluding spells out.
   struct DepthGuard {
     explicit DepthGuard(SchemaConverter& c, const std::string& path) : converter(c) {
-      if (++converter.depth_ > 100) converter.error(path, "schema nested too deeply (over 100 levels, or an allOf/$ref cycle)");
+      if (converter.depth_ >= kMaxNestingDepth) {
+        converter.error(path, fmt::format("schema {} (or an allOf/$ref cycle)", nesting_limit_message()));
+      }
+      ++converter.depth_;
     }
     ~DepthGuard() { --converter.depth_; }
     SchemaConverter& converter;
@@ -449,30 +455,40 @@ class SchemaConverter {
     std::string item = items_allowed ? visit(items, path + "/items") : "";
     std::string ws = primitive("ws");
 
-    // Slot i is the i-th element; all slots after minItems are optional, nested so elements stay in order.
-    std::function<std::string(size_t)> from = [&](size_t i) -> std::string {
-      if (i == prefix.size()) {
-        if (!items_allowed || (hi && *hi <= prefix.size())) return "";
-        uint64_t rest_lo = lo > prefix.size() ? lo - prefix.size() : 0;
-        std::optional<uint64_t> rest_hi;
-        if (hi) rest_hi = *hi - prefix.size();
-        std::string sep = "\",\" " + ws + " " + item + " " + ws;
-        if (i > 0) return "(" + sep + ")" + repeat_suffix(rest_lo, rest_hi);
+    // Slot i is the i-th element; all slots after minItems are optional, nested so elements stay in order:
+    // slot 0 (slot 1 (slot 2 rest)?)?, written front to back so that thousands of slots cost no recursion.
+    std::string slots;
+    size_t num_open_optional = 0;
+    for (size_t i = 0; i < prefix.size(); ++i) {
+      if (i >= lo) {
+        slots += "(";
+        ++num_open_optional;
+      }
+      slots += (i > 0 ? "\",\" " + ws + " " : "") + prefix[i] + " " + ws + " ";
+    }
+    if (items_allowed && !(hi && *hi <= prefix.size())) {
+      const size_t i = prefix.size();
+      uint64_t rest_lo = lo > i ? lo - i : 0;
+      std::optional<uint64_t> rest_hi;
+      if (hi) rest_hi = *hi - i;
+      std::string sep = "\",\" " + ws + " " + item + " " + ws;
+      if (i > 0) {
+        slots += "(" + sep + ")" + repeat_suffix(rest_lo, rest_hi);
+      } else {
         std::string first = item + " " + ws;
         std::optional<uint64_t> more_hi;
         if (rest_hi) more_hi = *rest_hi - 1;
         std::string list = first + " (" + sep + ")" + repeat_suffix(rest_lo > 0 ? rest_lo - 1 : 0, more_hi);
-        return rest_lo > 0 ? list : "(" + list + ")?";
+        slots += rest_lo > 0 ? list : "(" + list + ")?";
       }
-      std::string slot = (i > 0 ? "\",\" " + ws + " " : "") + prefix[i] + " " + ws + " " + from(i + 1);
-      return i < lo ? slot : "(" + slot + ")?";
-    };
-    return rule("array", "\"[\" " + ws + " " + from(0) + " \"]\"");
+    }
+    for (size_t k = 0; k < num_open_optional; ++k) slots += ")?";
+    return rule("array", "\"[\" " + ws + " " + slots + " \"]\"");
   }
 
   // A JSON string that is none of `names` (keys of additional properties must not repeat declared ones). Tracked
   // positions take raw characters only, so no escape can spell a declared name.
-  std::string key_excluding(const std::vector<std::string>& names) {
+  std::string key_excluding(const std::vector<std::string>& names, const std::string& path) {
     struct TrieNode {
       std::map<uint32_t, size_t> children;
       bool terminal = false;
@@ -492,6 +508,7 @@ class SchemaConverter {
     }
     primitive("json-char");
     std::function<std::string(size_t)> node_expr = [&](size_t at) -> std::string {
+      DepthGuard guard(*this, path + "/properties");  // one level per letter of the longest name
       std::vector<std::string> alternatives;
       std::string others = "[^\"\\\\\\x00-\\x1F";
       for (const auto& [cp, child] : trie[at].children) {
@@ -539,7 +556,7 @@ class SchemaConverter {
     if (schema.contains("additionalProperties") && !(schema["additionalProperties"].is_boolean() && !schema["additionalProperties"].get<bool>())) {
       std::vector<std::string> names;
       for (const auto& p : properties) names.push_back(p.name);
-      extra_key = names.empty() ? primitive("json-string") : key_excluding(names);
+      extra_key = names.empty() ? primitive("json-string") : key_excluding(names, path);
       extra_value = visit(schema["additionalProperties"], path + "/additionalProperties");
     }
     auto member = [&](const std::string& key, const std::string& value) {
@@ -560,13 +577,17 @@ class SchemaConverter {
       }
       return out + extras(false);
     };
-    std::function<std::string(size_t)> from_first = [&](size_t i) -> std::string {
-      if (i == properties.size()) return extras(true);
-      std::string item = member(ebnf_literal(json(properties[i].name).dump()), properties[i].value) + " " + after_first(i + 1);
-      if (properties[i].required) return item;
-      return "(" + item + " | " + from_first(i + 1) + ")";
-    };
-    return rule("object", "\"{\" " + ws + " " + from_first(0) + " \"}\"");
+    // The first member is the first required property or any optional one before it, each followed by the rest:
+    // one flat choice, so that thousands of optional properties cost neither recursion nor nesting.
+    std::vector<std::string> first_members;
+    size_t first = 0;
+    for (; first < properties.size(); ++first) {
+      first_members.push_back(member(ebnf_literal(json(properties[first].name).dump()), properties[first].value) + " " +
+                              after_first(first + 1));
+      if (properties[first].required) break;
+    }
+    if (first == properties.size()) first_members.push_back(extras(true));
+    return rule("object", "\"{\" " + ws + " " + choice(first_members) + " \"}\"");
   }
 
   const json& root_;
@@ -591,9 +612,11 @@ std::string json_schema_to_ebnf(const nlohmann::ordered_json& schema) {
 }
 
 std::string json_schema_to_ebnf(std::string_view schema_json) {
+  // Copies and dumps of a parsed value recurse once per level.
+  if (!json_nesting_within_limit(schema_json)) fail("invalid JSON schema: JSON {}", nesting_limit_message());
   json schema;
   try {
-    schema = json::parse(schema_json);
+    schema = parse_ordered_json(schema_json);
   } catch (const nlohmann::json::parse_error& e) {
     fail("invalid JSON schema: not valid JSON at byte {}: {}", e.byte, e.what());
   }

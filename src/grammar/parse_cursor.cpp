@@ -1,5 +1,7 @@
 #include "grammar/parse_cursor.h"
 
+#include "core/nesting_limit.h"
+
 namespace tern::grammar {
 
 uint32_t ParseCursor::next_codepoint() {
@@ -49,6 +51,11 @@ void ParseCursor::error_at(size_t pos, std::string_view message) const {
     }
   }
   fail("{} at line {}, column {} (offset {}): {}", what_, line, column, pos, message);
+}
+
+ParseCursor::NestedLevel::NestedLevel(ParseCursor& cursor) : cursor_(cursor) {
+  if (cursor_.depth_ >= kMaxNestingDepth) cursor_.error(nesting_limit_message());
+  ++cursor_.depth_;
 }
 
 }  // namespace tern::grammar

@@ -34,10 +34,24 @@ class ParseCursor {
   [[noreturn]] void error_at(size_t pos, std::string_view message) const;
   [[noreturn]] void error(std::string_view message) const { error_at(pos_, message); }
 
+  // One level of a recursive-descent parser over this text (a group it entered), for as long as it lives. A level
+  // past kMaxNestingDepth (core/nesting_limit.h) is an error at the cursor: the parser's recursion stays shallow.
+  class NestedLevel {
+   public:
+    explicit NestedLevel(ParseCursor& cursor);
+    ~NestedLevel() { --cursor_.depth_; }
+    NestedLevel(const NestedLevel&) = delete;
+    NestedLevel& operator=(const NestedLevel&) = delete;
+
+   private:
+    ParseCursor& cursor_;
+  };
+
  private:
   std::string_view text_;
   std::string what_;
   size_t pos_ = 0;
+  int depth_ = 0;  // NestedLevels alive
 };
 
 }  // namespace tern::grammar

@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <queue>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/nesting_limit.h"
 #include "grammar/utf8_ranges.h"
 
 namespace tern::grammar {
@@ -19,8 +19,9 @@ void collect_refs(const Expr& expr, std::vector<uint32_t>& out) {
   for (const auto& child : expr.children) collect_refs(child, out);
 }
 
-// Rules on a reference cycle must stay rules of the PDA; every other rule can be inlined.
-std::vector<bool> find_recursive_rules(const Grammar& grammar) {
+// Rules on a reference cycle must stay rules of the PDA; every other rule can be inlined. `callee_first` receives
+// every rule, each after all the rules it refers to outside its own cycle (the order Tarjan completes components).
+std::vector<bool> find_recursive_rules(const Grammar& grammar, std::vector<uint32_t>& callee_first) {
   size_t n = grammar.rules.size();
   std::vector<std::vector<uint32_t>> refs(n);
   for (size_t r = 0; r < n; ++r) collect_refs(grammar.rules[r].body, refs[r]);
@@ -57,6 +58,7 @@ std::vector<bool> find_recursive_rules(const Grammar& grammar) {
           stack.pop_back();
           on_stack[w] = false;
           component.push_back(w);
+          callee_first.push_back(w);
         } while (w != v);
         if (component.size() > 1) {
           for (uint32_t c : component) recursive[c] = true;
@@ -83,8 +85,13 @@ struct NfaEdge {
 class PdaBuilder {
  public:
   PdaBuilder(const Grammar& grammar, const PdaLimits& limits)
-      : grammar_(grammar), limits_(limits), recursive_(find_recursive_rules(grammar)),
-        inline_size_(grammar.rules.size(), 0) {}
+      : grammar_(grammar), limits_(limits), inline_size_(grammar.rules.size(), 0) {
+    std::vector<uint32_t> callee_first;
+    recursive_ = find_recursive_rules(grammar, callee_first);
+    // Callees first, so that sizing a rule reads its callees' sizes instead of recursing into them: a chain of
+    // thousands of rules, each referring to the next, would otherwise recurse once per rule.
+    for (uint32_t rule : callee_first) inline_size_[rule] = expanded_size(grammar_.rules[rule].body);
+  }
 
   PushdownAutomaton build() {
     pda_.root_rule = pda_rule_of(grammar_.root);
@@ -96,13 +103,13 @@ class PdaBuilder {
   }
 
  private:
-  // Estimated NFA states of a rule once inlined; 0 means "not computed".
+  // Estimated NFA states of an expression once its inlinable rule references are inlined.
   size_t expanded_size(const Expr& expr) {
     switch (expr.kind) {
       case ExprKind::kEmpty: return 1;
       case ExprKind::kLiteral: return expr.literal.size() + 1;
       case ExprKind::kCharClass: return 4 * expr.ranges.size() + 1;
-      case ExprKind::kRuleRef: return inlines(expr.rule) ? rule_size(expr.rule) : 1;
+      case ExprKind::kRuleRef: return inlines(expr.rule) ? inline_size_[expr.rule] : 1;
       case ExprKind::kSequence:
       case ExprKind::kChoice: {
         size_t total = 1;
@@ -117,12 +124,7 @@ class PdaBuilder {
     return 1;
   }
 
-  size_t rule_size(uint32_t rule) {
-    if (inline_size_[rule] == 0) inline_size_[rule] = expanded_size(grammar_.rules[rule].body);
-    return inline_size_[rule];
-  }
-
-  bool inlines(uint32_t rule) { return !recursive_[rule] && rule_size(rule) <= limits_.inline_rule_max_states; }
+  bool inlines(uint32_t rule) { return !recursive_[rule] && inline_size_[rule] <= limits_.inline_rule_max_states; }
 
   uint32_t pda_rule_of(uint32_t grammar_rule) {
     auto [it, inserted] = pda_rule_ids_.emplace(grammar_rule, static_cast<uint32_t>(pda_rules_.size()));
@@ -144,8 +146,9 @@ class PdaBuilder {
   void add_edge(uint32_t from, NfaEdge edge) { nfa_[from].push_back(edge); }
   void epsilon(uint32_t from, uint32_t to) { add_edge(from, {NfaEdge::kEpsilon, 0, 0, 0, to}); }
 
-  // Adds NFA states and edges so that the strings of `expr` lead from `from` to `to`.
-  void build_expr(const Expr& expr, uint32_t from, uint32_t to) {
+  // Adds NFA states and edges so that the strings of `expr` lead from `from` to `to`. `depth` counts the calls of
+  // this function above this one.
+  void build_expr(const Expr& expr, uint32_t from, uint32_t to, int depth) {
     switch (expr.kind) {
       case ExprKind::kEmpty: epsilon(from, to); return;
       case ExprKind::kLiteral: {
@@ -169,8 +172,10 @@ class PdaBuilder {
         }
         return;
       case ExprKind::kRuleRef:
-        if (inlines(expr.rule)) {
-          build_expr(grammar_.rules[expr.rule].body, from, to);
+        // Inlining recurses into the callee's body; where that would pass kMaxNestingDepth (a long chain of rules
+        // each inlined into the one before) the callee stays a call, which the PDA's own stack handles.
+        if (inlines(expr.rule) && depth + 1 + static_cast<int>(grammar_.rules[expr.rule].body.depth) <= kMaxNestingDepth) {
+          build_expr(grammar_.rules[expr.rule].body, from, to, depth + 1);
         } else {
           add_edge(from, {NfaEdge::kCall, 0, 0, pda_rule_of(expr.rule), to});
         }
@@ -179,7 +184,7 @@ class PdaBuilder {
         uint32_t cur = from;
         for (size_t i = 0; i < expr.children.size(); ++i) {
           uint32_t next = i + 1 == expr.children.size() ? to : new_state();
-          build_expr(expr.children[i], cur, next);
+          build_expr(expr.children[i], cur, next, depth + 1);
           cur = next;
         }
         return;
@@ -189,7 +194,7 @@ class PdaBuilder {
           // A fresh entry state keeps loops inside one alternative from leaking into the others.
           uint32_t entry = new_state();
           epsilon(from, entry);
-          build_expr(child, entry, to);
+          build_expr(child, entry, to, depth + 1);
         }
         return;
       case ExprKind::kRepeat: {
@@ -199,14 +204,14 @@ class PdaBuilder {
         uint32_t optional_copies = unbounded ? 0 : expr.max_repeat - expr.min_repeat;
         for (uint32_t i = 0; i < expr.min_repeat; ++i) {
           uint32_t next = new_state();
-          build_expr(body, cur, next);
+          build_expr(body, cur, next, depth + 1);
           cur = next;
         }
         if (unbounded) {
           uint32_t loop = new_state();
           epsilon(cur, loop);
           uint32_t body_end = new_state();
-          build_expr(body, loop, body_end);
+          build_expr(body, loop, body_end, depth + 1);
           epsilon(body_end, loop);
           epsilon(loop, to);
           return;
@@ -214,7 +219,7 @@ class PdaBuilder {
         for (uint32_t i = 0; i < optional_copies; ++i) {
           epsilon(cur, to);
           uint32_t next = new_state();
-          build_expr(body, cur, next);
+          build_expr(body, cur, next, depth + 1);
           cur = next;
         }
         epsilon(cur, to);
@@ -253,7 +258,7 @@ class PdaBuilder {
     nfa_.clear();
     uint32_t start = new_state();
     uint32_t end = new_state();
-    build_expr(grammar_.rules[pda_rules_[pda_rule]].body, start, end);
+    build_expr(grammar_.rules[pda_rules_[pda_rule]].body, start, end, 0);
     in_set_.assign(nfa_.size(), false);
 
     std::unordered_map<std::vector<uint32_t>, uint32_t, SetHash> dfa_ids;
@@ -431,17 +436,28 @@ class PdaBuilder {
         }
       }
     }
+    // Depth-first search for a cycle, iteratively: a chain of thousands of rules, each calling the next first,
+    // is a valid grammar.
     std::vector<int> color(num_rules, 0);  // 0 unvisited, 1 on the path, 2 done
-    std::function<void(uint32_t)> visit = [&](uint32_t r) {
-      color[r] = 1;
-      for (uint32_t callee : left_calls[r]) {
+    std::vector<std::pair<uint32_t, size_t>> path;  // rule, index of its next left call to follow
+    for (uint32_t root = 0; root < num_rules; ++root) {
+      if (color[root] != 0) continue;
+      color[root] = 1;
+      path.push_back({root, 0});
+      while (!path.empty()) {
+        auto& [r, next_call] = path.back();
+        if (next_call == left_calls[r].size()) {
+          color[r] = 2;
+          path.pop_back();
+          continue;
+        }
+        uint32_t callee = left_calls[r][next_call++];
         if (color[callee] == 1) fail("invalid grammar: left recursion through rule '{}'", pda_.rule_names[callee]);
-        if (color[callee] == 0) visit(callee);
+        if (color[callee] == 0) {
+          color[callee] = 1;
+          path.push_back({callee, 0});
+        }
       }
-      color[r] = 2;
-    };
-    for (uint32_t r = 0; r < num_rules; ++r) {
-      if (color[r] == 0) visit(r);
     }
   }
 

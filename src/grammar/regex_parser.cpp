@@ -157,6 +157,7 @@ class RegexParser {
     char c = cursor_.peek();
     switch (c) {
       case '(': {
+        ParseCursor::NestedLevel level(cursor_);
         cursor_.next();
         if (cursor_.consume("?")) {
           if (cursor_.consume(":")) {

@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/load_progress.h"
 
 namespace tern {
 
-Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
+Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* progress) {
   Checkpoint checkpoint;
   checkpoint.dir_ = dir;
+  checkpoint.progress_ = progress;
   const auto single = dir / "model.safetensors";
   const auto index_path = dir / "model.safetensors.index.json";
   std::map<std::string, std::string> expected_file;  // tensor -> shard named by the index
@@ -39,14 +41,17 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
     fail("{}: no model.safetensors or model.safetensors.index.json", dir.string());
   }
 
+  int64_t total_bytes = 0;
   for (const auto& path : shard_paths) {
     if (!std::filesystem::exists(path)) fail("{}: shard listed in the index is missing", path.string());
     checkpoint.files_.push_back(SafetensorsFile::open(path));
     for (const auto& [name, info] : checkpoint.files_.back()->tensors()) {
       if (checkpoint.index_.count(name)) fail("{}: tensor '{}' appears in two shards", path.string(), name);
       checkpoint.index_[name] = &info;
+      total_bytes += static_cast<int64_t>(info.size_bytes);
     }
   }
+  if (progress) progress->set_total(total_bytes);
   for (const auto& [tensor, file] : expected_file) {
     auto it = checkpoint.index_.find(tensor);
     if (it == checkpoint.index_.end()) {

@@ -9,6 +9,7 @@
 
 namespace tern {
 
+class LoadProgress;
 class SparseMoe;
 
 class Model {
@@ -24,7 +25,8 @@ class Model {
   virtual std::vector<SparseMoe*> expert_layers() { return {}; }
 };
 
-// Reads config.json and the weights of a Hugging Face model directory and builds the model for its architecture.
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend);
+// Reads config.json and the weights of a Hugging Face model directory and builds the model for its architecture;
+// `progress`, where given, counts the bytes loaded.
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend, LoadProgress* progress = nullptr);
 
 }  // namespace tern

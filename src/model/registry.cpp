@@ -33,7 +33,7 @@ const std::map<std::string, ModelFactory>& registry() {
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend) {
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend, LoadProgress* progress) {
   const ModelConfig config = ModelConfig::load(dir);
   auto it = registry().find(config.architecture);
   if (it == registry().end()) {
@@ -41,7 +41,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& bac
     for (const auto& [name, factory] : registry()) known += (known.empty() ? "" : ", ") + name;
     fail("{}: unknown architecture '{}' (supported: {})", (dir / "config.json").string(), config.architecture, known);
   }
-  const Checkpoint checkpoint = Checkpoint::open(dir);
+  const Checkpoint checkpoint = Checkpoint::open(dir, progress);
   return it->second(config, checkpoint, backend);
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/load_progress.h"
 
 namespace tern {
 
@@ -27,13 +28,13 @@ TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count) {
 
 Tensor WeightLoader::load(const std::string& name, const std::vector<int64_t>& shape) {
   const TensorInfo* part = &checkpoint_.get(name, shape);
-  return backend_.load_weight({&part, 1});
+  return load_parts({&part, 1});
 }
 
 Tensor WeightLoader::load_concat(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
   std::vector<const TensorInfo*> infos;
   for (const auto& [name, shape] : parts) infos.push_back(&checkpoint_.get(name, shape));
-  return backend_.load_weight(infos);
+  return load_parts(infos);
 }
 
 std::optional<Tensor> WeightLoader::load_optional(const std::string& name, const std::vector<int64_t>& shape) {
@@ -72,7 +73,7 @@ Tensor WeightLoader::load_row_ranges(const std::vector<RowRange>& parts) {
   }
   std::vector<const TensorInfo*> infos;
   for (const auto& view : views) infos.push_back(&view);
-  return backend_.load_weight(infos);
+  return load_parts(infos);
 }
 
 Tensor WeightLoader::load_column_shard(const std::string& name, const std::vector<int64_t>& shape) {
@@ -91,7 +92,7 @@ Tensor WeightLoader::load_column_shard(const std::string& name, const std::vecto
   view.data = bytes.data();
   view.size_bytes = bytes.size();
   const TensorInfo* part = &view;
-  return backend_.load_weight({&part, 1});
+  return load_parts({&part, 1});
 }
 
 Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector<int64_t>& shape) {
@@ -103,7 +104,7 @@ Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector
   if (present == rows) {
     const TensorInfo view = row_view(info, begin, rows);
     const TensorInfo* part = &view;
-    return backend_.load_weight({&part, 1});
+    return load_parts({&part, 1});
   }
   std::vector<std::byte> bytes(static_cast<size_t>(rows) * row_bytes(info));  // zero rows pad the last shard
   std::memcpy(bytes.data(), info.data + static_cast<size_t>(begin) * row_bytes(info), present * row_bytes(info));
@@ -112,7 +113,17 @@ Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector
   view.data = bytes.data();
   view.size_bytes = bytes.size();
   const TensorInfo* part = &view;
-  return backend_.load_weight({&part, 1});
+  return load_parts({&part, 1});
+}
+
+Tensor WeightLoader::load_parts(std::span<const TensorInfo* const> parts) {
+  Tensor weight = backend_.load_weight(parts);
+  if (LoadProgress* progress = checkpoint_.progress()) {
+    int64_t bytes = 0;
+    for (const TensorInfo* part : parts) bytes += static_cast<int64_t>(part->size_bytes);
+    progress->add_loaded(bytes);
+  }
+  return weight;
 }
 
 }  // namespace tern

@@ -5,6 +5,7 @@
 // padded to equal shards.
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ class WeightLoader {
     return checkpoint_.get(name, shape);
   }
   Backend& backend() { return backend_; }
+  // Loads checkpoint tensors (or host copies laid out anew from them) onto the backend, concatenated along
+  // dimension 0, as Backend::load_weight; counts their bytes in the checkpoint's load progress.
+  Tensor load_parts(std::span<const TensorInfo* const> parts);
 
   const TensorParallelShard& shard() const { return shard_; }
   // A loader of the same checkpoint whose sharded loads give whole tensors: for layers whose weights every rank

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/nesting_limit.h"
+#include "core/ordered_json_parser.h"
 #include "server/api_error.h"
 
 namespace tern::server {
@@ -45,7 +47,11 @@ Json normalize_tool_calls(const Json& tool_calls, const std::string& param) {
     if (!function_fields.string("name")) fail_param(function_fields.param("name"), "'{}' is required", function_fields.param("name"));
     Json& arguments = result[i]["function"]["arguments"];
     if (arguments.is_string()) {
-      Json parsed = Json::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (!json_nesting_within_limit(arguments.get_ref<const std::string&>())) {
+        const std::string arguments_param = function_fields.param("arguments");
+        fail_param(arguments_param, "'{}': the arguments' JSON text has {}", arguments_param, nesting_limit_message());
+      }
+      Json parsed = parse_ordered_json(arguments.get<std::string>(), /*allow_exceptions=*/false);
       if (parsed.is_object()) arguments = std::move(parsed);
     }
   }

@@ -5,12 +5,15 @@
 namespace tern::server {
 
 GenerationResponse::GenerationResponse(ResponseContext context)
-    : context_(std::move(context)), usage_per_prompt_(context_.num_prompts) {}
+    : context_(std::move(context)),
+      usage_per_prompt_(context_.num_prompts),
+      choice_finished_(context_.num_prompts * static_cast<size_t>(context_.n), false) {}
 
 std::string GenerationResponse::on_output(size_t prompt_index, const RequestOutput& output) {
   usage_per_prompt_.at(prompt_index) = output.usage;
   if (!output.error.empty() && error_.empty()) error_ = output.error;
   const size_t choice_index = prompt_index * static_cast<size_t>(context_.n) + static_cast<size_t>(output.index);
+  if (output.finish_reason) choice_finished_.at(choice_index) = true;
   return handle_output(choice_index, output);
 }
 
@@ -54,6 +57,27 @@ HttpReply GenerationResponse::finish() {
   }
   bytes += sse_done();
   return {200, "text/event-stream", std::move(bytes)};
+}
+
+HttpReply GenerationResponse::abort() {
+  if (!context_.stream) {
+    return HttpReply::error(
+        ApiError(503, "the server shut down before the request finished", std::nullopt, "server_shutting_down"));
+  }
+  std::string bytes;
+  for (size_t choice_index = 0; choice_index < choice_finished_.size(); ++choice_index) {
+    if (choice_finished_[choice_index]) continue;
+    RequestOutput aborted;
+    aborted.index = static_cast<int32_t>(choice_index % static_cast<size_t>(context_.n));
+    aborted.finish_reason = FinishReason::kAbort;
+    aborted.request_finished = true;
+    // Straight to handle_output: on_output would take the empty output's usage as the prompt's.
+    bytes += handle_output(choice_index, aborted);
+    choice_finished_[choice_index] = true;
+  }
+  HttpReply rest = finish();
+  rest.body.insert(0, bytes);
+  return rest;
 }
 
 }  // namespace tern::server

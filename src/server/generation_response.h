@@ -36,6 +36,10 @@ class GenerationResponse {
   // After every prompt's last output. Streaming: the reply's body holds the remaining bytes (final chunks, usage,
   // [DONE]). Non-streaming: the whole reply, or a 500 error when the engine aborted a request.
   HttpReply finish();
+  // Instead of finish(), when the server stops before the engine is done (a drain that ran out of time).
+  // Streaming: a last chunk with finish_reason "abort" for every choice still running (as vLLM ends aborted
+  // requests), then what finish() sends. Non-streaming: a 503 error.
+  HttpReply abort();
 
   // Summed over the prompts, from their latest outputs.
   Usage usage() const;
@@ -54,6 +58,7 @@ class GenerationResponse {
   virtual const char* chunk_object() const = 0;
 
   std::vector<Usage> usage_per_prompt_;
+  std::vector<bool> choice_finished_;  // by choice index: its last output (with a finish reason) arrived
   std::string error_;  // the first engine error, when one aborted a request
 };
 

@@ -51,7 +51,8 @@ class HttpServer {
   // Blocks until begin_shutdown() has been called.
   void wait_for_shutdown_request();
   // Blocks until no exchange is in flight, the timeout passes or shutdown is forced; then closes every connection
-  // (cancelling what still runs) and waits briefly for the closes to complete.
+  // and waits briefly for the closes to complete. Generations still running are cancelled, and their responses
+  // ended first: streams with finish_reason "abort" and [DONE], whole responses with a 503.
   void drain(std::chrono::milliseconds timeout);
   // Stops the I/O threads and joins every thread. Engine callbacks may still post afterwards (harmlessly).
   void stop();

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "server/http_server.h"
+#include "server/request_head.h"
 
 namespace tern::server {
 
@@ -83,6 +84,7 @@ void HttpSession::close_if_idle() {
 
 void HttpSession::abort() {
   net::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->response_ && !self->closed_) return self->abort_generation();
     self->cancel_generation("the server is shutting down");
     self->close();
   });
@@ -133,6 +135,10 @@ void HttpSession::on_header(beast::error_code ec) {
     send_reply(HttpReply::error(ApiError(400, fmt::format("malformed HTTP request: {}", ec.message()))), true);
     return;
   }
+  if (auto error = request_head_error(head)) {
+    send_reply(HttpReply::error(ApiError(400, *error)), true);
+    return;
+  }
   if (server_.connections().draining()) {
     send_reply(HttpReply::error(ApiError(503, "the server is shutting down", std::nullopt, "server_shutting_down")),
                true);
@@ -162,6 +168,15 @@ void HttpSession::on_body(beast::error_code ec) {
     send_reply(HttpReply::error(ApiError(413, fmt::format("the request body exceeds the limit of {} bytes",
                                                           server_.config().max_body_bytes))),
                true);
+    return;
+  }
+  if (ec.category() == http::make_error_code(http::error::partial_message).category()) {
+    // A malformed body, or a client that shut its side of the connection down before the body was complete: it
+    // may still read, so it is told (if it cannot, the write fails and the connection closes).
+    const std::string why = ec == http::error::partial_message
+                                ? "the client ended the connection before the request body was complete"
+                                : fmt::format("malformed HTTP request body: {}", ec.message());
+    send_reply(HttpReply::error(ApiError(400, why)), true);
     return;
   }
   if (ec) {
@@ -259,8 +274,7 @@ void HttpSession::start_generation(PreparedGeneration generation) {
       ++generation_;  // the cancelled requests' outputs are not this exchange's any more
       response_.reset();
       was_generation_ = false;
-      const std::string param = generation.requests.size() > 1 ? fmt::format("prompt[{}]", i) : "prompt";
-      send_reply(HttpReply::error(ApiError(400, e.what(), param)));
+      send_reply(HttpReply::error(generation.rejection(e, i)));
       return;
     }
   }
@@ -300,9 +314,24 @@ void HttpSession::on_engine_output(uint64_t generation, size_t prompt_index, Req
   }
 }
 
-void HttpSession::finish_generation() {
+void HttpSession::finish_generation() { end_response(response_->finish()); }
+
+void HttpSession::abort_generation() {
+  for (size_t i = 0; i < engine_request_ids_.size(); ++i) {
+    if (!prompt_finished_[i]) engine_->cancel(engine_request_ids_[i]);
+  }
+  ++generation_;  // the cancelled requests' last outputs are not this exchange's any more
+  server_.metrics().count_cancelled();
+  if (server_.config().log_requests) {
+    std::fprintf(stderr, "tern: request %s cut short: the server is shutting down\n", request_id_.c_str());
+  }
+  finish_reason_ = FinishReason::kAbort;
+  keep_alive_ = false;
+  end_response(response_->abort());
+}
+
+void HttpSession::end_response(HttpReply reply) {
   usage_ = response_->usage();
-  HttpReply reply = response_->finish();
   response_.reset();
   engine_request_ids_.clear();
   if (!streaming_) {

@@ -26,6 +26,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void start();
   // Thread-safe; both post to the strand. Idle: waiting for (or partway through) a request head.
   void close_if_idle();
+  // Closes the connection; a generation in flight is cancelled and its response ended first (abort_generation).
   void abort();
 
  private:
@@ -45,6 +46,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void start_generation(PreparedGeneration generation);
   void on_engine_output(uint64_t generation, size_t prompt_index, RequestOutput output, Clock::time_point at);
   void finish_generation();
+  // A drain that ran out of time: cancels the generation and still ends its response (GenerationResponse::abort),
+  // so that the client can tell a cut-short stream from a broken connection; then the connection closes.
+  void abort_generation();
+  // Sends what ends the generation's response: the whole reply, or the last stream bytes and chunk.
+  void end_response(HttpReply reply);
   void cancel_generation(const char* why);
   void watch_for_disconnect();
   void queue_stream_bytes(const std::string& bytes);

@@ -4,6 +4,8 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/request_field_error.h"
+#include "server/bearer_auth.h"
 #include "server/chat_request.h"
 #include "server/chat_response.h"
 #include "server/completion_request.h"
@@ -15,14 +17,6 @@ namespace tern::server {
 namespace {
 
 ApiError not_ready() { return ApiError(503, "the model is still loading", std::nullopt, "model_loading"); }
-
-// Compares without stopping at the first difference, so timing tells nothing about the key's contents.
-bool same_secret(const std::string& given, const std::string& expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char difference = 0;
-  for (size_t i = 0; i < given.size(); ++i) difference |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  return difference == 0;
-}
 
 std::vector<int32_t> encode_prompt(const ServingModel& model, const std::string& text, bool add_special_tokens,
                                    const char* param) {
@@ -51,7 +45,49 @@ std::string render_chat(const chat::ChatTemplate* chat_template, const ChatReque
   }
 }
 
+constexpr std::string_view kModelsPath = "/v1/models";
+constexpr std::string_view kModelPathPrefix = "/v1/models/";
+
+bool is_model_path(const std::string& path) { return path.rfind(kModelPathPrefix, 0) == 0; }
+
+int hex_digit_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A path segment with its %XX escapes decoded: clients escape a model name's '/' as %2F. A '%' that starts no
+// escape stays as it is.
+std::string percent_decoded(std::string_view text) {
+  std::string decoded;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex_digit_value(text[i + 1]) >= 0 &&
+        hex_digit_value(text[i + 2]) >= 0) {
+      decoded += static_cast<char>(hex_digit_value(text[i + 1]) * 16 + hex_digit_value(text[i + 2]));
+      i += 2;
+    } else {
+      decoded += text[i];
+    }
+  }
+  return decoded;
+}
+
 }  // namespace
+
+ApiError PreparedGeneration::rejection(const Error& error, size_t prompt_index) const {
+  std::string param = prompt_param;
+  if (const auto* field_error = dynamic_cast<const RequestFieldError*>(&error)) {
+    // The engine's field names are the API's, but for the prompt and the stop strings.
+    if (field_error->field() == "stop_strings") {
+      param = "stop";
+    } else if (field_error->field() != "prompt_token_ids") {
+      param = field_error->field();
+    }
+  }
+  if (param == prompt_param && requests.size() > 1) param = fmt::format("{}[{}]", prompt_param, prompt_index);
+  return ApiError(400, error.what(), param);
+}
 
 std::string random_hex_id() {
   thread_local std::mt19937_64 generator(std::random_device{}());
@@ -62,7 +98,8 @@ OpenAiApi::OpenAiApi(ApiConfig config, ServerMetrics& metrics)
     : config_(std::move(config)), metrics_(metrics), created_(static_cast<int64_t>(std::time(nullptr))) {}
 
 bool OpenAiApi::is_cheap(const ApiRequest& request) {
-  return request.path == "/health" || request.path == "/metrics" || request.path == "/v1/models";
+  return request.path == "/health" || request.path == "/metrics" || request.path == kModelsPath ||
+         is_model_path(request.path);
 }
 
 ApiResult OpenAiApi::handle(const ApiRequest& request) const {
@@ -89,16 +126,19 @@ ApiResult OpenAiApi::route(const ApiRequest& request, ServingModel* model) const
     return health();
   }
   if (path == "/metrics") {
+    if (!config_.metrics_without_auth) check_api_key(request);
     expect_method("GET");
     return metrics(model);
   }
-  const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions" ||
+  const bool model_path = is_model_path(path);
+  const bool known = path == kModelsPath || model_path || path == "/v1/completions" || path == "/v1/chat/completions" ||
                      path == "/tokenize" || path == "/detokenize";
   if (!known) throw ApiError(404, fmt::format("no endpoint {} {}", request.method, path), std::nullopt, "not_found");
   check_api_key(request);
-  expect_method(path == "/v1/models" ? "GET" : "POST");
+  expect_method(path == kModelsPath || model_path ? "GET" : "POST");
   if (!model) throw not_ready();
-  if (path == "/v1/models") return models(*model);
+  if (path == kModelsPath) return models(*model);
+  if (model_path) return model_card(percent_decoded(std::string_view(path).substr(kModelPathPrefix.size())), *model);
   if (path == "/tokenize") return tokenize(request, *model);
   if (path == "/detokenize") return detokenize(request, *model);
   PreparedGeneration generation =
@@ -110,15 +150,7 @@ ApiResult OpenAiApi::route(const ApiRequest& request, ServingModel* model) const
 }
 
 void OpenAiApi::check_api_key(const ApiRequest& request) const {
-  if (!config_.api_key) return;
-  static constexpr std::string_view kBearer = "Bearer ";
-  const std::string& header = request.authorization;
-  if (header.rfind(kBearer, 0) != 0) {
-    throw ApiError(401, "missing API key: send it as 'Authorization: Bearer <key>'", std::nullopt, "invalid_api_key");
-  }
-  if (!same_secret(header.substr(kBearer.size()), *config_.api_key)) {
-    throw ApiError(401, "incorrect API key", std::nullopt, "invalid_api_key");
-  }
+  if (config_.api_key) require_bearer_key(request.authorization, *config_.api_key);
 }
 
 void OpenAiApi::check_model_name(const std::optional<std::string>& requested) const {
@@ -126,6 +158,16 @@ void OpenAiApi::check_model_name(const std::optional<std::string>& requested) co
     throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", *requested,
                                     config_.served_model_name),
                    "model", "model_not_found");
+  }
+}
+
+void OpenAiApi::check_num_sequences(size_t num_prompts, int32_t n) const {
+  const auto num_sequences = static_cast<int64_t>(num_prompts) * n;
+  if (num_sequences > config_.max_sequences_per_request) {
+    throw ApiError(400, fmt::format("this request asks for {} sequences ({} prompts x n = {}), more than the {} this "
+                                    "server allows per request (--max-sequences-per-request)",
+                                    num_sequences, num_prompts, n, config_.max_sequences_per_request),
+                   num_prompts > 1 ? "prompt" : "n");
   }
 }
 
@@ -169,10 +211,18 @@ HttpReply OpenAiApi::metrics(ServingModel* model) const {
   return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(stats)};
 }
 
+Json OpenAiApi::model_json(const ServingModel& model) const {
+  return {{"id", config_.served_model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "tern"},
+          {"root", config_.model_dir}, {"parent", nullptr}, {"max_model_len", model.max_model_len()}};
+}
+
 HttpReply OpenAiApi::models(ServingModel& model) const {
-  Json entry = {{"id", config_.served_model_name}, {"object", "model"}, {"created", created_}, {"owned_by", "tern"},
-                {"root", config_.model_dir}, {"parent", nullptr}, {"max_model_len", model.max_model_len()}};
-  return HttpReply::json({{"object", "list"}, {"data", Json::array({std::move(entry)})}});
+  return HttpReply::json({{"object", "list"}, {"data", Json::array({model_json(model)})}});
+}
+
+HttpReply OpenAiApi::model_card(const std::string& id, const ServingModel& model) const {
+  check_model_name(id);
+  return HttpReply::json(model_json(model));
 }
 
 HttpReply OpenAiApi::tokenize(const ApiRequest& request, ServingModel& model) const {
@@ -220,6 +270,8 @@ HttpReply OpenAiApi::detokenize(const ApiRequest& request, ServingModel& model) 
 PreparedGeneration OpenAiApi::completions(const ApiRequest& request, ServingModel& model) const {
   CompletionRequest parsed = CompletionRequest::parse(parse_request_body(request.body));
   check_model_name(parsed.options.model);
+  check_num_sequences(parsed.prompts.size(), parsed.options.sampling.n);
+  const uint64_t admission_group = next_admission_group_++;
   const Tokenizer& tokenizer = model.tokenizer();
   std::vector<std::string> echo_texts;
   PreparedGeneration generation;
@@ -229,6 +281,7 @@ PreparedGeneration OpenAiApi::completions(const ApiRequest& request, ServingMode
     check_length(prompt.token_ids.size(), parsed.options.stop.max_tokens, model.max_model_len(), "prompt");
     if (parsed.echo) echo_texts.push_back(prompt.text ? *prompt.text : tokenizer.decode(prompt.token_ids, false));
     generation.requests.push_back({prompt.token_ids, parsed.options.sampling, parsed.options.stop});
+    generation.requests.back().admission_group = admission_group;
   }
   if (parsed.constraint) {
     const auto constraint = compile_constraint(model.grammars(), *parsed.constraint);
@@ -243,6 +296,7 @@ PreparedGeneration OpenAiApi::completions(const ApiRequest& request, ServingMode
 PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, ServingModel& model) const {
   ChatRequest parsed = ChatRequest::parse(parse_request_body(request.body));
   check_model_name(parsed.options.model);
+  check_num_sequences(1, parsed.options.sampling.n);
   const std::string prompt = render_chat(model.chat_template(), parsed);
   std::vector<int32_t> ids = encode_prompt(model, prompt, /*add_special_tokens=*/false, "messages");
   check_length(ids.size(), parsed.options.stop.max_tokens, model.max_model_len(), "messages");
@@ -257,6 +311,7 @@ PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, Servin
 
   PreparedGeneration generation;
   generation.engine = &model.engine();
+  generation.prompt_param = "messages";
   generation.requests.push_back({std::move(ids), parsed.options.sampling, parsed.options.stop});
   generation.response = std::make_unique<ChatResponse>(
       response_context("chatcmpl-", request, parsed.options, 1),

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/request.h"
 #include "server/generation_options.h"
 #include "server/generation_response.h"
@@ -19,10 +20,15 @@
 
 namespace tern::server {
 
+inline constexpr int64_t kDefaultMaxSequencesPerRequest = 256;
+
 struct ApiConfig {
   std::string served_model_name;
   std::string model_dir;               // reported as the model's root
-  std::optional<std::string> api_key;  // required as "Authorization: Bearer <key>" on all but /health and /metrics
+  std::optional<std::string> api_key;  // required as "Authorization: Bearer <key>" on all but /health
+  bool metrics_without_auth = false;   // /metrics answers without the api_key
+  // The most sequences (prompts x n) one generation request may ask for; more is refused with 400 before any work.
+  int64_t max_sequences_per_request = kDefaultMaxSequencesPerRequest;
 };
 
 struct ApiRequest {
@@ -39,6 +45,11 @@ struct PreparedGeneration {
   Engine* engine = nullptr;
   std::vector<GenerateRequest> requests;
   std::unique_ptr<GenerationResponse> response;
+  std::string prompt_param = "prompt";  // the request field the prompts came from, as the client spelled it
+
+  // The 400 for an engine that refused requests[prompt_index] at submit: the parameter is the field the engine
+  // named (a RequestFieldError) as the client spells it; a refusal of anything else is about the prompt.
+  ApiError rejection(const Error& error, size_t prompt_index) const;
 };
 
 using ApiResult = std::variant<HttpReply, PreparedGeneration>;
@@ -66,6 +77,7 @@ class OpenAiApi {
   ApiResult route(const ApiRequest& request, ServingModel* model) const;
   void check_api_key(const ApiRequest& request) const;
   void check_model_name(const std::optional<std::string>& requested) const;
+  void check_num_sequences(size_t num_prompts, int32_t n) const;
   void check_length(size_t num_prompt_tokens, const std::optional<int32_t>& max_tokens, int64_t max_model_len,
                     const char* where) const;
   ResponseContext response_context(const std::string& id_prefix, const ApiRequest& request,
@@ -74,6 +86,9 @@ class OpenAiApi {
   HttpReply health() const;
   HttpReply metrics(ServingModel* model) const;
   HttpReply models(ServingModel& model) const;
+  // GET /v1/models/{id}: the model object if `id` is the served name, else a 404 (as OpenAI answers).
+  HttpReply model_card(const std::string& id, const ServingModel& model) const;
+  Json model_json(const ServingModel& model) const;
   HttpReply tokenize(const ApiRequest& request, ServingModel& model) const;
   HttpReply detokenize(const ApiRequest& request, ServingModel& model) const;
   PreparedGeneration completions(const ApiRequest& request, ServingModel& model) const;
@@ -82,6 +97,8 @@ class OpenAiApi {
   ApiConfig config_;
   ServerMetrics& metrics_;
   std::atomic<ServingModel*> model_{nullptr};
+  // The engine admits the sequences of one group in turn with other requests' (GenerateRequest::admission_group).
+  mutable std::atomic<uint64_t> next_admission_group_{1};
   GenerationHook generation_hook_;
   int64_t created_;  // reported as the model's creation time
 };

@@ -2,37 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "core/ordered_json_parser.h"
 #include "server/api_error.h"
 
 namespace tern::server {
-
-int json_nesting_depth(std::string_view text, int limit) {
-  int depth = 0;
-  int deepest = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 Json parse_request_body(std::string_view body) {
   if (body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object");
@@ -40,7 +13,7 @@ Json parse_request_body(std::string_view body) {
     throw ApiError(400, fmt::format("the request body nests arrays and objects deeper than {} levels", kMaxJsonNesting));
   }
   try {
-    return Json::parse(body);
+    return parse_ordered_json(body);
   } catch (const Json::parse_error& e) {
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
   } catch (const Json::out_of_range& e) {  // e.g. a number such as 1e400 that no double holds

@@ -3,15 +3,12 @@
 // malformed JSON or invalid UTF-8 (400) and nesting deeper than kMaxJsonNesting (400), checked before parsing.
 #include <string_view>
 
+#include "core/nesting_limit.h"  // json_nesting_depth
 #include "server/request_fields.h"
 
 namespace tern::server {
 
 inline constexpr int kMaxJsonNesting = 64;
-
-// The deepest nesting of arrays and objects in `text`, ignoring brackets inside strings. Stops counting (and
-// returns) once it passes `limit`.
-int json_nesting_depth(std::string_view text, int limit);
 
 // Throws a 400 ApiError for an empty body, too deep nesting or malformed JSON (with the parser's position).
 Json parse_request_body(std::string_view body);

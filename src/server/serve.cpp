@@ -11,6 +11,8 @@ void serve(const ServeConfig& config) {
                                                                   : config.served_model_name;
   api_config.model_dir = config.model.model_dir.string();
   api_config.api_key = config.api_key;
+  api_config.metrics_without_auth = config.metrics_without_auth;
+  api_config.max_sequences_per_request = config.max_sequences_per_request;
   OpenAiApi api(std::move(api_config), metrics);
 
   HttpServer server(config.http, api, metrics);

@@ -1,29 +1,12 @@
 #include "server/serving_model.h"
 
 #include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
 namespace tern::server {
 
 namespace {
-
-// Only a tokenizer_config.json that has a chat template makes a chat model; a missing one is no error
-// (base models serve completions only).
-std::optional<chat::ChatTemplate> load_chat_template(const std::filesystem::path& dir) {
-  const bool has_template_file = std::filesystem::exists(dir / "chat_template.jinja") ||
-                                 std::filesystem::exists(dir / "chat_template.json");
-  bool has_config_template = false;
-  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    std::ifstream in(dir / "tokenizer_config.json");
-    const auto config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    has_config_template = config.is_object() && config.contains("chat_template");
-  }
-  if (!has_template_file && !has_config_template) return std::nullopt;
-  return chat::ChatTemplate::from_tokenizer_dir(dir);
-}
 
 // The vocabulary as the grammar engine sees it. A grammar ends on the EOS tokens the engine stops at (the model's),
 // so that an output the grammar completes is also one the engine finishes.
@@ -51,11 +34,12 @@ ServingModel::~ServingModel() = default;
 std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& config) {
   if (!std::filesystem::is_directory(config.model_dir)) fail("--model {}: not a directory", config.model_dir.string());
   auto model = std::unique_ptr<ServingModel>(
-      new ServingModel(Tokenizer::load(config.model_dir), load_chat_template(config.model_dir)));
+      new ServingModel(Tokenizer::load(config.model_dir), chat::ChatTemplate::from_model_dir(config.model_dir)));
   for (int32_t id = 0; id < model->tokenizer_.vocab_size(); ++id) {
     model->max_token_bytes_ = std::max(model->max_token_bytes_, model->tokenizer_.token_bytes(id).size());
   }
-  model->model_ = ShardedModel::load(config.model_dir, config.backend, config.parallel, config.num_threads);
+  model->model_ = ShardedModel::load(config.model_dir, config.backend, config.parallel, config.num_threads,
+                                    config.on_load_progress);
   model->grammars_ = std::make_unique<grammar::GrammarCache>(
       grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids));
   model->grammars_->warm_up();

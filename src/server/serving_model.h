@@ -20,6 +20,7 @@ struct ServingModelConfig {
   int num_threads = 0;  // CPU backend threads; 0: all cores
   ParallelConfig parallel;
   EngineConfig engine;
+  LoadProgress::Listener on_load_progress;  // hears how far loading the weights has come; none: quiet
 };
 
 class ServingModel {

@@ -3,6 +3,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/nesting_limit.h"
+#include "core/ordered_json_parser.h"
 #include "grammar/json_schema_converter.h"
 #include "server/api_error.h"
 
@@ -32,7 +34,10 @@ std::string ebnf_literal(const std::string& text) {
 std::string schema_source(const Json& schema, const std::string& param) {
   if (schema.is_object()) return schema.dump();
   if (schema.is_string()) {
-    const Json parsed = Json::parse(schema.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (!json_nesting_within_limit(schema.get_ref<const std::string&>())) {
+      fail_param(param, "'{}': the schema's JSON text has {}", param, nesting_limit_message());
+    }
+    const Json parsed = parse_ordered_json(schema.get<std::string>(), /*allow_exceptions=*/false);
     if (!parsed.is_object()) fail_param(param, "'{}' must be a JSON schema object (or its JSON text)", param);
     return parsed.dump();
   }

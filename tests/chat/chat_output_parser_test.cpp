@@ -6,6 +6,7 @@
 
 #include "chat/chat_output_parser.h"
 #include "chat/chat_template.h"
+#include "chat/tool_call_parser.h"
 #include "fixtures.h"
 
 namespace tern::chat {
@@ -195,6 +196,17 @@ TEST(Llama3ToolCallTest, OtherOutputIsContent) {
   expect_parsed("{\"name\": \"f\", \"parameters\": {\"x\": ", llama3_options(),
                 {"", "{\"name\": \"f\", \"parameters\": {\"x\": ", {}});
   expect_parsed("<|python", llama3_options(), {"", "<|python", {}});
+}
+
+TEST(ToolCallJsonTest, ArgumentsNestedPastTheLimitAreNoCall) {
+  // As an object and as JSON text in a string (which the outer text's depth does not show); both were converted
+  // to a Value, recursing once per level.
+  const std::string deep = std::string(27'000, '[') + std::string(27'000, ']');
+  ParsedToolCall call;
+  EXPECT_FALSE(parse_tool_call_json(R"({"name": "f", "arguments": {"x": )" + deep + "}}", call));
+  EXPECT_FALSE(parse_tool_call_json(R"({"name": "f", "arguments": "{\"x\": )" + deep + R"(}"})", call));
+  EXPECT_TRUE(parse_tool_call_json(R"({"name": "f", "arguments": "{\"x\": [[1]]}"})", call));
+  EXPECT_EQ(call.arguments, R"({"x": [[1]]})");
 }
 
 TEST(ChatMessageTest, OpenAiJsonShape) {

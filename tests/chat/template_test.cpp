@@ -7,6 +7,8 @@
 
 #include "chat/template.h"
 #include "core/error.h"
+#include "core/nesting_limit.h"
+#include "core/ordered_json_parser.h"
 
 namespace tern::chat {
 namespace {
@@ -131,6 +133,21 @@ TEST(TemplateTest, ValuesConvertFromJsonKeepingKeyOrderAndKinds) {
   Value value = Value::from_json(json);
   EXPECT_EQ(value.to_json_text(), R"({"z": 1, "a": [true, null, 2.5, "s"], "big": 1.8446744073709552e+19})");
   EXPECT_EQ(value.to_json().dump(), R"({"z":1,"a":[true,null,2.5,"s"],"big":1.8446744073709552e+19})");
+}
+
+TEST(TemplateTest, ValuesFromJsonNestedPastTheLimitAreAnError) {
+  // Tool-call arguments arrive as JSON text inside a string, past the request body's own nesting check.
+  for (size_t depth : {27'000, 270'000}) {
+    const auto json = parse_ordered_json(std::string(depth, '[') + std::string(depth, ']'));
+    try {
+      Value::from_json(json);
+      ADD_FAILURE() << "converted JSON nested " << depth << " levels";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "chat template input: " + nesting_limit_message());
+    }
+  }
+  const auto at_limit = parse_ordered_json(std::string(kMaxNestingDepth, '[') + std::string(kMaxNestingDepth, ']'));
+  EXPECT_EQ(Value::from_json(at_limit).to_json_text().size(), 2u * kMaxNestingDepth);
 }
 
 }  // namespace

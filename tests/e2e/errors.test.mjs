@@ -123,14 +123,15 @@ test('tern-py-13m writes what transformers writes (greedy text golden)', async (
   }
 });
 
-test('API key: missing or wrong is 401; right one works; /health and /metrics stay open', async () => {
+test('API key: missing or wrong is 401; right one works; /health stays open, /metrics needs the key', async () => {
   await expectError(await post(base.url, '/v1/completions', { prompt: 'x', max_tokens: 1 }), 401, { code: 'invalid_api_key' });
   await expectError(await post(base.url, '/v1/completions', { prompt: 'x', max_tokens: 1 }, { authorization: 'Bearer wrong' }), 401);
   await expectError(await post(base.url, '/v1/completions', { prompt: 'x', max_tokens: 1 }, { authorization: 'sekrit' }), 401);
   await expectError(await fetch(`${base.url}/v1/models`), 401);
   await expectError(await post(base.url, '/tokenize', { prompt: 'x' }), 401);
   assert.equal((await fetch(`${base.url}/health`)).status, 200);
-  assert.equal((await fetch(`${base.url}/metrics`)).status, 200);
+  await expectError(await fetch(`${base.url}/metrics`), 401, { code: 'invalid_api_key' });
+  assert.equal((await fetch(`${base.url}/metrics`, { headers: { authorization: 'Bearer sekrit' } })).status, 200);
   const bad = new OpenAI({ baseURL: base.baseURL, apiKey: 'wrong', maxRetries: 0 });
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
   const good = new OpenAI({ baseURL: base.baseURL, apiKey: 'sekrit', maxRetries: 0 });

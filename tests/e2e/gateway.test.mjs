@@ -10,16 +10,17 @@ import net from 'node:net';
 import { startServer, spawnTern, metrics, post, readSse, waitFor } from './server.mjs';
 
 const NUM_REPLICAS = 3;
-// 64 blocks of 16 tokens hold about five of the workload's ~200-token prefixes: enough for the two or three a
+// 128 blocks of 16 tokens (a whole 2,048-token context) hold about ten of the workload's ~200-token prefixes: enough for the two or three a
 // cache-aware gateway sends to each replica, too few for all eight that round-robin sends to every replica.
-const REPLICA_ARGS = ['--num-kv-blocks', '64', '--max-num-seqs', '8', '--disable-log-requests'];
+const REPLICA_ARGS = ['--num-kv-blocks', '128', '--max-num-seqs', '8', '--disable-log-requests'];
 const API_KEY = 'gateway-admin-key';
+const ADMIN_AUTH = { authorization: `Bearer ${API_KEY}` };  // /admin/replicas and /metrics need it
 
 let replicas = [];
 
 async function startGateway(replicaUrls, { policy = 'cache_aware', args = [] } = {}) {
   const argv = ['gateway', '--host', '127.0.0.1', '--port', '0', '--policy', policy, '--health-interval', '0.2',
-    '--api-key', API_KEY, ...replicaUrls.flatMap((url) => ['--replica', url]), ...args];
+    '--admin-api-key', API_KEY, ...replicaUrls.flatMap((url) => ['--replica', url]), ...args];
   const gateway = await spawnTern(argv, { what: 'tern gateway', timeoutMs: 30_000 });
   try {
     await waitFor(async () => (await listReplicas(gateway)).every((r) => r.healthy), 30_000, 'replicas healthy');
@@ -31,7 +32,7 @@ async function startGateway(replicaUrls, { policy = 'cache_aware', args = [] } =
 }
 
 async function listReplicas(gateway) {
-  const response = await fetch(`${gateway.url}/admin/replicas`, { headers: { authorization: `Bearer ${API_KEY}` } });
+  const response = await fetch(`${gateway.url}/admin/replicas`, { headers: ADMIN_AUTH });
   assert.equal(response.status, 200);
   return (await response.json()).replicas;
 }
@@ -100,7 +101,7 @@ async function hitRateThrough(policy) {
     const results = await runWorkload(gateway.url, 8 * 50, 8, (i) => chatRequest(policy, i % 8, i));
     for (const [i, r] of results.entries()) assert.equal(r.status, 200, `request ${i}: ${r.body}`);
     const after = await prefixCacheTotals();
-    const gatewayMetrics = await metrics(gateway.url);
+    const gatewayMetrics = await metrics(gateway.url, ADMIN_AUTH);
     return { rate: (after.hits - before.hits) / (after.queries - before.queries), gatewayMetrics };
   } finally {
     await gateway.stop();
@@ -158,22 +159,22 @@ test('admin API adds, lists and removes replicas behind the API key', async () =
   try {
     const unauthorized = await post(gateway.url, '/admin/replicas', { url: replicas[1].url });
     assert.equal(unauthorized.status, 401);
-    const auth = { authorization: `Bearer ${API_KEY}` };
-    const added = await post(gateway.url, '/admin/replicas', { url: replicas[1].url }, auth);
+    const added = await post(gateway.url, '/admin/replicas', { url: replicas[1].url }, ADMIN_AUTH);
     assert.equal(added.status, 201);
-    assert.equal((await post(gateway.url, '/admin/replicas', { url: replicas[1].url }, auth)).status, 409);
-    assert.equal((await post(gateway.url, '/admin/replicas', { url: 'ftp://x' }, auth)).status, 400);
+    assert.equal((await post(gateway.url, '/admin/replicas', { url: replicas[1].url }, ADMIN_AUTH)).status, 409);
+    assert.equal((await post(gateway.url, '/admin/replicas', { url: 'ftp://x' }, ADMIN_AUTH)).status, 400);
     await waitFor(async () => (await listReplicas(gateway)).every((r) => r.healthy), 10_000, 'added replica healthy');
     assert.deepEqual((await listReplicas(gateway)).map((r) => r.url), [replicas[0].url, replicas[1].url]);
     // Both serve: round-robin-like spreading is not promised, but every request succeeds.
     const results = await runWorkload(gateway.url, 8, 4, (i) => chatRequest('admin', i, i));
     assert.ok(results.every((r) => r.status === 200));
     const removed = await fetch(`${gateway.url}/admin/replicas`, {
-      method: 'DELETE', headers: { 'content-type': 'application/json', ...auth }, body: JSON.stringify({ url: replicas[0].url }),
+      method: 'DELETE', headers: { 'content-type': 'application/json', ...ADMIN_AUTH },
+      body: JSON.stringify({ url: replicas[0].url }),
     });
     assert.equal(removed.status, 200);
     assert.deepEqual((await listReplicas(gateway)).map((r) => r.url), [replicas[1].url]);
-    const m = await metrics(gateway.url);
+    const m = await metrics(gateway.url, ADMIN_AUTH);
     assert.ok(m['tern:gateway_added_latency_seconds_count'] >= 8);
   } finally {
     await gateway.stop();
@@ -196,14 +197,14 @@ test('consecutive requests to a replica reuse one keep-alive connection', async 
       const text = await response.text();
       if (body.stream) assert.ok(text.endsWith('data: [DONE]\n\n'), text);
     }
-    const m = await metrics(gateway.url);
+    const m = await metrics(gateway.url, ADMIN_AUTH);
     console.log(`${count} sequential requests: ${m[OPENED]} upstream connections opened, ${m[REUSED]} reused`);
     // A client can see its response end a moment before the gateway has pooled the connection behind it, and its
     // next request then opens another: allow a few of those on a loaded machine.
     assert.equal(m[OPENED] + m[REUSED], count);
     assert.ok(m[REUSED] >= count - 4, `${m[REUSED]} of ${count} reused`);
-    await waitFor(async () => (await metrics(gateway.url))['tern:gateway_upstream_idle_connections'] >= 1, 5_000,
-      'the last connection back in the pool');
+    await waitFor(async () => (await metrics(gateway.url, ADMIN_AUTH))['tern:gateway_upstream_idle_connections'] >= 1,
+      5_000, 'the last connection back in the pool');
   } finally {
     assert.equal((await gateway.stop()).code, 0, gateway.stderr);
   }
@@ -223,7 +224,7 @@ test('a client leaving mid-stream cancels the generation; its replica connection
     await reader.cancel();
     await waitFor(async () => (await metrics(replicas[0].url))['tern:request_cancelled_total'] === cancelledBefore + 1,
       5_000, 'the replica to cancel the abandoned stream');
-    const m = await metrics(gateway.url);
+    const m = await metrics(gateway.url, ADMIN_AUTH);
     assert.equal(m['tern:gateway_upstream_idle_connections'], 0);
     assert.equal(m[OPENED], 1);
   } finally {
@@ -232,7 +233,7 @@ test('a client leaving mid-stream cancels the generation; its replica connection
 });
 
 async function assertNoFailures(gateway, replicaUrl) {
-  const m = await metrics(gateway.url);
+  const m = await metrics(gateway.url, ADMIN_AUTH);
   assert.equal(m[`tern:gateway_replica_failures_total{replica="${replicaUrl}"}`] ?? 0, 0);
   assert.equal(m['tern:gateway_retries_total'], 0);
   assert.equal(m['tern:gateway_unserved_requests_total'], 0);
@@ -265,8 +266,8 @@ test('a replica restarted on its port: the next request goes through on a fresh 
   try {
     const first = await post(gateway.url, '/v1/chat/completions', chatRequest('restart', 0, 0));
     assert.equal(first.status, 200, await first.text());
-    await waitFor(async () => (await metrics(gateway.url))['tern:gateway_upstream_idle_connections'] === 1, 5_000,
-      'the connection in the pool');
+    await waitFor(async () => (await metrics(gateway.url, ADMIN_AUTH))['tern:gateway_upstream_idle_connections'] === 1,
+      5_000, 'the connection in the pool');
     assert.equal((await replica.stop()).code, 0, replica.stderr);
     replica = await startServer({ args: REPLICA_ARGS, port });
     await waitFor(async () => (await listReplicas(gateway))[0].healthy, 10_000, 'the restarted replica healthy');
@@ -289,16 +290,16 @@ test('removing a replica closes its idle connections', async () => {
     let m = {};
     for (let i = 0; i < 10 && !(served(m, replicas[0]) && served(m, replicas[1])); ++i) {
       assert.equal((await post(gateway.url, '/v1/chat/completions', chatRequest('remove', i, i))).status, 200);
-      m = await metrics(gateway.url);
+      m = await metrics(gateway.url, ADMIN_AUTH);
     }
-    await waitFor(async () => (await metrics(gateway.url))['tern:gateway_upstream_idle_connections'] === 2, 5_000,
-      'both replicas\' connections in the pool');
+    await waitFor(async () => (await metrics(gateway.url, ADMIN_AUTH))['tern:gateway_upstream_idle_connections'] === 2,
+      5_000, 'both replicas\' connections in the pool');
     const removed = await fetch(`${gateway.url}/admin/replicas`, {
-      method: 'DELETE', headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}` },
+      method: 'DELETE', headers: { 'content-type': 'application/json', ...ADMIN_AUTH },
       body: JSON.stringify({ url: replicas[0].url }),
     });
     assert.equal(removed.status, 200);
-    assert.equal((await metrics(gateway.url))['tern:gateway_upstream_idle_connections'], 1);
+    assert.equal((await metrics(gateway.url, ADMIN_AUTH))['tern:gateway_upstream_idle_connections'], 1);
   } finally {
     await gateway.stop();
   }
@@ -447,7 +448,7 @@ test('killing a replica mid-run loses no request that had not started streaming'
       const listed = await listReplicas(gateway);
       return listed.find((r) => r.url === victim.url).healthy === false;
     }, 10_000, 'the killed replica marked unhealthy');
-    const m = await metrics(gateway.url);
+    const m = await metrics(gateway.url, ADMIN_AUTH);
     assert.ok(m[`tern:gateway_replica_failures_total{replica="${victim.url}"}`] >= 1, 'the kill was noticed by requests');
     assert.equal(m['tern:gateway_unserved_requests_total'], 0);
   } finally {

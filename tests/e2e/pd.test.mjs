@@ -32,7 +32,7 @@ let kvPort;
 
 async function startGateway(args) {
   const argv = ['gateway', '--host', '127.0.0.1', '--port', '0', '--policy', 'round_robin', '--health-interval',
-    '0.2', '--api-key', API_KEY, ...args];
+    '0.2', '--admin-api-key', API_KEY, ...args];
   const gw = await spawnTern(argv, { what: 'tern gateway', timeoutMs: 30_000 });
   await waitFor(async () => {
     const response = await fetch(`${gw.url}/admin/replicas`, { headers: { authorization: `Bearer ${API_KEY}` } });
@@ -82,7 +82,7 @@ test('disaggregated greedy output equals a single instance token for token, with
     /KV of 1 prompt\(s\) sent to 127\.0\.0\.1:\d+ \(tcp\): \d+ blocks, \d+ of them during the prefill; [1-9]\d* newly cached there/);
   // Both hops of these sequential requests mostly reuse a keep-alive connection to the prefill and decode replicas
   // (one may open another when a request follows the previous answer before its connection is back in the pool).
-  const gatewayMetrics = await metrics(gateway.url);
+  const gatewayMetrics = await metrics(gateway.url, { authorization: `Bearer ${API_KEY}` });
   const opened = gatewayMetrics['tern:gateway_upstream_connections_opened_total'];
   const reused = gatewayMetrics['tern:gateway_upstream_connections_reused_total'];
   assert.equal(opened + reused, 2 * PROMPTS.length);

@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import net from 'node:net';
 
-export const ternBinary = process.env.TERN_BINARY ?? path.resolve('../../build/src/cli/tern');
+export const ternBinary = process.env.TERN_BINARY ?? path.resolve('../../build/tern');
 export const fixtures = process.env.TERN_FIXTURES ?? path.resolve('../../../shared/fixtures');
 export const modelDir = (name) => path.join(fixtures, 'models', name);
 
@@ -68,8 +68,9 @@ export async function waitForHealth(url, timeoutMs = 120_000) {
   throw new Error(`${url}/health did not answer 200 within ${timeoutMs} ms`);
 }
 
-export async function metrics(url) {
-  const text = await (await fetch(`${url}/metrics`)).text();
+// `headers`: e.g. the Authorization a server started with --api-key (or a gateway with --admin-api-key) needs.
+export async function metrics(url, headers = {}) {
+  const text = await (await fetch(`${url}/metrics`, { headers })).text();
   const values = {};
   for (const line of text.split('\n')) {
     if (!line || line.startsWith('#')) continue;

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "engine/request_field_error.h"
 
 namespace tern {
 namespace {
@@ -190,18 +191,33 @@ TEST(SamplingParams, ValidationNamesTheBadField) {
   try {
     params.validate(100);
     FAIL() << "top_p 0 accepted";
-  } catch (const Error& e) {
+  } catch (const RequestFieldError& e) {
+    EXPECT_EQ(e.field(), "top_p");
     EXPECT_NE(std::string(e.what()).find("top_p"), std::string::npos);
   }
   params = {};
   params.logit_bias = {{100, 1.0f}};
-  EXPECT_THROW(params.validate(100), Error);
+  try {
+    params.validate(100);
+    FAIL() << "logit_bias for token 100 of 100 accepted";
+  } catch (const RequestFieldError& e) {
+    EXPECT_EQ(e.field(), "logit_bias");
+  }
   params = {};
   params.temperature = -1.0f;
   EXPECT_THROW(params.validate(100), Error);
   StopConditions stop;
   stop.max_tokens = 0;
   EXPECT_THROW(stop.validate(100), Error);
+  stop = {};
+  stop.stop_token_ids = {100};
+  try {
+    stop.validate(100);
+    FAIL() << "stop token 100 of 100 accepted";
+  } catch (const RequestFieldError& e) {
+    EXPECT_EQ(e.field(), "stop_token_ids");
+    EXPECT_NE(std::string(e.what()).find("stop_token_ids"), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -246,6 +246,73 @@ TEST(Scheduler, PriorityPolicyAdmitsTheMostImportantFirst) {
   EXPECT_EQ(finish_order, (std::vector<uint64_t>{1, 3, 5}));
 }
 
+// One API request's prompts x n (an admission group) take turns with requests that arrive after them: a later
+// request waits for a running slot, not for the whole fan-out (FCFS by arrival would put it behind 32 sequences).
+// The prompts are shorter than a block, so that the forks hold no shared blocks (which would admit them first).
+TEST(Scheduler, AFanOutTakesTurnsWithLaterRequests) {
+  KvCacheManager kv(256, 4, false);
+  Scheduler scheduler(config(64, 2), kv);
+  FakeModelRunner runner(256, 4);
+  constexpr int32_t kFanOutTokens = 8;
+  for (uint64_t id = 1; id <= 8; ++id) {
+    auto r = greedy_request(std::vector<int32_t>(3, int32_t(id)), kFanOutTokens);
+    r.sampling.n = 4;
+    r.admission_group = 77;
+    scheduler.add_request(id, r);
+  }
+  Results results;
+  std::vector<uint64_t> finish_order;
+  const auto step = [&] {
+    const StepPlan plan = scheduler.schedule();
+    for (const auto& out : scheduler.update(plan, runner.execute(plan))) {
+      if (out.request_finished) finish_order.push_back(out.request_id);
+      collect(results, {out});
+    }
+  };
+  for (int i = 0; i < 3; ++i) step();
+  scheduler.add_request(100, greedy_request({9, 9, 9}, 2));
+  int steps_to_finish = 0;
+  while (std::find(finish_order.begin(), finish_order.end(), 100u) == finish_order.end()) {
+    ASSERT_LT(steps_to_finish, 1000);
+    step();
+    ++steps_to_finish;
+  }
+  // It is next once a running fan-out sequence ends (at most kFanOutTokens steps), then takes its 2 steps.
+  EXPECT_LE(steps_to_finish, kFanOutTokens + 2 + 1);
+  EXPECT_TRUE(finish_order.size() < 8) << "the fan-out finished first";
+  run_to_completion(scheduler, runner, results);
+  EXPECT_EQ(entry(results, 100, 0).tokens, fake_reference(std::vector<int32_t>{9, 9, 9}, 2));
+  for (uint64_t id = 1; id <= 8; ++id) {
+    for (int32_t index = 0; index < 4; ++index) {
+      EXPECT_EQ(entry(results, id, index).tokens, fake_reference(std::vector<int32_t>(3, int32_t(id)), kFanOutTokens));
+    }
+  }
+  EXPECT_EQ(kv.num_free_blocks(), 256);
+}
+
+// Requests of no group (each its own) keep FCFS among themselves, and a request's forks take turns with them (the
+// forks share no blocks of a prompt shorter than a block; forks holding blocks are admitted first).
+TEST(Scheduler, ForksTakeTurnsWithLaterSingleRequests) {
+  KvCacheManager kv(256, 4, false);
+  Scheduler scheduler(config(64, 1), kv);
+  FakeModelRunner runner(256, 4);
+  auto fan_out = greedy_request({1, 2, 3}, 3);
+  fan_out.sampling.n = 3;
+  scheduler.add_request(1, fan_out);
+  scheduler.add_request(2, greedy_request({4}, 3));
+  scheduler.add_request(3, greedy_request({5}, 3));
+  std::vector<std::pair<uint64_t, int32_t>> finish_order;  // (request, sequence index)
+  while (scheduler.has_unfinished_requests()) {
+    const StepPlan plan = scheduler.schedule();
+    for (const auto& out : scheduler.update(plan, runner.execute(plan))) {
+      if (out.finish_reason) finish_order.emplace_back(out.request_id, out.index);
+    }
+  }
+  // Turn 0: request 1's first sequence, then 2 and 3 by arrival; turns 1 and 2: request 1's forks.
+  const std::vector<std::pair<uint64_t, int32_t>> expected = {{1, 0}, {2, 0}, {3, 0}, {1, 1}, {1, 2}};
+  EXPECT_EQ(finish_order, expected);
+}
+
 TEST(Scheduler, CancelFreesBlocksAtOnceAndEndsTheStream) {
   KvCacheManager kv(64, 4, false);
   Scheduler scheduler(config(64, 8), kv);

@@ -41,5 +41,14 @@ TEST(RoutingText, BadBodiesYieldNothing) {
   EXPECT_EQ(routing_text("/v1/models", R"({"prompt": "x"})"), "");
 }
 
+TEST(RoutingText, DeeplyNestedPromptsRouteWithoutText) {
+  // A prompt of nested lists (no replica accepts one) used to be walked once per level, before any credential check.
+  for (size_t depth : {65'000, 650'000}) {
+    const std::string body = R"({"prompt": )" + std::string(depth, '[') + "1" + std::string(depth, ']') + "}";
+    EXPECT_EQ(routing_text("/v1/completions", body), "");
+  }
+  EXPECT_EQ(routing_text("/v1/completions", R"({"prompt": [[1, 2], [3]]})"), std::string("1,2,\x1e") + "3,\x1e");
+}
+
 }  // namespace
 }  // namespace tern::gateway

@@ -327,5 +327,45 @@ TEST(ChatResponseTest, StreamWithSeveralChoicesAndUsage) {
   EXPECT_EQ(usage_chunk["usage"]["prompt_tokens"], 4);
 }
 
+// A drain that runs out of time cuts streams short: every choice still running gets a last chunk with finish_reason
+// "abort", the ones that ended keep theirs, and the stream still ends with the usage chunk and [DONE].
+TEST(ChatResponseTest, AbortEndsTheRunningChoicesAndTheStream) {
+  ChatResponse streamed(context(true, 3, 1, true), hermes_with_reasoning(), false, llama3_tokenizer());
+  std::string body = streamed.start();
+  body += streamed.on_output(0, output(0, "<think>hm", {1, 2}, {4, 0, 2}));
+  body += streamed.on_output(0, output(1, "done", {1}, {4, 0, 3}, FinishReason::kStop, false));
+  body += streamed.on_output(0, output(2, "half", {1}, {4, 0, 4}));
+  const HttpReply rest = streamed.abort();
+  EXPECT_EQ(rest.status, 200);
+  body += rest.body;
+  const auto events = sse_data(body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(Json::parse(events[events.size() - 2])["usage"]["completion_tokens"], 4);
+  std::map<int, std::string> reasons;
+  std::map<int, int> num_finishes;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const Json chunk = Json::parse(events[i]);
+    for (const auto& choice : chunk["choices"]) {
+      if (choice["finish_reason"].is_null()) continue;
+      reasons[choice["index"]] = choice["finish_reason"];
+      ++num_finishes[choice["index"]];
+    }
+  }
+  EXPECT_EQ(reasons, (std::map<int, std::string>{{0, "abort"}, {1, "stop"}, {2, "abort"}}));
+  EXPECT_EQ(num_finishes, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}})) << "one finish per choice";
+  // What the reasoning parser held back when the stream was cut still reaches the client.
+  const RebuiltMessage message = rebuild(events);
+  EXPECT_NE((message.reasoning + message.content).find("hm"), std::string::npos);
+}
+
+TEST(CompletionResponseTest, AbortIsA503WhenNotStreaming) {
+  CompletionResponse whole(context(false), {}, false, llama3_tokenizer());
+  whole.on_output(0, output(0, "partial", {1}, {3, 0, 1}));
+  const HttpReply reply = whole.abort();
+  EXPECT_EQ(reply.status, 503);
+  EXPECT_EQ(Json::parse(reply.body)["error"]["code"], "server_shutting_down");
+}
+
 }  // namespace
 }  // namespace tern::server

@@ -1,4 +1,5 @@
 // The reference backend: float32 compute over bf16 or float32 weights, multi-threaded with OpenMP.
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/host_collective.h"
 #include "backend/cpu/host_tensor.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/posix_shared_buffer.h"
 #include "backend/cpu/v4_ops.h"
@@ -66,11 +68,16 @@ class CpuBackend final : public Backend {
  public:
   // `collective`: the tensor-parallel group this backend is rank `rank` of; null for a group of one.
   CpuBackend(int num_threads, std::shared_ptr<HostCollective> collective = nullptr, int rank = 0)
-      : collective_(std::move(collective)), rank_(rank) {
+      : isa_(cpu::cpu_isa()), collective_(std::move(collective)), rank_(rank) {
     if (num_threads > 0) omp_set_num_threads(num_threads);
   }
 
-  std::string name() const override { return std::string("cpu-") + cpu::matmul_isa(); }
+  std::string name() const override { return std::string("cpu-") + cpu::cpu_isa_name(isa_); }
+  std::string description() const override {
+    const int threads = omp_get_max_threads();
+    return fmt::format("{}, {} thread{}", name(), threads, threads == 1 ? "" : "s");
+  }
+  bool kv_cache_in_host_memory() const override { return true; }
   DType activation_dtype() const override { return DType::F32; }
 
   Tensor load_weight(std::span<const TensorInfo* const> parts) override {
@@ -573,6 +580,7 @@ class CpuBackend final : public Backend {
     return out;
   }
 
+  cpu::CpuIsa isa_;
   std::shared_ptr<HostCollective> collective_;
   int rank_ = 0;
 };

@@ -1,11 +1,12 @@
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/cpu_isa.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <utility>
-#include <cstdlib>
 #include <cstring>
 
 namespace tern::cpu {
@@ -132,15 +133,7 @@ void matmul(const float* x, int64_t num_rows, int64_t k, const W* w, int64_t n, 
   }
 }
 
-bool use_avx512() {
-  static const bool enabled = [] {
-    const char* forced = std::getenv("TERN_CPU_ISA");
-    if (forced && std::strcmp(forced, "avx2") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  }();
-  return enabled;
-}
+bool use_avx512() { return cpu_isa() == CpuIsa::kAvx512; }
 
 }  // namespace
 
@@ -154,7 +147,5 @@ void matmul_f32(const float* x, int64_t num_rows, int64_t k, const float* w, int
   if (use_avx512()) matmul<float, true>(x, num_rows, k, w, n, bias, y);
   else matmul<float, false>(x, num_rows, k, w, n, bias, y);
 }
-
-const char* matmul_isa() { return use_avx512() ? "avx512" : "avx2"; }
 
 }  // namespace tern::cpu

@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
            prop.name, prop.major, prop.minor);
     }
     device_name_ = prop.name;
+    compute_capability_ = prop.major * 10 + prop.minor;
     num_sms_ = prop.multiProcessorCount;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     staging_ = std::make_unique<cuda::PinnedStaging>();
@@ -113,6 +114,10 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda-" + device_name_; }
+  // sm_90a: the architecture-specific target this build's kernels are compiled for (CMAKE_CUDA_ARCHITECTURES).
+  std::string description() const override {
+    return fmt::format("cuda ({}, sm_{}{})", device_name_, compute_capability_, compute_capability_ == 90 ? "a" : "");
+  }
 
   // ---- Memory ----
 
@@ -1486,6 +1491,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<cuda::NcclGroup> group_;
   int rank_ = 0;
   std::string device_name_;
+  int compute_capability_ = 0;  // major * 10 + minor
   int num_sms_ = 1;
   // What the split-KV plan needs of the allocated caches' layers (a plan is made once per step, before the layers
   // run): their most KV heads, and whether all of them can take the whole-context kernel (until a layer that
@@ -1521,6 +1527,16 @@ class CudaBackendGroup final : public BackendGroup {
 };
 
 }  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  // No driver or no device is no error here: the caller then picks the CPU.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 

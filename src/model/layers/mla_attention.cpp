@@ -32,7 +32,7 @@ std::pair<Tensor, Tensor> split_kv_up(WeightLoader& weights, const std::string& 
     part.data = bytes.data();
     part.size_bytes = bytes.size();
     const TensorInfo* parts = &part;
-    return weights.backend().load_weight({&parts, 1});
+    return weights.load_parts({&parts, 1});
   };
   return {load(key, {heads, rank, nope}), load(value, {heads, v, rank})};
 }

@@ -28,7 +28,7 @@ Tensor load_relaid(WeightLoader& weights, const std::string& name, const std::ve
   relaid.data = bytes.data();
   relaid.size_bytes = bytes.size();
   const TensorInfo* part = &relaid;
-  return weights.backend().load_weight({&part, 1});
+  return weights.load_parts({&part, 1});
 }
 
 }  // namespace
