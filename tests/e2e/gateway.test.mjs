@@ -10,9 +10,10 @@ import net from 'node:net';
 import { startServer, spawnTern, metrics, post, readSse, waitFor } from './server.mjs';
 
 const NUM_REPLICAS = 3;
-// 128 blocks of 16 tokens (a whole 2,048-token context) hold about ten of the workload's ~200-token prefixes: enough for the two or three a
+// 64 blocks of 16 tokens (a whole 1,024-token context: REPLICA_LEN) hold about five of the workload's ~200-token prefixes: enough for the two or three a
 // cache-aware gateway sends to each replica, too few for all eight that round-robin sends to every replica.
-const REPLICA_ARGS = ['--num-kv-blocks', '128', '--max-num-seqs', '8', '--disable-log-requests'];
+const REPLICA_LEN = 1024;
+const REPLICA_ARGS = ['--num-kv-blocks', '64', '--max-num-seqs', '8', '--disable-log-requests'];
 const API_KEY = 'gateway-admin-key';
 const ADMIN_AUTH = { authorization: `Bearer ${API_KEY}` };  // /admin/replicas and /metrics need it
 
@@ -109,7 +110,7 @@ async function hitRateThrough(policy) {
 }
 
 before(async () => {
-  replicas = await Promise.all(Array.from({ length: NUM_REPLICAS }, () => startServer({ args: REPLICA_ARGS })));
+  replicas = await Promise.all(Array.from({ length: NUM_REPLICAS }, () => startServer({ args: REPLICA_ARGS, maxModelLen: REPLICA_LEN })));
 });
 
 after(async () => {
@@ -215,7 +216,7 @@ test('a client leaving mid-stream cancels the generation; its replica connection
   try {
     const cancelledBefore = (await metrics(replicas[0].url))['tern:request_cancelled_total'];
     const response = await post(gateway.url, '/v1/chat/completions', {
-      model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 1900, ignore_eos: true,
+      model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 900, ignore_eos: true,
       stream: true,
     });
     const reader = response.body.getReader();
@@ -242,7 +243,7 @@ async function assertNoFailures(gateway, replicaUrl) {
 
 test('a replica closing an idle keep-alive connection fails no request and is not marked unhealthy', async () => {
   // The replica closes connections idle for 1 s (its --header-timeout); the gateway keeps them for 20 s.
-  const replica = await startServer({ args: [...REPLICA_ARGS, '--header-timeout', '1'] });
+  const replica = await startServer({ args: [...REPLICA_ARGS, '--header-timeout', '1'], maxModelLen: REPLICA_LEN });
   const gateway = await startGateway([replica.url], { policy: 'round_robin' });
   try {
     for (let i = 0; i < 3; ++i) {
@@ -260,7 +261,7 @@ test('a replica closing an idle keep-alive connection fails no request and is no
 });
 
 test('a replica restarted on its port: the next request goes through on a fresh connection', async () => {
-  let replica = await startServer({ args: REPLICA_ARGS });
+  let replica = await startServer({ args: REPLICA_ARGS, maxModelLen: REPLICA_LEN });
   const port = replica.port;
   const gateway = await startGateway([replica.url], { policy: 'round_robin' });
   try {
@@ -269,7 +270,7 @@ test('a replica restarted on its port: the next request goes through on a fresh 
     await waitFor(async () => (await metrics(gateway.url, ADMIN_AUTH))['tern:gateway_upstream_idle_connections'] === 1,
       5_000, 'the connection in the pool');
     assert.equal((await replica.stop()).code, 0, replica.stderr);
-    replica = await startServer({ args: REPLICA_ARGS, port });
+    replica = await startServer({ args: REPLICA_ARGS, port, maxModelLen: REPLICA_LEN });
     await waitFor(async () => (await listReplicas(gateway))[0].healthy, 10_000, 'the restarted replica healthy');
     const second = await post(gateway.url, '/v1/chat/completions', chatRequest('restart', 0, 1));
     assert.equal(second.status, 200, await second.text());
@@ -373,7 +374,7 @@ test('SIGTERM drains: the stream in flight completes, a request behind it gets 5
 // returns everything received until the connection ended or was cut.
 async function startLongStream(gateway) {
   const response = await post(gateway.url, '/v1/chat/completions', {
-    model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 1900, ignore_eos: true,
+    model: 'tiny', messages: [{ role: 'user', content: 'Count forever.' }], max_tokens: 900, ignore_eos: true,
     stream: true,
   });
   const reader = response.body.getReader();

@@ -47,9 +47,10 @@ export async function spawnTern(argv, { what = 'tern', env = {}, timeoutMs = 60_
 
 // Options: model (fixture name), args (extra CLI arguments), waitReady (default true), env, port (default 0: any
 // free one; a fixed one restarts a server where it was).
-export async function startServer({ model = CHAT_MODEL, args = [], waitReady = true, env = {}, port = 0 } = {}) {
+export async function startServer({ model = CHAT_MODEL, args = [], waitReady = true, env = {}, port = 0,
+  maxModelLen = 2048 } = {}) {
   const argv = ['serve', '--model', modelDir(model), '--host', '127.0.0.1', '--port', String(port),
-    '--served-model-name', 'tiny', '--kv-cache-memory', '64MiB', '--threads', '1', '--max-model-len', '2048', ...args];
+    '--served-model-name', 'tiny', '--kv-cache-memory', '64MiB', '--threads', '1', '--max-model-len', String(maxModelLen), ...args];
   const server = await spawnTern(argv, { what: 'tern serve', env });
   server.baseURL = `${server.url}/v1`;
   if (waitReady) await waitForHealth(server.url);
