@@ -33,16 +33,10 @@ void profile_largest_step(Model& model, Backend& backend, const EngineConfig& co
   backend.to_host_i32(backend.argmax(model.forward(*step, cache)));
 }
 
-// KV blocks one sequence of `num_tokens` tokens holds at most: every block of the keep-all groups, a window's worth
-// (and the block it straddles) of the sliding ones.
-int64_t blocks_for_sequence(const std::vector<KvCacheGroup>& groups, int64_t num_tokens, int64_t block_size) {
-  const int64_t all_blocks = (num_tokens + block_size - 1) / block_size;
-  int64_t blocks = 0;
-  for (const auto& group : groups) {
-    const int64_t window = group.sliding_window_tokens;
-    blocks += window > 0 ? std::min(all_blocks, (window + block_size - 1) / block_size + 1) : all_blocks;
-  }
-  return blocks;
+std::vector<int64_t> group_sliding_windows(const std::vector<KvCacheGroup>& groups) {
+  std::vector<int64_t> windows;
+  for (const auto& group : groups) windows.push_back(group.sliding_window_tokens);
+  return windows;
 }
 
 // The KV cache's share of the memory a backend has, when no size is given: a fraction of the device after the
@@ -85,8 +79,9 @@ KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model
   }
   KvCacheBudget budget = kv_cache_budget_for_memory(
       bytes_per_token, config.block_size, fractional_kv_memory_bytes(config, backend, model, bytes_per_token));
-  const int64_t usable_blocks = static_cast<int64_t>(std::max(config.max_num_seqs, 1)) *
-                                blocks_for_sequence(kv_cache_groups(model.kv_layers()), max_model_len, config.block_size);
+  const int64_t usable_blocks =
+      static_cast<int64_t>(std::max(config.max_num_seqs, 1)) *
+      kv_blocks_held(group_sliding_windows(kv_cache_groups(model.kv_layers())), config.block_size, max_model_len);
   budget.num_blocks = static_cast<int32_t>(std::min<int64_t>(budget.num_blocks, usable_blocks));
   return budget;
 }
@@ -166,13 +161,11 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                    static_cast<long long>(budget_.num_blocks) * scheduler_block_size);
     }
   }
-  std::vector<int64_t> group_sliding_windows;
-  for (const auto& group : groups) group_sliding_windows.push_back(group.sliding_window_tokens);
   const bool data_parallel = model_.data_parallel();
   std::vector<KvCacheManager*> rank_kvs;
   for (int r = 0; r < (data_parallel ? num_ranks : 1); ++r) {
     kvs_.push_back(std::make_unique<KvCacheManager>(budget_.num_blocks, scheduler_block_size, config.enable_prefix_cache,
-                                                    shareable_prefix_tokens(layers), group_sliding_windows));
+                                                    shareable_prefix_tokens(layers), group_sliding_windows(groups)));
     rank_kvs.push_back(kvs_.back().get());
   }
   SchedulerConfig scheduler_config;
@@ -214,11 +207,12 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
 
 void EngineCore::fit_max_model_len_to_cache(const std::vector<KvCacheGroup>& groups, int32_t scheduler_block_size,
                                             bool max_model_len_given) {
+  const std::vector<int64_t> windows = group_sliding_windows(groups);
   const auto fits = [&](int64_t num_tokens) {
-    return blocks_for_sequence(groups, num_tokens, scheduler_block_size) <= budget_.num_blocks;
+    return kv_blocks_held(windows, scheduler_block_size, num_tokens) <= budget_.num_blocks;
   };
   if (fits(max_model_len_)) return;
-  // The longest sequence the pool holds (blocks_for_sequence grows with the length).
+  // The longest sequence the pool holds (kv_blocks_held grows with the length).
   int64_t longest = 0;
   for (int64_t step = int64_t{1} << 40; step > 0; step /= 2) {
     if (longest + step < max_model_len_ && fits(longest + step)) longest += step;

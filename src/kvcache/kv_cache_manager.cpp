@@ -31,12 +31,13 @@ int32_t KvCacheManager::first_read_block(int32_t group, int64_t position) const 
   return static_cast<int32_t>(std::max<int64_t>(0, position - window + 1) / block_size_);
 }
 
-int32_t KvCacheManager::max_blocks_held(int64_t num_tokens) const {
-  int32_t total = 0;
-  for (int64_t window : group_sliding_windows_) {
+int64_t kv_blocks_held(std::span<const int64_t> group_sliding_windows, int64_t block_size, int64_t num_tokens) {
+  const int64_t all_blocks = (num_tokens + block_size - 1) / block_size;
+  int64_t total = 0;
+  for (int64_t window : group_sliding_windows) {
     // A query reads `window` tokens, which span at most ceil((window - 1) / block_size) + 1 blocks.
-    const int32_t window_blocks = static_cast<int32_t>((window - 1 + block_size_ - 1) / block_size_) + 1;
-    total += window == 0 ? blocks_for(num_tokens) : std::min(blocks_for(num_tokens), window_blocks);
+    const int64_t window_blocks = (window - 1 + block_size - 1) / block_size + 1;
+    total += window == 0 ? all_blocks : std::min(all_blocks, window_blocks);
   }
   return total;
 }

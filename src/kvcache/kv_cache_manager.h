@@ -31,6 +31,11 @@ struct PrefixCacheStats {
   double hit_rate() const { return num_query_tokens ? static_cast<double>(num_hit_tokens) / num_query_tokens : 0.0; }
 };
 
+// The most blocks a sequence of `num_tokens` tokens holds over KV cache groups of these sliding windows (0: a
+// keep-all group) in a step that computes one of them: every block of a keep-all group, the blocks one window of a
+// sliding-window group spans.
+int64_t kv_blocks_held(std::span<const int64_t> group_sliding_windows, int64_t block_size, int64_t num_tokens);
+
 class KvCacheManager {
  public:
   // Only whole blocks within a sequence's first `max_shared_prefix_tokens` tokens are cached and matched (0: no
@@ -54,7 +59,9 @@ class KvCacheManager {
   // The most blocks a sequence of `num_tokens` tokens holds over all groups in a step that computes one of them:
   // every block of a keep-all group, the blocks of one window of a sliding-window group. A sequence within the pool
   // by this bound can always be (re)computed, one token a step at worst.
-  int32_t max_blocks_held(int64_t num_tokens) const;
+  int32_t max_blocks_held(int64_t num_tokens) const {
+    return static_cast<int32_t>(kv_blocks_held(group_sliding_windows_, block_size_, num_tokens));
+  }
   // The most tokens a sequence can cover in a step that computes from `num_computed_tokens` on, with the whole pool
   // to itself: a sliding-window group holds its earlier blocks only while a chunk's queries read them, so a long
   // recomputation after preemption may have to proceed in shorter chunks.
