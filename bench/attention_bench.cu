@@ -147,8 +147,9 @@ void bench_decode(int batch, int context, int heads, int kv_heads, int head_dim,
                   bool other_kernel = false) {
   int num_sms = 0;
   check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
-  // Blocks of 16 tokens and head_dim 64 or 128 (make_batch): the whole-context kernel is the plan's to choose.
-  const DecodeAttentionPlan planned = plan_decode_attention(batch, {kv_heads, true}, num_sms, context);
+  // Blocks of 16 tokens (make_batch): for head_dim 64 or 128 the whole-context kernel is the plan's to choose.
+  const bool whole_context = decode_attention_whole_context_supports(head_dim, head_dim, 16);
+  const DecodeAttentionPlan planned = plan_decode_attention(batch, {kv_heads, whole_context}, num_sms, context);
   DecodeAttentionPlan plan = planned;
   if (other_kernel) {
     plan.whole_context = false;
@@ -281,6 +282,13 @@ int main(int argc, char** argv) {
   bench_decode(8, 32768, 64, 8, 128, copy_tbs, reps);
   bench_decode(8, 32768, 8, 8, 128, copy_tbs, reps);
   bench_decode(1, 32768, 32, 8, 64, copy_tbs, reps);
+  // Head sizes and groups without a tensor-core kernel (the CUDA-core one): Phi-3's 96 (MHA), 80, 192, 256, and a
+  // group of 20.
+  for (int batch : {1, 32}) bench_decode(batch, 8192, 32, 32, 96, copy_tbs, reps);
+  bench_decode(8, 8192, 32, 8, 80, copy_tbs, reps);
+  bench_decode(8, 8192, 16, 4, 192, copy_tbs, reps);
+  bench_decode(8, 8192, 16, 4, 256, copy_tbs, reps);
+  bench_decode(8, 8192, 40, 2, 128, copy_tbs, reps);
   bench_mla(true, 1, 4096, 128, 576, 512, copy_tbs, reps);
   bench_mla(true, 1, 4096, 16, 576, 512, copy_tbs, reps);
   for (int batch : {1, 8, 32}) bench_mla(false, batch, 8192, 128, 576, 512, copy_tbs, reps);

@@ -8,18 +8,34 @@ namespace tern::kernels {
 
 namespace {
 
-constexpr int kMaxGroup = 16;
+constexpr int kMaxHeadDim = 512;
+// The tensor-core kernels pad a GQA group's query heads to the 16 rows of one mma.
+constexpr int kTensorCoreMaxGroup = 16;
 
 // The head sizes launch_per_kv_head (and the all-heads kernel) run on tensor cores.
 bool on_tensor_cores(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 void launch_per_kv_head(const DecodeAttentionParams& params, cudaStream_t stream) {
-  switch (params.shape.head_dim) {
-    case 16: launch_decode_attention_chunks<16>(params, stream); break;
-    case 32: launch_decode_attention_chunks<32>(params, stream); break;
-    case 64: launch_decode_attention_mma<64>(params, stream); break;
-    case 128: launch_decode_attention_mma<128>(params, stream); break;
-    default: launch_decode_attention_chunks<256>(params, stream); break;
+  const int head_dim = params.shape.head_dim;
+  const int group = params.shape.num_heads / params.shape.num_kv_heads;
+  if (on_tensor_cores(head_dim) && group <= kTensorCoreMaxGroup) {
+    if (head_dim == 64) {
+      launch_decode_attention_mma<64>(params, stream);
+    } else {
+      launch_decode_attention_mma<128>(params, stream);
+    }
+  } else if (head_dim <= 16) {
+    launch_decode_attention_chunks<16>(params, stream);
+  } else if (head_dim <= 32) {
+    launch_decode_attention_chunks<32>(params, stream);
+  } else if (head_dim <= 64) {
+    launch_decode_attention_chunks<64>(params, stream);
+  } else if (head_dim <= 128) {
+    launch_decode_attention_chunks<128>(params, stream);
+  } else if (head_dim <= 256) {
+    launch_decode_attention_chunks<256>(params, stream);
+  } else {
+    launch_decode_attention_chunks<kMaxHeadDim>(params, stream);
   }
 }
 
@@ -34,8 +50,7 @@ bool decode_attention_whole_context_supports(int64_t head_dim, int64_t value_dim
 }
 
 bool decode_attention_supports(int head_dim, int group_size) {
-  const bool dim_ok = head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
-  return dim_ok && group_size >= 1 && group_size <= kMaxGroup;
+  return head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxHeadDim && group_size >= 1;
 }
 
 void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream) {
@@ -47,14 +62,15 @@ void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t s
   if (!decode_attention_supports(s.head_dim, s.num_heads / s.num_kv_heads)) {
     throw std::invalid_argument("decode attention: head_dim " + std::to_string(s.head_dim) + " with " +
                                 std::to_string(s.num_heads / s.num_kv_heads) +
-                                " query heads per KV head is not built (head_dim 16/32/64/128/256, groups up to 16)");
+                                " query heads per KV head is not built (head_dim a multiple of 8 up to " + std::to_string(kMaxHeadDim) + ")");
   }
   if (params.num_splits < 1 || params.num_splits > kDecodeMaxSplits) {
     throw std::invalid_argument("decode attention: num_splits " + std::to_string(params.num_splits) +
                                 " is outside [1, " + std::to_string(kDecodeMaxSplits) + "]");
   }
   if (params.num_items == 0) return;
-  const bool all_heads = params.all_heads && decode_attention_all_heads_supports(s.head_dim, s.num_kv_heads);
+  const bool all_heads = params.all_heads && decode_attention_all_heads_supports(s.head_dim, s.num_kv_heads) &&
+                         s.num_heads / s.num_kv_heads <= kTensorCoreMaxGroup;
   if (all_heads && s.head_dim == 64) {
     launch_decode_attention_all_heads<64>(params, stream);
   } else if (all_heads) {

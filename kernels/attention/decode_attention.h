@@ -141,13 +141,14 @@ bool decode_attention_supports(int head_dim, int group_size);
 // Throws std::invalid_argument on shapes it does not support.
 void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
 
-// The per-share kernels: tensor cores for head_dim 64 and 128 (decode_attention_mma_kernel.cuh), per KV head or for
-// all of them, CUDA cores for the other head sizes (decode_attention_kernel.cuh).
+// The per-share kernels: tensor cores for head_dim 64 and 128 with groups up to 16 (decode_attention_mma_kernel.cuh),
+// per KV head or for all of them; CUDA cores for every other head size and group (decode_attention_kernel.cuh), with
+// MaxDim the instantiated capacity (16, 32, 64, 128, 256, 512) that holds the head.
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream);
 template <int HeadDim>
 void launch_decode_attention_all_heads(const DecodeAttentionParams& params, cudaStream_t stream);
-template <int HeadDim>
+template <int MaxDim>
 void launch_decode_attention_chunks(const DecodeAttentionParams& params, cudaStream_t stream);
 
 }  // namespace tern::kernels

@@ -1,9 +1,12 @@
 #pragma once
-// The CUDA-core split-KV kernel, for the head sizes the tensor-core one (decode_attention_mma_kernel.cuh) is not
-// built for (16, 32, 256): one block per (work item, KV head). The block streams its chunk of keys and values
-// through shared memory in tiles of 32 tokens (cp.async, NumStages deep); warp w owns query heads
-// [w * HeadsPerWarp, (w + 1) * HeadsPerWarp) of the GQA group, so every K/V byte is read from device memory once
-// per group. Lane i scores key i of the tile; for P.V each lane owns pairs of output dims.
+// The CUDA-core split-KV kernel, for the head sizes and groups the tensor-core one (decode_attention_mma_kernel.cuh)
+// is not built for: any head_dim that is a multiple of 8 up to 512, any GQA group. One block per (work item, KV
+// head, slice of up to 16 query heads of the group). The block streams its chunk of keys and values through shared
+// memory in tiles of 32 tokens (cp.async, stages deep); warp w owns query heads [w * HeadsPerWarp, (w + 1) *
+// HeadsPerWarp) of the slice, so every K/V byte is read from device memory once per slice (once per group up to 16
+// heads). Lane i scores key i of the tile; for P.V each lane owns pairs of output dims. MaxDim, the smallest
+// instantiated capacity that holds head_dim, sizes shared memory and registers; the head's own dims are a runtime
+// value, so one instantiation serves every head size up to it.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -19,27 +22,30 @@ namespace decode {
 
 constexpr int kTileTokens = 32;
 constexpr int kNumWarps = 4;
-constexpr int kNumStages = 3;
+constexpr int kMaxHeadsPerWarp = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int HeadDim>
+template <int MaxDim>
 struct Layout {
-  static constexpr int kRowStride = HeadDim + 8;  // 16 bytes of padding keep the row reads conflict-free
+  static constexpr int kRowStride = MaxDim + 8;  // 16 bytes of padding keep the row reads conflict-free
   static constexpr int kTileElems = kTileTokens * kRowStride;
-  static constexpr int kChunksPerRow = HeadDim / 8;
-  static constexpr int kPairsPerLane = HeadDim >= 64 ? HeadDim / 64 : 1;
+  static constexpr int kPairsPerLane = MaxDim >= 64 ? MaxDim / 64 : 1;
+  // Two stages of 512-dim tiles already take 130 KB of shared memory; three would not fit beside the queries.
+  static constexpr int kNumStages = MaxDim > 256 ? 2 : 3;
 };
 
-template <int HeadDim, int HeadsPerWarp>
+template <int MaxDim, int HeadsPerWarp>
 constexpr size_t shared_bytes() {
-  return 2 * kNumStages * Layout<HeadDim>::kTileElems * sizeof(__nv_bfloat16) +
-         kNumWarps * HeadsPerWarp * HeadDim * sizeof(float);
+  using L = Layout<MaxDim>;
+  return 2 * L::kNumStages * L::kTileElems * sizeof(__nv_bfloat16) +
+         kNumWarps * HeadsPerWarp * MaxDim * sizeof(float);
 }
 
-template <int HeadDim, int HeadsPerWarp>
+template <int MaxDim, int HeadsPerWarp>
 __global__ void __launch_bounds__(kNumWarps * 32)
     chunk_kernel(const DecodeAttentionParams p) {
-  using L = Layout<HeadDim>;
+  using L = Layout<MaxDim>;
+  constexpr int kNumStages = L::kNumStages;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   wait_for_prior_grids();
   allow_dependent_grids();
@@ -49,10 +55,13 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 
   const int item = blockIdx.x;
   const int kv_head = blockIdx.y;
+  const int first_local_head = blockIdx.z * kNumWarps * HeadsPerWarp;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const AttentionShape& s = p.shape;
   const int group = s.num_heads / s.num_kv_heads;
+  const int head_dim = s.head_dim;
+  const int chunks_per_row = head_dim / 8;
 
   const int token = p.item_token[item];
   const int chunk = p.item_chunk[item];
@@ -66,13 +75,13 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 
   // Queries pre-scaled into the log2 domain, so that exp2 gives the softmax weights.
   const float q_scale = s.scale * kLog2e;
-  for (int i = threadIdx.x; i < kNumWarps * HeadsPerWarp * HeadDim; i += blockDim.x) {
-    const int local_head = i / HeadDim;
-    const int d = i % HeadDim;
+  for (int i = threadIdx.x; i < kNumWarps * HeadsPerWarp * MaxDim; i += blockDim.x) {
+    const int local_head = first_local_head + i / MaxDim;
+    const int d = i % MaxDim;
     float v = 0.0f;
-    if (local_head < group) {
+    if (local_head < group && d < head_dim) {
       const int head = kv_head * group + local_head;
-      v = __bfloat162float(p.query[(static_cast<int64_t>(token) * s.num_heads + head) * HeadDim + d]) * q_scale;
+      v = __bfloat162float(p.query[(static_cast<int64_t>(token) * s.num_heads + head) * head_dim + d]) * q_scale;
     }
     q_smem[i] = v;
   }
@@ -85,10 +94,9 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     const int r = threadIdx.x / kThreadsPerRow;
     const int pos = kv_begin + tile * kTileTokens + r;
     const bool valid = pos < kv_end;
-    const int64_t row = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim : 0;
+    const int64_t row = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * head_dim : 0;
     const int dst = stage * L::kTileElems + r * L::kRowStride;
-#pragma unroll
-    for (int c = threadIdx.x % kThreadsPerRow; c < L::kChunksPerRow; c += kThreadsPerRow) {
+    for (int c = threadIdx.x % kThreadsPerRow; c < chunks_per_row; c += kThreadsPerRow) {
       cp_async_16(k_tiles + dst + c * 8, p.kv.keys + row + c * 8, valid ? 16 : 0);
       cp_async_16(v_tiles + dst + c * 8, p.kv.values + row + c * 8, valid ? 16 : 0);
     }
@@ -107,7 +115,7 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 #pragma unroll
     for (int i = 0; i < L::kPairsPerLane; ++i) acc[j][i][0] = acc[j][i][1] = 0.0f;
   }
-  const float* my_q = q_smem + warp * HeadsPerWarp * HeadDim;
+  const float* my_q = q_smem + warp * HeadsPerWarp * MaxDim;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     cp_async_wait<kNumStages - 2>();
@@ -124,13 +132,13 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 #pragma unroll
     for (int j = 0; j < HeadsPerWarp; ++j) score[j] = 0.0f;
 #pragma unroll 4
-    for (int c = 0; c < L::kChunksPerRow; ++c) {
+    for (int c = 0; c < chunks_per_row; ++c) {
       float k[8];
       load_f32x8(k_tile + lane * L::kRowStride + c * 8, k);
 #pragma unroll
       for (int j = 0; j < HeadsPerWarp; ++j) {
-        const float4 q0 = *reinterpret_cast<const float4*>(my_q + j * HeadDim + c * 8);
-        const float4 q1 = *reinterpret_cast<const float4*>(my_q + j * HeadDim + c * 8 + 4);
+        const float4 q0 = *reinterpret_cast<const float4*>(my_q + j * MaxDim + c * 8);
+        const float4 q1 = *reinterpret_cast<const float4*>(my_q + j * MaxDim + c * 8 + 4);
         score[j] += q0.x * k[0] + q0.y * k[1] + q0.z * k[2] + q0.w * k[3] + q1.x * k[4] + q1.y * k[5] +
                     q1.z * k[6] + q1.w * k[7];
       }
@@ -159,7 +167,7 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 #pragma unroll
       for (int i = 0; i < L::kPairsPerLane; ++i) {
         const int d = 2 * lane + 64 * i;
-        v[i] = d < HeadDim ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v_tile + r * L::kRowStride + d))
+        v[i] = d < head_dim ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v_tile + r * L::kRowStride + d))
                            : make_float2(0.0f, 0.0f);
       }
 #pragma unroll
@@ -177,55 +185,57 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 
 #pragma unroll
   for (int j = 0; j < HeadsPerWarp; ++j) {
-    const int local_head = warp * HeadsPerWarp + j;
+    const int local_head = first_local_head + warp * HeadsPerWarp + j;
     if (local_head >= group) continue;
     const int head = kv_head * group + local_head;
     const float inv_l = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
     if (p.shares_are_outputs()) {
-      __nv_bfloat16* out = p.out + (static_cast<int64_t>(token) * s.num_heads + head) * HeadDim;
+      __nv_bfloat16* out = p.out + (static_cast<int64_t>(token) * s.num_heads + head) * head_dim;
 #pragma unroll
       for (int i = 0; i < L::kPairsPerLane; ++i) {
         const int d = 2 * lane + 64 * i;
-        if (d < HeadDim) {
+        if (d < head_dim) {
           *reinterpret_cast<__nv_bfloat162*>(out + d) =
               __floats2bfloat162_rn(acc[j][i][0] * inv_l, acc[j][i][1] * inv_l);
         }
       }
       continue;
     }
-    float* out = p.partial_out + (static_cast<int64_t>(item) * s.num_heads + head) * HeadDim;
+    float* out = p.partial_out + (static_cast<int64_t>(item) * s.num_heads + head) * head_dim;
 #pragma unroll
     for (int i = 0; i < L::kPairsPerLane; ++i) {
       const int d = 2 * lane + 64 * i;
-      if (d < HeadDim) *reinterpret_cast<float2*>(out + d) = make_float2(acc[j][i][0] * inv_l, acc[j][i][1] * inv_l);
+      if (d < head_dim) *reinterpret_cast<float2*>(out + d) = make_float2(acc[j][i][0] * inv_l, acc[j][i][1] * inv_l);
     }
     if (lane == 0) p.partial_lse[item * s.num_heads + head] = l[j] > 0.0f ? m[j] + log2f(l[j]) : -INFINITY;
   }
 }
 
-template <int HeadDim, int HeadsPerWarp>
+template <int MaxDim, int HeadsPerWarp>
 void launch_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
-  constexpr size_t smem = shared_bytes<HeadDim, HeadsPerWarp>();
-  auto kernel = chunk_kernel<HeadDim, HeadsPerWarp>;
+  constexpr size_t smem = shared_bytes<MaxDim, HeadsPerWarp>();
+  auto kernel = chunk_kernel<MaxDim, HeadsPerWarp>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
   }
-  const dim3 grid(params.num_items, params.shape.num_kv_heads);
+  const int group = params.shape.num_heads / params.shape.num_kv_heads;
+  const int slices = (group + kNumWarps * HeadsPerWarp - 1) / (kNumWarps * HeadsPerWarp);
+  const dim3 grid(params.num_items, params.shape.num_kv_heads, slices);
   launch_dependent("decode attention", kernel, grid, kNumWarps * 32, smem, stream, params);
 }
 
 }  // namespace decode
 
-template <int HeadDim>
+template <int MaxDim>
 void launch_decode_attention_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
   const int group = params.shape.num_heads / params.shape.num_kv_heads;
   if (group <= decode::kNumWarps) {
-    decode::launch_chunks<HeadDim, 1>(params, stream);
+    decode::launch_chunks<MaxDim, 1>(params, stream);
   } else if (group <= 2 * decode::kNumWarps) {
-    decode::launch_chunks<HeadDim, 2>(params, stream);
+    decode::launch_chunks<MaxDim, 2>(params, stream);
   } else {
-    decode::launch_chunks<HeadDim, 4>(params, stream);
+    decode::launch_chunks<MaxDim, decode::kMaxHeadsPerWarp>(params, stream);
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs HERE (the build machine): builds the CUDA tests and benchmarks with third-party libraries linked
 # statically, and copies what the GPU machine needs into .device/ (ignored by git) for the device tool's `carry`:
-# .device/bin (executables), .device/lib (libgomp), .device/fixtures (the dense, MoE and DeepSeek-V3/V4 fixture models), .device/configs
+# .device/bin (executables), .device/lib (libgomp), .device/tools (make_model.py), .device/fixtures (the dense, MoE and DeepSeek-V3/V4 fixture models), .device/configs
 # (model configs for the end-to-end benchmark).
 # Then, on the GPU machine: scripts/gpu/run_all.sh and scripts/gpu/e2e_bench.sh (carry: .device), and on a
 # multi-GPU kind scripts/gpu/tp_check.sh.
@@ -10,20 +10,31 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${BUILD_DIR:-$root/build-cuda}"
 fixtures="${TERN_FIXTURES:-$root/../shared/fixtures}"
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_STATIC=ON >/dev/null
+# TERN_STAGE_REUSE_BUILD=1 takes the binaries of an existing CUDA build (BUILD_DIR, e.g. build/) as they are linked,
+# and stages the Debian libraries they load that the GPU machine lacks: no second build of the whole tree.
+if [ -z "${TERN_STAGE_REUSE_BUILD:-}" ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_STATIC=ON >/dev/null
+fi
 # tern-engine-bench is `tern bench` without the server layers (quick to build); TERN_STAGE_TERN=1 adds `tern`.
 targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench tern_engine_bench)
 [ -n "${TERN_STAGE_TERN:-}" ] && targets+=(tern)
 cmake --build "$build" -j2 --target "${targets[@]}"
 
 rm -rf "$root/.device"
-mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models" "$root/.device/configs"
+mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models" "$root/.device/configs" \
+  "$root/.device/tools"
 cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda_tensor_parallel_test" \
   "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/tern_engine_bench" \
   "$root/.device/bin/"
 [ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/tern" "$root/.device/bin/"
 cp "$fixtures/configs/llama-3.1-8b.json" "$root/.device/configs/"
 cp "$(g++ -print-file-name=libgomp.so.1)" "$root/.device/lib/"
+if [ -n "${TERN_STAGE_REUSE_BUILD:-}" ]; then
+  for binary in "$root/.device/bin/"*; do
+    ldd "$binary" | awk '/=> \// {print $3}' | grep -E "utf8proc|pcre2|fmt" || true
+  done | sort -u | xargs -r cp -L -t "$root/.device/lib/"
+fi
+cp "$fixtures/../tools/make_model.py" "$root/.device/tools/"
 for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3 deepseek_v4; do
   cp -r "$fixtures/models/$model" "$root/.device/fixtures/models/"
 done

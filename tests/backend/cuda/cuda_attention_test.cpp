@@ -1,10 +1,11 @@
 // Paged attention on the GPU against the CPU reference: mixed prefill/decode batches in one step, prefix-cached
 // context, GQA, sliding windows, sinks, long contexts split over several KV shares with partial key tiles, random
-// batches, and every head size built (the tiled prefill kernel for 64/128, on wgmma; split-KV on tensor cores for
-// 64/128, per KV head or, for steps of more tokens x KV heads than SMs, all KV heads in one block, or at short
-// contexts one share per KV head holding the whole context; on CUDA cores for 16/32/256), with KV blocks of 16
-// tokens and of sizes that do not divide the kernels' 64- and 128-key tiles or exceed them (the per-KV-head decode
-// kernel copies pages of 16 keys from blocks of multiples of 16, rows otherwise).
+// batches, and every head size (the tiled prefill kernel for 64/128, on wgmma; split-KV on tensor cores for 64/128
+// with groups up to 16, per KV head or, for steps of more tokens x KV heads than SMs, all KV heads in one block, or
+// at short contexts one share per KV head holding the whole context; on CUDA cores for every other head size up to
+// 512 and wider groups), with KV blocks of 16 tokens and of sizes that do not divide the kernels' 64- and 128-key
+// tiles or exceed them (the per-KV-head decode kernel copies pages of 16 keys from blocks of multiples of 16, rows
+// otherwise).
 #include <numeric>
 
 #include "backend/cuda/cuda_step.h"
@@ -153,6 +154,29 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{16, 2, 64, 0, true, kShortDecodes},
                       AttentionCase{8, 2, 128, 100, false, kShortDecodes},
                       AttentionCase{16, 1, 128, 0, false, kShortDecodes, 32}));
+
+// Every head size a model may have (a multiple of 8 up to 512: Phi's 80 and 96, 112, 192, ...): those without a
+// tensor-core kernel take the CUDA-core one, prefill chunks included; GQA groups of 1 to 5 across the sizes.
+std::vector<AttentionCase> every_head_dim() {
+  std::vector<AttentionCase> cases;
+  for (int head_dim = 8; head_dim <= 512; head_dim += 8) {
+    const int group = 1 + head_dim / 8 % 5;
+    cases.push_back(AttentionCase{2 * group, 2, head_dim, head_dim % 24 == 0 ? 40 : 0, head_dim % 32 == 0, kMixed});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AnyHeadDim, CudaAttentionTest, ::testing::ValuesIn(every_head_dim()));
+
+// Groups wider than the tensor-core kernels' 16 query rows, on head sizes that have them: each block attends a
+// slice of 16 query heads; the all-heads and whole-context plans still hold for the layer.
+INSTANTIATE_TEST_SUITE_P(
+    WideGroups, CudaAttentionTest,
+    ::testing::Values(AttentionCase{40, 2, 128, 0, false, kMixed},           // group of 20
+                      AttentionCase{64, 2, 64, 0, true, kLongDecodes},       // group of 32, sinks
+                      AttentionCase{48, 1, 96, 100, false, kMixed},          // group of 48, window
+                      AttentionCase{40, 2, 128, 0, false, all_heads_decodes()},
+                      AttentionCase{64, 2, 64, 0, false, kShortDecodes}));
 
 }  // namespace
 }  // namespace tern
