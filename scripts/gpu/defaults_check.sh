@@ -10,22 +10,24 @@ out="${OUT:-$root/gpu-logs}"
 mkdir -p "$out"
 tern="$root/.device/bin/tern"
 source "$root/scripts/gpu/device_env.sh"
-model_dir="/dev/shm/llama-3.1-8b"
-python3 "$root/.device/tools/make_model.py" --config "$root/.device/configs/llama-3.1-8b.json" --out "$model_dir" \
-  2>&1 | grep -v -i warn | tail -1
-
 status=0
-workload=(--num-prompts 512 --input-len 512 --output-len 128 --temperature 0)
-for name in defaults fraction_0.9; do
-  flags=()
-  [ "$name" = fraction_0.9 ] && flags=(--kv-cache-fraction 0.9)
-  echo "== tern bench --model $model_dir ${workload[*]} ${flags[*]}"
-  timeout 240 "$tern" bench --model "$model_dir" "${workload[@]}" "${flags[@]}" >"$out/bench_$name.json" \
-    2>"$out/bench_$name.err" || status=1
-  grep -E "tern: (backend|KV cache)" "$out/bench_$name.err"
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in \
-    ('output_tokens_per_s','input_tokens_per_s','steps','itl_ms')})" "$out/bench_$name.json" || status=1
-done
+# DEFAULTS_SKIP_BENCH=1 runs only the serve checks.
+if [ -z "${DEFAULTS_SKIP_BENCH:-}" ]; then
+  model_dir="/dev/shm/llama-3.1-8b"
+  python3 "$root/.device/tools/make_model.py" --config "$root/.device/configs/llama-3.1-8b.json" --out "$model_dir" \
+    2>&1 | grep -v -i warn | tail -1
+  workload=(--num-prompts 512 --input-len 512 --output-len 128 --temperature 0)
+  for name in defaults fraction_0.9; do
+    flags=()
+    [ "$name" = fraction_0.9 ] && flags=(--kv-cache-fraction 0.9)
+    echo "== tern bench --model $model_dir ${workload[*]} ${flags[*]}"
+    timeout 240 "$tern" bench --model "$model_dir" "${workload[@]}" "${flags[@]}" >"$out/bench_$name.json" \
+      2>"$out/bench_$name.err" || status=1
+    grep -E "tern: (backend|KV cache)" "$out/bench_$name.err"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in \
+      ('output_tokens_per_s','input_tokens_per_s','steps','itl_ms')})" "$out/bench_$name.json" || status=1
+  done
+fi
 
 # serve MODEL_DIR NAME [flags]: starts `tern serve`, asks one completion, stops it; its start-up lines stay in $out.
 serve() {
@@ -50,7 +52,8 @@ PY
   kill -TERM "$pid"; wait "$pid"
   grep -E "tern: (backend|KV cache)" "$out/serve_$name.err" || status=1
 }
-serve "$model_dir" auto
+# The chat fixture: a model directory with its tokenizer, as serve needs.
+serve "$root/.device/fixtures/models/qwen3-chat-tiny" auto
 grep -q "tern: backend cuda" "$out/serve_auto.err" || { echo "serve did not pick the GPU"; status=1; }
 # This machine's CPU has AVX-512: the CPU backend with no memory flag, under each kernel variant.
 for isa in avx512 avx2; do
