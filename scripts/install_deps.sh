@@ -5,6 +5,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev  # JSON, command line, formatting
   libpcre2-dev libutf8proc-dev             # tokenizer regexes with Unicode properties, normalization
+  libicu-dev                               # Unicode character names (\N{...} in chat templates)
   libboost-dev                             # Asio/Beast HTTP server
   libgtest-dev libgmock-dev libbenchmark-dev  # tests, benchmarks
   python3

@@ -5,8 +5,8 @@ For every fixture architecture, at several widths, seeds and head sizes, makes a
 reference logits (make_model.py --golden: float64, float32 for MoE), runs transformers in bf16 on the same weights
 on the GPU, and `tern logits --backend cuda` on each prompt. tern's error against the reference must be at most
 twice transformers' bf16 error (relative error: largest absolute difference over the largest reference logit, as
-the C++ tests compute it), or, for MoE models, so once the prompt positions whose expert choice is a measured
-near-tie in the reference precision are left out (listed in the report). Writes a JSON report and exits non-zero if
+the C++ tests compute it); an MoE case past the bound passes only where the first position past it holds or follows
+a measured routing near-tie in the reference precision (listed in the report). Writes a JSON report and exits non-zero if
 a case fails.
 
   python3 scripts/gpu/bf16_yardstick.py --tern .device/bin/tern --fixtures .device/fixtures/models \
@@ -35,7 +35,8 @@ def variants(arch, config):
 
 
 def relative_error(actual, expected, positions=None):
-    """Largest absolute difference over the largest reference logit; over `positions` (rows) only if given."""
+    """Largest absolute difference over the largest reference logit (of the whole prompt); over `positions` (rows)
+    only if given."""
     if torch.isnan(actual).any():
         return float('inf')
     ref = expected.double().abs().max().item()
@@ -156,19 +157,27 @@ def main():
                 case.update(hf_bf16_error=hf_errors, tern_cuda_error=tern_errors,
                             ok=all(t <= 2 * h for t, h in zip(tern_errors, hf_errors)))
                 if not case['ok']:
-                    # Explained only by measured near-ties: without the positions whose routing is a near-tie in
-                    # the reference precision, tern must be within twice transformers' error.
+                    # Explained only by a measured near-tie: in prefill, an expert choice that flips at position p
+                    # changes p's keys and values in the later layers, so every position from p on may differ. The
+                    # first position where tern's error passes the bound must then hold or follow a position
+                    # whose routing is a near-tie in the reference precision.
                     margins = router_margins(model_dir, golden['prompts'], torch.float32)
-                    if margins is not None:
-                        kept = [(m >= NEAR_TIE_MARGIN).nonzero().flatten() for m in margins]
-                        case['near_ties'] = [dict(prompt=i, **t) for i, m in enumerate(margins)
-                                             for t in [{'position': p, 'margin': round(m[p].item(), 5)}
-                                                       for p in (m < NEAR_TIE_MARGIN).nonzero().flatten().tolist()]]
-                        hf_kept = [relative_error(h, r, k) for h, r, k in zip(hf_logits, refs, kept)]
-                        tern_kept = [relative_error(t, r, k) for t, r, k in zip(tern_all, refs, kept)]
-                        case.update(hf_bf16_error_without_near_ties=hf_kept,
-                                    tern_cuda_error_without_near_ties=tern_kept,
-                                    ok=all(t <= 2 * h for t, h in zip(tern_kept, hf_kept)))
+                    explained = margins is not None
+                    case['divergences'] = []
+                    for i, (t, h, r) in enumerate(zip(tern_all, hf_logits, refs)):
+                        bound = 2 * relative_error(h, r)
+                        per_position = [relative_error(t, r, [p]) for p in range(r.shape[0])]
+                        first_bad = next((p for p, e in enumerate(per_position) if e > bound), None)
+                        if first_bad is None:
+                            continue
+                        ties = [] if margins is None else \
+                            [p for p in range(first_bad + 1) if margins[i][p].item() < NEAR_TIE_MARGIN]
+                        case['divergences'].append({
+                            'prompt': i, 'first_position_over_bound': first_bad,
+                            'near_ties_up_to_it': [{'position': p, 'margin': round(margins[i][p].item(), 5)}
+                                                   for p in ties]})
+                        explained = explained and bool(ties)
+                    case.update(ok=explained, explained_by_near_ties=explained)
             except Exception as e:  # a case that cannot run is a failure, and the others still run
                 case.update(ok=False, error=str(e)[-800:])
             case['seconds'] = round(time.time() - start, 1)
@@ -176,12 +185,14 @@ def main():
             cases.append(case)
             worst = max((t / h if h > 0 else float('inf')) for t, h in
                         zip(case.get('tern_cuda_error', [0]), case.get('hf_bf16_error', [1])))
-            print(f"{arch:12s} {name:11s} {'ok  ' if case['ok'] else 'FAIL'} "
+            verdict = ('ok, a near-tie' if case.get('explained_by_near_ties') else 'ok') if case['ok'] else 'FAIL'
+            print(f"{arch:12s} {name:11s} {verdict} "
                   f"tern {['%.2e' % e for e in case.get('tern_cuda_error', [])]} "
                   f"hf {['%.2e' % e for e in case.get('hf_bf16_error', [])]} worst ratio {worst:.2f} "
                   f"{case.get('error', '')}", flush=True)
     json.dump({'cases': cases, 'failures': failures}, open(a.out, 'w'), indent=1)
-    print(f'{len(cases) - failures}/{len(cases)} cases within twice transformers\' bf16 error')
+    print(f'{len(cases) - failures}/{len(cases)} cases within twice transformers\' bf16 error or past it from a '
+          f'measured routing near-tie on')
     sys.exit(1 if failures else 0)
 
 

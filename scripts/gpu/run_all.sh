@@ -49,6 +49,16 @@ else
   echo "compute-sanitizer not found" | tee "$out/sanitizer_missing.txt"
 fi
 
+if [ -x "$bin/tern" ]; then
+  echo "== bf16 yardstick: tern's CUDA logits against transformers' bf16 forward on fresh fixtures"
+  python3 "$root/scripts/gpu/bf16_yardstick.py" --tern "$bin/tern" --fixtures "$TERN_FIXTURES/models" \
+    --make-model "$root/.device/tools/make_model.py" --out "$out/bf16_yardstick.json" 2>&1 |
+    grep -E "^[a-z0-9_]+ +[a-z0-9_]+ +(ok|FAIL)|cases within" | tee "$out/bf16_yardstick.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+  echo "bf16 yardstick skipped: stage with TERN_STAGE_TERN=1 for the tern binary" | tee "$out/bf16_yardstick_skipped.txt"
+fi
+
 echo "== attention benchmark"
 "$bin/attention_bench" $quick 2>&1 | tee "$out/bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

@@ -4,6 +4,9 @@
 
 #include <random>
 
+#include "chat/output_parser_registry.h"
+#include "core/error.h"
+
 namespace tern::chat {
 
 void ChatMessage::append(const ChatDelta& delta) {
@@ -39,24 +42,77 @@ nlohmann::ordered_json ChatMessage::to_openai_json() const {
   return message;
 }
 
-ChatOutputOptions ChatOutputOptions::for_template(std::string_view template_source, std::string_view prompt) {
-  ChatOutputOptions options;
-  ReasoningTags tags;
-  options.parse_reasoning = template_source.find(tags.start) != std::string_view::npos;
-  options.starts_in_reasoning = options.parse_reasoning && ReasoningParser::prompt_opens_reasoning(prompt, tags);
-  if (template_source.find("<tool_call>") != std::string_view::npos) {
-    options.tool_call_format = ToolCallFormat::kHermes;
-  } else if (template_source.find("<|python_tag|>") != std::string_view::npos ||
-             template_source.find("\"parameters\": dictionary of argument name and its value") !=
-                 std::string_view::npos) {
-    options.tool_call_format = ToolCallFormat::kLlama3Json;
+namespace {
+
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+std::string default_tool_call_parser(std::string_view source) {
+  if (contains(source, "<|channel|>")) return "openai";
+  if (contains(source, "<｜tool▁call▁begin｜>")) return contains(source, "```json") ? "deepseek_v3" : "deepseek_v31";
+  if (contains(source, "<|tool_calls_section_begin|>")) return "kimi_k2";
+  if (contains(source, "<arg_key>")) return "glm45";
+  if (contains(source, "<function=") && contains(source, "<parameter=")) return "qwen3_coder";
+  if (contains(source, "<tool_call>")) return "hermes";
+  if (contains(source, "[TOOL_CALLS]")) return "mistral";
+  if (contains(source, "<|python_tag|>") || contains(source, "\"parameters\": dictionary of argument name and its value")) {
+    return "llama3_json";
   }
+  return "";
+}
+
+std::string default_reasoning_parser(std::string_view source) {
+  if (contains(source, "<|channel|>")) return "gpt_oss";
+  if (!contains(source, "<think>")) return "";
+  if (contains(source, "<|tool_calls_section_begin|>")) return "kimi_k2";
+  if (contains(source, "<｜Assistant｜>")) return "deepseek_v3";
+  return "qwen3";
+}
+
+}  // namespace
+
+ChatOutputOptions ChatOutputOptions::for_template_source(std::string_view template_source, std::string_view prompt) {
+  ChatOutputOptions options;
+  options.reasoning_parser = default_reasoning_parser(template_source);
+  options.tool_call_parser = default_tool_call_parser(template_source);
+  options.prompt_opens_think = ThinkTagReasoningParser::prompt_opens_reasoning(prompt);
   return options;
 }
 
+ChatOutputOptions ChatOutputOptions::for_chat_template(const ChatTemplate& chat_template, std::string_view prompt) {
+  const std::optional<DeepSeekEncoding> encoding = chat_template.deepseek_encoding();
+  if (!encoding) return for_template_source(chat_template.source(), prompt);
+  ChatOutputOptions options;
+  options.reasoning_parser = "deepseek_v3";
+  options.tool_call_parser = *encoding == DeepSeekEncoding::kV32 ? "deepseek_v32" : "deepseek_v4";
+  options.prompt_opens_think = ThinkTagReasoningParser::prompt_opens_reasoning(prompt);
+  return options;
+}
+
+bool ChatOutputOptions::keeps_special_tokens() const {
+  const ReasoningParserEntry* reasoning = find_reasoning_parser(reasoning_parser);
+  const ToolCallParserEntry* tool_calls = find_tool_call_parser(tool_call_parser);
+  return (reasoning && reasoning->keeps_special_tokens) || (tool_calls && tool_calls->keeps_special_tokens);
+}
+
 ChatOutputParser::ChatOutputParser(ChatOutputOptions options) : options_(std::move(options)) {
-  if (options_.parse_reasoning) reasoning_ = std::make_unique<ReasoningParser>(options_.starts_in_reasoning);
-  tool_calls_ = make_tool_call_parser(options_.tool_call_format);
+  if (!options_.reasoning_parser.empty()) {
+    const ReasoningParserEntry* entry = find_reasoning_parser(options_.reasoning_parser);
+    if (!entry) {
+      fail("reasoning parser '{}' is unknown; the reasoning parsers are {}", options_.reasoning_parser,
+           reasoning_parser_names());
+    }
+    reasoning_ = entry->make(options_.prompt_opens_think);
+  }
+  if (options_.tool_call_parser.empty()) {
+    tool_calls_ = std::make_unique<PlainContentParser>();
+  } else {
+    const ToolCallParserEntry* entry = find_tool_call_parser(options_.tool_call_parser);
+    if (!entry) {
+      fail("tool-call parser '{}' is unknown; the tool-call parsers are {}", options_.tool_call_parser,
+           tool_call_parser_names());
+    }
+    tool_calls_ = entry->make();
+  }
   if (options_.tool_call_id_prefix.empty()) {
     std::random_device device;
     options_.tool_call_id_prefix = fmt::format("{:08x}{:08x}_", device(), device());

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "chat/reasoning_parser.h"
 #include "chat/tool_call_parser.h"
 
@@ -49,18 +50,24 @@ struct ChatMessage {
 };
 
 struct ChatOutputOptions {
-  bool parse_reasoning = false;      // split <think>...</think> from the content
-  bool starts_in_reasoning = false;  // the prompt opened <think> already (see ReasoningParser::prompt_opens_reasoning)
-  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
+  std::string reasoning_parser;  // a name from output_parser_registry.h; empty: no reasoning is split off
+  std::string tool_call_parser;  // a name from output_parser_registry.h; empty: no tool calls are parsed
+  bool prompt_opens_think = false;  // the prompt ends inside <think> (ThinkTagReasoningParser::prompt_opens_reasoning)
   std::string tool_call_id_prefix;  // ids are "call_<prefix><index>"; empty picks a random prefix
 
-  // Picks the formats a chat template writes (<think>, <tool_call>, <|python_tag|>) and whether `prompt`, rendered
-  // with it, leaves a reasoning block open.
-  static ChatOutputOptions for_template(std::string_view template_source, std::string_view prompt);
+  // The parsers whose markers a chat template writes (harmony channels, <tool_call>, DeepSeek's tool tokens...), as
+  // the default for its model family, and whether `prompt`, rendered with it, leaves a <think> block open.
+  static ChatOutputOptions for_template_source(std::string_view template_source, std::string_view prompt);
+  // The same for a model's ChatTemplate, which may be DeepSeek's built-in encoder (DSML tool calls, <think>).
+  static ChatOutputOptions for_chat_template(const ChatTemplate& chat_template, std::string_view prompt);
+
+  // A selected parser reads markers that are special tokens, so the detokenizer must keep them in the text.
+  bool keeps_special_tokens() const;
 };
 
 class ChatOutputParser {
  public:
+  // Unknown parser names in `options` are an Error naming the valid ones.
   explicit ChatOutputParser(ChatOutputOptions options);
 
   ChatDelta feed(std::string_view text);

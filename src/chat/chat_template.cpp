@@ -64,6 +64,12 @@ std::string template_from_dir(const nlohmann::ordered_json& config, const std::f
        dir.string());
 }
 
+// Whether tokenizer_config.json (`config`, parsed) or a template file of `dir` holds a chat template.
+bool has_template(const nlohmann::ordered_json& config, const std::filesystem::path& dir) {
+  return (config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null()) ||
+         std::filesystem::exists(dir / "chat_template.jinja") || std::filesystem::exists(dir / "chat_template.json");
+}
+
 }  // namespace
 
 ChatTemplateInput ChatTemplateInput::from_request(const nlohmann::ordered_json& request) {
@@ -83,6 +89,8 @@ ChatTemplateInput ChatTemplateInput::from_request(const nlohmann::ordered_json& 
         fail("chat request: \"tools\" must be an array or null, got {}", value.type_name());
       }
       input.tools = value;
+    } else if (key == "response_format") {
+      input.response_format = value;
     } else if (key == "add_generation_prompt") {
       if (!value.is_boolean()) {
         fail("chat request: \"add_generation_prompt\" must be a boolean, got {}", value.type_name());
@@ -97,7 +105,7 @@ ChatTemplateInput ChatTemplateInput::from_request(const nlohmann::ordered_json& 
 }
 
 ChatTemplate::ChatTemplate(std::string source, nlohmann::ordered_json special_tokens)
-    : source_(std::move(source)), template_(source_) {
+    : source_(std::move(source)), template_(std::in_place, source_) {
   for (auto it = special_tokens.begin(); it != special_tokens.end(); ++it) {
     if (auto text = token_text(it.value())) special_tokens_.set(it.key(), Value(*text));
   }
@@ -110,6 +118,9 @@ ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& path,
   if (std::filesystem::exists(config_path)) config = read_json_file(config_path);
   if (!config.is_object()) fail("{}: expected a JSON object", config_path.string());
 
+  if (template_override.empty() && !has_template(config, dir)) {
+    if (auto encoding = deepseek_encoding_of_model_dir(dir)) return deepseek(*encoding);
+  }
   std::string source = template_override.empty() ? template_from_dir(config, config_path, dir) : template_override;
 
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
@@ -124,19 +135,22 @@ ChatTemplate ChatTemplate::from_tokenizer_dir(const std::filesystem::path& path,
 }
 
 std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::filesystem::path& dir) {
-  const bool has_template_file = std::filesystem::exists(dir / "chat_template.jinja") ||
-                                 std::filesystem::exists(dir / "chat_template.json");
-  bool has_config_template = false;
+  nlohmann::ordered_json config;
   if (std::filesystem::exists(dir / "tokenizer_config.json")) {
     std::ifstream in(dir / "tokenizer_config.json");
-    const auto config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    has_config_template = config.is_object() && config.contains("chat_template");
+    config = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
-  if (!has_template_file && !has_config_template) return std::nullopt;
-  return from_tokenizer_dir(dir);
+  if (has_template(config, dir)) return from_tokenizer_dir(dir);
+  if (auto encoding = deepseek_encoding_of_model_dir(dir)) return deepseek(*encoding);
+  return std::nullopt;
 }
 
+ChatTemplate ChatTemplate::deepseek(DeepSeekEncoding encoding) { return ChatTemplate(encoding); }
+
+ChatTemplate::ChatTemplate(DeepSeekEncoding encoding) : deepseek_encoding_(encoding) {}
+
 std::string ChatTemplate::render(const ChatTemplateInput& input) const {
+  if (deepseek_encoding_) return render_deepseek_chat(*deepseek_encoding_, input);
   ValueMap variables = special_tokens_;
   variables.set("messages", Value::from_json(input.messages));
   variables.set("tools", input.tools.is_null() ? Value::none() : Value::from_json(input.tools));
@@ -145,7 +159,7 @@ std::string ChatTemplate::render(const ChatTemplateInput& input) const {
   for (auto it = input.extra_kwargs.begin(); it != input.extra_kwargs.end(); ++it) {
     variables.set(it.key(), Value::from_json(it.value()));
   }
-  return template_.render(variables);
+  return template_->render(variables);
 }
 
 }  // namespace tern::chat

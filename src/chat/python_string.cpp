@@ -1,9 +1,12 @@
 #include "chat/python_string.h"
 
+#include "chat/special_casing.h"
+
 #include <utf8proc.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace tern::chat {
@@ -187,53 +190,130 @@ bool is_cased(char32_t c) {
   return category == UTF8PROC_CATEGORY_LU || category == UTF8PROC_CATEGORY_LL || category == UTF8PROC_CATEGORY_LT;
 }
 
-template <typename Map>
-std::string map_code_points(std::string_view text, Map map) {
-  std::u32string code_points = decode_utf8(text);
-  for (char32_t& c : code_points) c = map(c);
-  return encode_utf8(code_points);
+// Appends the full case mapping of `c`: the special one where Unicode has one ('ß' -> "SS"), else the simple one.
+void append_cased(std::u32string& out, char32_t c, std::u32string_view (*special)(char32_t), char32_t (*simple)(char32_t)) {
+  std::u32string_view full = special(c);
+  if (full.empty()) {
+    out += simple(c);
+  } else {
+    out += full;
+  }
 }
 
 }  // namespace
 
-std::string python_upper(std::string_view text) { return map_code_points(text, to_upper); }
-std::string python_lower(std::string_view text) { return map_code_points(text, to_lower); }
+std::string python_upper(std::string_view text) {
+  std::u32string out;
+  for (char32_t c : decode_utf8(text)) append_cased(out, c, special_upper, to_upper);
+  return encode_utf8(out);
+}
+
+std::string python_lower(std::string_view text) {
+  std::u32string out;
+  for (char32_t c : decode_utf8(text)) append_cased(out, c, special_lower, to_lower);
+  return encode_utf8(out);
+}
+
+std::string python_casefold(std::string_view text) {
+  utf8proc_uint8_t* folded = nullptr;
+  std::string valid = encode_utf8(decode_utf8(text));
+  utf8proc_ssize_t len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(valid.data()),
+                                      static_cast<utf8proc_ssize_t>(valid.size()), &folded, UTF8PROC_CASEFOLD);
+  if (len < 0) return python_lower(text);  // unreachable for valid UTF-8
+  std::string out(reinterpret_cast<const char*>(folded), static_cast<size_t>(len));
+  std::free(folded);
+  return out;
+}
+
+std::string python_swapcase(std::string_view text) {
+  std::u32string out;
+  for (char32_t c : decode_utf8(text)) {
+    auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    if (category == UTF8PROC_CATEGORY_LU || category == UTF8PROC_CATEGORY_LT) {
+      append_cased(out, c, special_lower, to_lower);
+    } else if (category == UTF8PROC_CATEGORY_LL) {
+      append_cased(out, c, special_upper, to_upper);
+    } else {
+      out += c;
+    }
+  }
+  return encode_utf8(out);
+}
 
 std::string python_capitalize(std::string_view text) {
-  std::u32string code_points = decode_utf8(text);
-  for (size_t i = 0; i < code_points.size(); ++i) {
-    code_points[i] = i == 0 ? to_title(code_points[i]) : to_lower(code_points[i]);
+  std::u32string out;
+  bool first = true;
+  for (char32_t c : decode_utf8(text)) {
+    if (first) {
+      append_cased(out, c, special_title, to_title);
+    } else {
+      append_cased(out, c, special_lower, to_lower);
+    }
+    first = false;
   }
-  return encode_utf8(code_points);
+  return encode_utf8(out);
 }
 
 std::string python_str_title(std::string_view text) {
-  std::u32string code_points = decode_utf8(text);
+  std::u32string out;
   bool previous_cased = false;
-  for (char32_t& c : code_points) {
+  for (char32_t c : decode_utf8(text)) {
     bool cased = is_cased(c);
-    c = previous_cased ? to_lower(c) : to_title(c);
+    if (previous_cased) {
+      append_cased(out, c, special_lower, to_lower);
+    } else {
+      append_cased(out, c, special_title, to_title);
+    }
     previous_cased = cased;
   }
-  return encode_utf8(code_points);
+  return encode_utf8(out);
 }
 
 std::string jinja_title(std::string_view text) {
   // Jinja splits on runs of whitespace, hyphens and brackets; each word gets an upper first letter, lower rest.
-  std::u32string code_points = decode_utf8(text);
   auto is_boundary = [](char32_t c) {
     return is_python_space(c) || c == '-' || c == '[' || c == ']' || c == '(' || c == ')' || c == '{' || c == '}';
   };
+  std::u32string out;
   bool word_start = true;
-  for (char32_t& c : code_points) {
+  for (char32_t c : decode_utf8(text)) {
     if (is_boundary(c)) {
       word_start = true;
+      out += c;
       continue;
     }
-    c = word_start ? to_upper(c) : to_lower(c);
+    if (word_start) {
+      append_cased(out, c, special_upper, to_upper);
+    } else {
+      append_cased(out, c, special_lower, to_lower);
+    }
     word_start = false;
   }
-  return encode_utf8(code_points);
+  return encode_utf8(out);
+}
+
+std::string python_pad(std::string_view text, int64_t width, char32_t fill, PadAlign align) {
+  auto len = static_cast<int64_t>(count_code_points(text));
+  if (width <= len) return std::string(text);
+  auto total = static_cast<size_t>(width - len);
+  size_t left = 0;
+  if (align == PadAlign::kRight) left = total;
+  // str.center puts the odd space on the left when the width is odd (CPython's pad(): left = total/2 + (total & width & 1)).
+  if (align == PadAlign::kCenter) left = total / 2 + (total & static_cast<size_t>(width) & 1);
+  std::string fill_text = encode_utf8(std::u32string(1, fill));
+  std::string out;
+  for (size_t i = 0; i < left; ++i) out += fill_text;
+  out += text;
+  for (size_t i = left; i < total; ++i) out += fill_text;
+  return out;
+}
+
+std::string python_zfill(std::string_view text, int64_t width) {
+  auto len = static_cast<int64_t>(count_code_points(text));
+  if (width <= len) return std::string(text);
+  std::string zeros(static_cast<size_t>(width - len), '0');
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) return std::string(1, text[0]) + zeros + std::string(text.substr(1));
+  return zeros + std::string(text);
 }
 
 int64_t python_find(std::string_view text, std::string_view part, bool from_right) {

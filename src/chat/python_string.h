@@ -26,9 +26,15 @@ std::string python_replace(std::string_view text, std::string_view old_part, std
                            int64_t count);
 std::string python_upper(std::string_view text);
 std::string python_lower(std::string_view text);
+std::string python_casefold(std::string_view text);
+std::string python_swapcase(std::string_view text);
 std::string python_capitalize(std::string_view text);
 std::string python_str_title(std::string_view text);  // str.title()
 std::string jinja_title(std::string_view text);        // the `title` filter: capitalizes after spaces and brackets
+// str.ljust / rjust / center: `text` padded with `fill` to `width` code points.
+enum class PadAlign { kLeft, kRight, kCenter };  // where the text goes
+std::string python_pad(std::string_view text, int64_t width, char32_t fill, PadAlign align);
+std::string python_zfill(std::string_view text, int64_t width);
 // str.find / rfind, answered in code points (Python indexes strings by code point); -1 when absent.
 int64_t python_find(std::string_view text, std::string_view part, bool from_right);
 std::string python_string_repr(std::string_view text);  // 'text' with Python's quoting and escapes

@@ -12,32 +12,32 @@ size_t without_trailing_newlines(const std::string& text, size_t len) {
 
 }  // namespace
 
-ReasoningParser::ReasoningParser(bool starts_in_reasoning, ReasoningTags tags)
+ThinkTagReasoningParser::ThinkTagReasoningParser(bool starts_in_reasoning, ThinkTags tags)
     : tags_(std::move(tags)),
-      state_(starts_in_reasoning ? State::kReasoning : State::kBeforeReasoning),
+      state_(starts_in_reasoning ? State::kReasoningStart : State::kBeforeReasoning),
       skipping_newlines_(starts_in_reasoning) {}
 
-bool ReasoningParser::prompt_opens_reasoning(std::string_view prompt, const ReasoningTags& tags) {
+bool ThinkTagReasoningParser::prompt_opens_reasoning(std::string_view prompt, const ThinkTags& tags) {
   size_t start = prompt.rfind(tags.start);
   if (start == std::string_view::npos) return false;
   size_t end = prompt.rfind(tags.end);
   return end == std::string_view::npos || end < start;
 }
 
-ReasoningDelta ReasoningParser::feed(std::string_view text) {
+ReasoningDelta ThinkTagReasoningParser::feed(std::string_view text) {
   buffer_ += text;
   ReasoningDelta delta;
   process(delta, false);
   return delta;
 }
 
-ReasoningDelta ReasoningParser::flush() {
+ReasoningDelta ThinkTagReasoningParser::flush() {
   ReasoningDelta delta;
   process(delta, true);
   return delta;
 }
 
-bool ReasoningParser::skip_leading_newlines() {
+bool ThinkTagReasoningParser::skip_leading_newlines() {
   if (!skipping_newlines_) return true;
   size_t first = buffer_.find_first_not_of('\n');
   if (first == std::string::npos) {
@@ -49,7 +49,20 @@ bool ReasoningParser::skip_leading_newlines() {
   return true;
 }
 
-void ReasoningParser::process(ReasoningDelta& delta, bool final) {
+size_t ThinkTagReasoningParser::find_reasoning_end(size_t& consumed_len) const {
+  size_t end = buffer_.find(tags_.end);
+  consumed_len = tags_.end.size();
+  if (!tags_.implicit_end.empty()) {
+    size_t implicit = buffer_.find(tags_.implicit_end);
+    if (implicit < end) {
+      end = implicit;
+      consumed_len = 0;
+    }
+  }
+  return end;
+}
+
+void ThinkTagReasoningParser::process(ReasoningDelta& delta, bool final) {
   while (!buffer_.empty()) {
     switch (state_) {
       case State::kBeforeReasoning: {
@@ -66,18 +79,34 @@ void ReasoningParser::process(ReasoningDelta& delta, bool final) {
         buffer_.erase(0, buffer_.size() - held);
         return;
       }
+      case State::kReasoningStart: {
+        // Reasoning opened by the prompt (or implied by the format): a start tag written anyway is not reasoning.
+        if (!skip_leading_newlines()) return;
+        if (buffer_.size() < tags_.start.size() && !final &&
+            std::string_view(tags_.start).substr(0, buffer_.size()) == buffer_) {
+          return;
+        }
+        if (buffer_.rfind(tags_.start, 0) == 0) {
+          buffer_.erase(0, tags_.start.size());
+          skipping_newlines_ = true;
+        }
+        state_ = State::kReasoning;
+        continue;
+      }
       case State::kReasoning: {
         if (!skip_leading_newlines()) return;
-        size_t end = buffer_.find(tags_.end);
+        size_t consumed_len = 0;
+        size_t end = find_reasoning_end(consumed_len);
         if (end != std::string::npos) {
           delta.reasoning += buffer_.substr(0, without_trailing_newlines(buffer_, end));
-          buffer_.erase(0, end + tags_.end.size());
+          buffer_.erase(0, end + consumed_len);
           state_ = State::kAfterReasoning;
           skipping_newlines_ = true;
           continue;
         }
-        // Hold back a partial end tag and the newlines before it: if the tag completes, they go with it.
-        size_t held_from = buffer_.size() - (final ? 0 : partial_tag_suffix_len(buffer_, {tags_.end}));
+        // Hold back a partial end marker and the newlines before it: if the marker completes, they go with it.
+        size_t held = final ? 0 : partial_tag_suffix_len(buffer_, {tags_.end, tags_.implicit_end});
+        size_t held_from = buffer_.size() - held;
         size_t emit_len = without_trailing_newlines(buffer_, held_from);
         delta.reasoning += buffer_.substr(0, emit_len);
         buffer_.erase(0, final ? buffer_.size() : emit_len);

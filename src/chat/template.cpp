@@ -2,12 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+#include <optional>
+
 #include "chat/template_builtins.h"
 #include "chat/template_parser.h"
 #include "core/error.h"
 
 namespace tern::chat {
 namespace {
+
+// The key under which a map holds the function that calling it runs (the loop object of a recursive loop).
+constexpr const char* kCallKey = "__call__";
 
 class Interpreter {
  public:
@@ -128,7 +134,13 @@ class Interpreter {
     for (size_t i = 0; i < targets.size(); ++i) frame.set(targets[i], items[i]);
   }
 
-  Value make_loop_object(const ValueList& items, size_t index) {
+  // What one run of a loop shares across its iterations: loop.changed()'s last arguments.
+  struct LoopRun {
+    std::optional<Value> last_changed;
+  };
+
+  Value make_loop_object(const Stmt& stmt, const ValueList& items, size_t index, int64_t depth,
+                         const std::shared_ptr<LoopRun>& run) {
     auto length = static_cast<int64_t>(items.size());
     auto i = static_cast<int64_t>(index);
     ValueMap loop;
@@ -139,21 +151,41 @@ class Interpreter {
     loop.set("first", Value(i == 0));
     loop.set("last", Value(i == length - 1));
     loop.set("length", Value(length));
-    loop.set("depth", Value(1));
-    loop.set("depth0", Value(0));
+    loop.set("depth", Value(depth));
+    loop.set("depth0", Value(depth - 1));
     loop.set("previtem", index > 0 ? items[index - 1] : Value::undefined("there is no previous item"));
     loop.set("nextitem", i + 1 < length ? items[index + 1] : Value::undefined("there is no next item"));
     loop.set("cycle", Value::function("loop.cycle", [index](const CallArgs& args) -> Value {
                if (args.positional.empty()) throw EvalError("loop.cycle() needs at least one item");
                return args.positional[index % args.positional.size()];
              }));
+    loop.set("changed", Value::function("loop.changed", [run](const CallArgs& args) {
+               Value arguments = Value::tuple(args.positional);
+               if (run->last_changed && values_equal(*run->last_changed, arguments)) return Value(false);
+               run->last_changed = std::move(arguments);
+               return Value(true);
+             }));
+    // `loop(children)` in a recursive loop renders the loop body over `children`, one level deeper.
+    loop.set(kCallKey, Value::function("loop", [this, &stmt, depth](const CallArgs& args) -> Value {
+               if (!stmt.recursive) throw EvalError("Tried to call non recursive loop. Maybe you forgot the 'recursive' modifier.");
+               if (args.positional.size() != 1 || !args.keyword.empty()) throw EvalError("loop() takes exactly one iterable");
+               if (depth >= limits_.max_call_depth) {
+                 throw EvalError(fmt::format("recursive loop nested deeper than {} levels", limits_.max_call_depth));
+               }
+               std::string out;
+               run_loop(stmt, args.positional[0], depth + 1, out);
+               return Value(std::move(out));
+             }));
     return Value(std::move(loop));
   }
 
-  void exec_for(const Stmt& stmt, std::string& out) {
+  void exec_for(const Stmt& stmt, std::string& out) { run_loop(stmt, std::nullopt, 1, out); }
+
+  // Runs the loop over `iterable` (the statement's own expression when absent), at recursion `depth` (1 at the top).
+  void run_loop(const Stmt& stmt, const std::optional<Value>& iterable, int64_t depth, std::string& out) {
     ValueList items;
     try {
-      items = iterate_value(eval(*stmt.expr));
+      items = iterate_value(iterable ? *iterable : eval(*stmt.expr));
     } catch (const EvalError& e) {
       fail_at(stmt.expr->pos, e.what());
     }
@@ -180,12 +212,13 @@ class Interpreter {
       exec_list(stmt.else_body, out);
       return;
     }
+    auto run = std::make_shared<LoopRun>();
     for (size_t i = 0; i < items.size(); ++i) {
       if (++iterations_ > limits_.max_loop_iterations) {
         fail_at(stmt.pos, fmt::format("more than {} loop iterations", limits_.max_loop_iterations));
       }
       ValueMap frame;
-      frame.set("loop", make_loop_object(items, i));
+      frame.set("loop", make_loop_object(stmt, items, i, depth, run));
       bind_targets(frame, stmt.targets, items[i], stmt.pos);
       frames_.push_back(std::move(frame));
       Flow flow;
@@ -216,7 +249,7 @@ class Interpreter {
 
   Value apply_filters(const std::vector<FilterCall>& filters, Value value) {
     for (const auto& filter : filters) {
-      CallArgs args = eval_args(filter.args, filter.kwargs);
+      CallArgs args = eval_args(filter.args, filter.kwargs, filter.unpacked);
       try {
         value = apply_filter(filter.name, value, args);
       } catch (const TemplateRaised&) {
@@ -277,7 +310,7 @@ class Interpreter {
   Value exec_call_block(const Stmt& stmt) {
     const Expr& call = *stmt.expr;
     Value callee = eval(*call.a);
-    CallArgs args = eval_args(call.items, call.kwargs);
+    CallArgs args = eval_args(call.items, call.kwargs, call.unpacked);
     args.keyword.emplace_back(
         "caller", Value::function("caller", [this, &stmt, captured = captured_frames()](const CallArgs& caller_args) {
           return call_macro("caller", stmt.params, stmt.body, captured, caller_args);
@@ -288,6 +321,9 @@ class Interpreter {
   Value call_function(const Value& callee, const CallArgs& args, const SourcePos& pos) {
     try {
       if (callee.is_undefined()) fail_undefined(callee);
+      if (callee.is_map() && !callee.is_namespace()) {
+        if (const Value* call = callee.as_map().find(kCallKey)) return call->as_function().call(args);
+      }
       if (!callee.is_function()) throw EvalError(fmt::format("'{}' object is not callable", callee.type_name()));
       return callee.as_function().call(args);
     } catch (const TemplateRaised& e) {
@@ -306,10 +342,25 @@ class Interpreter {
     return Value::undefined(fmt::format("'{}' is undefined", name));
   }
 
-  CallArgs eval_args(const std::vector<ExprPtr>& positional, const KeywordExprs& keyword) {
+  CallArgs eval_args(const std::vector<ExprPtr>& positional, const KeywordExprs& keyword, const Unpacked& unpacked) {
     CallArgs args;
     for (const auto& expr : positional) args.positional.push_back(eval(*expr));
     for (const auto& [name, expr] : keyword) args.keyword.emplace_back(name, eval(*expr));
+    if (unpacked.args) {
+      for (auto& item : iterate_value(eval(*unpacked.args))) args.positional.push_back(std::move(item));
+    }
+    if (unpacked.kwargs) {
+      Value mapping = eval(*unpacked.kwargs);
+      if (mapping.is_undefined()) fail_undefined(mapping);
+      if (!mapping.is_map()) throw EvalError(fmt::format("argument after ** must be a mapping, not {}", mapping.type_name()));
+      for (const auto& [key, value] : mapping.as_map().entries()) {
+        if (!key.is_string()) throw EvalError("keywords must be strings");
+        for (const auto& [name, unused] : args.keyword) {
+          if (name == key.as_string()) throw EvalError(fmt::format("got multiple values for keyword argument '{}'", name));
+        }
+        args.keyword.emplace_back(key.as_string(), value);
+      }
+    }
     return args;
   }
 
@@ -350,8 +401,7 @@ class Interpreter {
         ValueMap map;
         for (size_t i = 0; i + 1 < expr.items.size(); i += 2) {
           Value key = eval(*expr.items[i]);
-          if (!key.is_string()) throw EvalError(fmt::format("dict keys must be strings, got {}", key.type_name()));
-          map.set(key.as_string(), eval(*expr.items[i + 1]));
+          map.set(key, eval(*expr.items[i + 1]));
         }
         return Value(std::move(map));
       }
@@ -401,15 +451,15 @@ class Interpreter {
       }
       case Expr::Kind::kCall: {
         Value callee = eval(*expr.a);
-        return call_function(callee, eval_args(expr.items, expr.kwargs), expr.pos);
+        return call_function(callee, eval_args(expr.items, expr.kwargs, expr.unpacked), expr.pos);
       }
       case Expr::Kind::kFilter: {
         Value input = eval(*expr.a);
-        return apply_filter(expr.filter.name, input, eval_args(expr.filter.args, expr.filter.kwargs));
+        return apply_filter(expr.filter.name, input, eval_args(expr.filter.args, expr.filter.kwargs, expr.filter.unpacked));
       }
       case Expr::Kind::kTest: {
         Value subject = eval(*expr.a);
-        bool result = apply_test(expr.name, subject, eval_args(expr.items, expr.kwargs));
+        bool result = apply_test(expr.name, subject, eval_args(expr.items, expr.kwargs, expr.unpacked));
         return Value(result != expr.negated);
       }
     }

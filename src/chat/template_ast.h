@@ -14,11 +14,19 @@ struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 using KeywordExprs = std::vector<std::pair<std::string, ExprPtr>>;
 
+// `f(*args, **kwargs)`: a sequence unpacked after the positional arguments and a mapping after the keyword
+// arguments (null when absent).
+struct Unpacked {
+  ExprPtr args;
+  ExprPtr kwargs;
+};
+
 // `| name(args)`: one filter application, in an expression or on a filter/set block.
 struct FilterCall {
   std::string name;
   std::vector<ExprPtr> args;
   KeywordExprs kwargs;
+  Unpacked unpacked;
   SourcePos pos;
 };
 
@@ -39,9 +47,9 @@ struct Expr {
     kGetAttr,      // a.name
     kGetItem,      // a[b]
     kSlice,        // a[items[0]:items[1]:items[2]], missing parts are null
-    kCall,         // a(items, kwargs)
+    kCall,         // a(items, kwargs, *unpacked.args, **unpacked.kwargs)
     kFilter,       // a | filter
-    kTest,         // a is [not] name(items), negated
+    kTest,         // a is [not] name(items, kwargs, unpacked), negated
   };
 
   Kind kind;
@@ -50,6 +58,7 @@ struct Expr {
   std::string name;
   std::vector<ExprPtr> items;
   KeywordExprs kwargs;
+  Unpacked unpacked;
   std::vector<std::string> ops;
   ExprPtr a, b, c;
   FilterCall filter;
@@ -64,7 +73,7 @@ struct Stmt {
     kText,         // text
     kOutput,       // {{ expr }}
     kIf,           // branches (condition, body) in order; a null condition is the else branch
-    kFor,          // for targets in expr [if condition]: body [else else_body]
+    kFor,          // for targets in expr [if condition] [recursive]: body [else else_body]
     kSet,          // set targets = expr, or set targets[0].target_attr = expr
     kSetBlock,     // set targets[0] [| filters]: body
     kMacro,        // macro targets[0](params): body
@@ -88,6 +97,7 @@ struct Stmt {
   StmtList else_body;
   KeywordExprs params;  // macro parameters with optional defaults (null when none); with-assignments
   std::vector<FilterCall> filters;
+  bool recursive = false;  // kFor: the loop object is callable, rendering the body over nested items
 };
 
 }  // namespace tern::chat

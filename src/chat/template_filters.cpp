@@ -6,9 +6,12 @@
 #include <cmath>
 #include <functional>
 #include <unordered_map>
+#include <utility>
 
+#include "chat/python_format.h"
 #include "chat/python_string.h"
 #include "chat/template_builtins.h"
+#include "chat/template_text_filters.h"
 
 namespace tern::chat {
 namespace {
@@ -44,8 +47,9 @@ CallArgs shifted(const CallArgs& args, size_t first) {
   return out;
 }
 
-// select / reject / selectattr / rejectattr.
+// select / reject / selectattr / rejectattr. Like map, they yield nothing for a false input (None, "", []).
 Value select_items(const Value& input, const CallArgs& args, bool by_attribute, bool keep_matches) {
+  if (!input.truthy()) return Value(ValueList{});
   size_t first_test_arg = by_attribute ? 1 : 0;
   std::string attribute = by_attribute ? string_argument(args.get(0, "attribute"), "attribute") : "";
   bool has_test = args.positional.size() > first_test_arg;
@@ -62,6 +66,7 @@ Value select_items(const Value& input, const CallArgs& args, bool by_attribute, 
 
 Value map_items(const Value& input, const CallArgs& args) {
   ValueList out;
+  if (!input.truthy()) return Value(std::move(out));
   Value attribute;
   Value fallback;
   for (const auto& [key, value] : args.keyword) {
@@ -120,6 +125,71 @@ Value min_max(const Value& input, const CallArgs& args, bool want_max) {
   return items[best];
 }
 
+Value batch_filter(const Value& input, const CallArgs& args) {
+  int64_t size = int_argument(args.get(0, "linecount"), "batch() linecount", 0);
+  if (size <= 0) throw EvalError(fmt::format("batch() linecount must be positive, got {}", size));
+  Value fill = args.get(1, "fill_with");
+  ValueList batches;
+  ValueList current;
+  for (auto& item : as_list(input)) {
+    if (static_cast<int64_t>(current.size()) == size) batches.emplace_back(std::exchange(current, {}));
+    current.push_back(std::move(item));
+  }
+  if (!current.empty()) {
+    if (!fill.is_undefined() && !fill.is_none()) current.resize(static_cast<size_t>(size), fill);
+    batches.emplace_back(std::move(current));
+  }
+  return Value(std::move(batches));
+}
+
+// slice(n): n columns, the first len % n of them one item longer (filled up with `fill_with` otherwise).
+Value slice_filter(const Value& input, const CallArgs& args) {
+  int64_t slices = int_argument(args.get(0, "slices"), "slice() slices", 0);
+  if (slices <= 0) throw EvalError(slices == 0 ? "integer division or modulo by zero" : "slice() slices must be positive");
+  Value fill = args.get(1, "fill_with");
+  ValueList items = as_list(input);
+  auto length = static_cast<int64_t>(items.size());
+  int64_t per_slice = length / slices;
+  int64_t with_extra = length % slices;
+  int64_t offset = 0;
+  ValueList out;
+  for (int64_t n = 0; n < slices; ++n) {
+    int64_t start = offset + n * per_slice;
+    if (n < with_extra) ++offset;
+    int64_t end = offset + (n + 1) * per_slice;
+    ValueList column(items.begin() + start, items.begin() + end);
+    if (!fill.is_undefined() && !fill.is_none() && n >= with_extra) column.push_back(fill);
+    out.emplace_back(std::move(column));
+  }
+  return Value(std::move(out));
+}
+
+// groupby(attribute): (grouper, items) pairs in the order of the sorted keys, as Jinja's sort-then-group does.
+Value groupby_filter(const Value& input, const CallArgs& args) {
+  Value attribute = args.get(0, "attribute");
+  Value fallback = args.get(1, "default");
+  bool case_sensitive = bool_argument(args.get(2, "case_sensitive"), false);
+  auto key_of = [&](const Value& item, bool fold_case) {
+    Value key = attribute.is_int() ? get_item(item, attribute) : lookup_attribute(item, string_argument(attribute, "groupby() attribute"));
+    if (key.is_undefined() && !fallback.is_undefined()) key = fallback;
+    return fold_case && key.is_string() ? Value(python_lower(key.as_string())) : key;
+  };
+  std::vector<std::pair<Value, Value>> keyed;
+  for (auto& item : as_list(input)) keyed.emplace_back(key_of(item, !case_sensitive), item);
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return value_less(a.first, b.first); });
+  ValueList groups;
+  for (size_t i = 0; i < keyed.size();) {
+    ValueList members;
+    size_t j = i;
+    for (; j < keyed.size() && values_equal(keyed[j].first, keyed[i].first); ++j) members.push_back(keyed[j].second);
+    // The grouper is the first member's own value, not its case-folded key.
+    Value grouper = case_sensitive ? keyed[i].first : key_of(members.front(), false);
+    groups.push_back(Value::group_tuple(std::move(grouper), std::move(members)));
+    i = j;
+  }
+  return Value(std::move(groups));
+}
+
 Value round_filter(const Value& input, const CallArgs& args) {
   int64_t precision = int_argument(args.get(0, "precision"), "round() precision", 0);
   Value method_value = args.get(1, "method");
@@ -144,7 +214,8 @@ Value int_filter(const Value& input, const CallArgs& args) {
   if (input.is_bool()) return Value(int64_t{input.as_bool()});
   if (input.is_float()) {
     double d = input.as_double();
-    if (!std::isfinite(d) || std::fabs(d) > 9.2e18) return result_on_error;
+    if (!std::isfinite(d)) return result_on_error;
+    if (std::fabs(d) > 9.2e18) return Value::integer(*BigInt::from_decimal(fmt::format("{:.0f}", std::trunc(d))));
     return Value(static_cast<int64_t>(d));
   }
   if (input.is_string()) {
@@ -154,12 +225,16 @@ Value int_filter(const Value& input, const CallArgs& args) {
       size_t used = 0;
       int64_t value = std::stoll(text, &used, static_cast<int>(base));
       if (used == text.size()) return Value(value);
+    } catch (const std::out_of_range&) {
+      if (base == 10) {
+        if (auto big = BigInt::from_decimal(text)) return Value::integer(*big);
+      }
     } catch (const std::exception&) {
     }
     try {
       size_t used = 0;
       double value = std::stod(text, &used);
-      if (used == text.size() && std::isfinite(value)) return Value(static_cast<int64_t>(value));
+      if (used == text.size() && std::isfinite(value)) return int_filter(Value(value), args);
     } catch (const std::exception&) {
     }
   }
@@ -242,7 +317,7 @@ Value sorted_keys(const Value& value) {
   }
   if (!value.is_map()) return value;
   auto entries = value.as_map().entries();
-  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return value_less(a.first, b.first); });
   ValueMap out;
   for (auto& [key, item] : entries) out.set(key, sorted_keys(item));
   return Value(std::move(out));
@@ -372,7 +447,7 @@ const std::unordered_map<std::string, Filter>& filters() {
       return sort_filter(bound_method(in, "items").as_function().call(CallArgs{}), sort_args);
     };
     f["abs"] = [](const Value& in, const CallArgs&) {
-      if (in.is_int()) return in.as_int() < 0 ? unary_minus(in) : in;
+      if (in.is_int()) return value_less(in, Value(0)) ? unary_minus(in) : in;
       if (in.is_float()) return Value(std::fabs(in.as_double()));
       throw EvalError(fmt::format("bad operand type for abs(): '{}'", in.type_name()));
     };
@@ -396,16 +471,24 @@ const std::unordered_map<std::string, Filter>& filters() {
       return get_attribute(in, string_argument(args.get(0, "name"), "attr() name"));
     };
     f["format"] = [](const Value& in, const CallArgs& args) {
-      return binary_operator("%", Value(text_of(in)), Value(args.positional));
+      if (!args.positional.empty() && !args.keyword.empty()) {
+        throw EvalError("can't handle positional and keyword arguments at the same time");
+      }
+      ValueMap mapping;
+      for (const auto& [key, value] : args.keyword) mapping.set(key, value);
+      Value arguments = args.keyword.empty() ? Value::tuple(args.positional) : Value(std::move(mapping));
+      return Value(python_percent_format(text_of(in), arguments));
     };
+    f["batch"] = batch_filter;
+    f["slice"] = slice_filter;
+    f["groupby"] = groupby_filter;
+    f["truncate"] = truncate_filter;
+    f["wordwrap"] = wordwrap_filter;
+    f["striptags"] = striptags_filter;
+    f["urlencode"] = urlencode_filter;
+    f["pprint"] = pprint_filter;
     f["center"] = [](const Value& in, const CallArgs& args) {
-      std::string text = text_of(in);
-      auto width = static_cast<size_t>(std::max<int64_t>(0, int_argument(args.get(0, "width"), "center() width", 80)));
-      size_t len = count_code_points(text);
-      if (len >= width) return Value(text);
-      size_t total = width - len;
-      size_t left = total / 2 + (total & width & 1);  // Python's str.center puts the odd space on the left
-      return Value(std::string(left, ' ') + text + std::string(total - left, ' '));
+      return Value(python_pad(text_of(in), int_argument(args.get(0, "width"), "center() width", 80), U' ', PadAlign::kCenter));
     };
     return f;
   }();

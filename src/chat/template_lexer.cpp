@@ -1,5 +1,7 @@
 #include "chat/template_lexer.h"
 
+#include <unicode/uchar.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -255,6 +257,22 @@ class Lexer {
     push(is_float ? TokenKind::kFloat : TokenKind::kInteger, std::move(text), start);
   }
 
+  // The character of a `\N{NAME}` escape (the backslash and N already read): a Unicode name or alias, in any case.
+  std::string character_named(size_t literal_start) {
+    size_t escape_start = pos_ - 2;
+    if (pos_ >= source_.size() || source_[pos_] != '{') error_at(escape_start, "malformed \\N character escape");
+    size_t close = source_.find('}', pos_);
+    if (close == std::string::npos) error_at(literal_start, "malformed \\N character escape");
+    std::string name = source_.substr(pos_ + 1, close - pos_ - 1);
+    pos_ = close + 1;
+    for (UCharNameChoice choice : {U_UNICODE_CHAR_NAME, U_CHAR_NAME_ALIAS}) {
+      UErrorCode status = U_ZERO_ERROR;
+      UChar32 c = u_charFromName(choice, name.c_str(), &status);
+      if (U_SUCCESS(status)) return encode_utf8(std::u32string(1, static_cast<char32_t>(c)));
+    }
+    error_at(escape_start, "unknown Unicode character name '" + name + "'");
+  }
+
   // Decodes a string literal with Python's escapes (Jinja decodes them with "unicode-escape").
   std::string lex_string() {
     size_t start = pos_;
@@ -282,6 +300,7 @@ class Lexer {
         case 'f': out += '\f'; break;
         case 'v': out += '\v'; break;
         case '\n': break;  // a backslash-newline continues the line
+        case 'N': out += character_named(start); break;
         case 'x':
         case 'u':
         case 'U': {

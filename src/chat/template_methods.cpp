@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "chat/python_format.h"
 #include "chat/python_string.h"
 #include "chat/template_builtins.h"
 
@@ -61,6 +62,29 @@ Value string_method(const std::string& text, const std::string& name, const Call
     return Value(affix_matches(text, affix, name == "startswith"));
   }
   if (name == "upper") return Value(python_upper(text));
+  if (name == "casefold") return Value(python_casefold(text));
+  if (name == "swapcase") return Value(python_swapcase(text));
+  if (name == "format") return Value(python_str_format(text, args));
+  if (name == "zfill") return Value(python_zfill(text, int_argument(args.get(0, "width"), "zfill() width", 0)));
+  if (name == "ljust" || name == "rjust" || name == "center") {
+    Value width = args.get(0, "width");
+    if (width.is_undefined()) throw EvalError(fmt::format("{}() takes at least 1 argument (0 given)", name));
+    Value fill = args.get(1, "fillchar");
+    std::u32string fill_char = fill.is_undefined() ? U" " : decode_utf8(string_argument(fill, name + "() fillchar"));
+    if (fill_char.size() != 1) throw EvalError("The fill character must be exactly one character long");
+    PadAlign align = name == "ljust" ? PadAlign::kLeft : name == "rjust" ? PadAlign::kRight : PadAlign::kCenter;
+    return Value(python_pad(text, int_argument(width, name + "() width", 0), fill_char[0], align));
+  }
+  if (name == "partition" || name == "rpartition") {
+    std::string sep = string_argument(args.get(0, "sep"), name + "() separator");
+    if (sep.empty()) throw EvalError("empty separator");
+    size_t found = name == "partition" ? text.find(sep) : text.rfind(sep);
+    if (found == std::string::npos) {
+      return name == "partition" ? Value::tuple({Value(text), Value(""), Value("")})
+                                 : Value::tuple({Value(""), Value(""), Value(text)});
+    }
+    return Value::tuple({Value(text.substr(0, found)), Value(sep), Value(text.substr(found + sep.size()))});
+  }
   if (name == "lower") return Value(python_lower(text));
   if (name == "title") return Value(python_str_title(text));
   if (name == "capitalize") return Value(python_capitalize(text));
@@ -116,24 +140,22 @@ Value string_method(const std::string& text, const std::string& name, const Call
 Value map_method(const ValueMap& map, const std::string& name, const CallArgs& args) {
   if (name == "items") {
     ValueList out;
-    for (const auto& [key, value] : map.entries()) out.push_back(Value::tuple({Value(key), value}));
-    return Value(std::move(out));
+    for (const auto& [key, value] : map.entries()) out.push_back(Value::tuple({key, value}));
+    return Value::dict_view(std::move(out), Value::View::kItems);
   }
   if (name == "keys") {
     ValueList out;
-    for (const auto& [key, unused] : map.entries()) out.emplace_back(key);
-    return Value(std::move(out));
+    for (const auto& [key, unused] : map.entries()) out.push_back(key);
+    return Value::dict_view(std::move(out), Value::View::kKeys);
   }
   if (name == "values") {
     ValueList out;
     for (const auto& [unused, value] : map.entries()) out.push_back(value);
-    return Value(std::move(out));
+    return Value::dict_view(std::move(out), Value::View::kValues);
   }
   // get
   Value key = args.get(0, "key");
-  if (key.is_string()) {
-    if (const Value* found = map.find(key.as_string())) return *found;
-  }
+  if (const Value* found = map.find(key)) return *found;
   Value fallback = args.get(1, "default");
   return fallback.is_undefined() ? Value::none() : fallback;
 }
@@ -155,7 +177,8 @@ bool is_string_method(const std::string& name) {
                                        "startswith", "endswith",  "upper",        "lower",    "title",   "capitalize",
                                        "replace", "find",         "rfind",        "index",    "rindex",  "count",
                                        "join",    "removeprefix", "removesuffix", "isdigit",  "isspace", "isalpha",
-                                       "isalnum", "islower",      "isupper"};
+                                       "isalnum", "islower",      "isupper",      "casefold", "swapcase", "format",
+                                       "zfill",   "ljust",        "rjust",        "center",   "partition", "rpartition"};
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <fmt/format.h>
 
+#include "chat/python_format.h"
 #include "chat/python_string.h"
 #include "chat/template_builtins.h"
 
@@ -11,7 +12,7 @@ namespace tern::chat {
 namespace {
 
 bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
-int64_t integral(const Value& v) { return v.is_bool() ? int64_t{v.as_bool()} : v.as_int(); }
+int64_t integral(const Value& v) { return v.is_bool() ? int64_t{v.as_bool()} : v.as_int(); }  // throws for big ints
 bool is_numeric(const Value& v) { return is_integral(v) || v.is_float(); }
 
 [[noreturn]] void unsupported(const std::string& op, const Value& left, const Value& right) {
@@ -19,14 +20,66 @@ bool is_numeric(const Value& v) { return is_integral(v) || v.is_float(); }
                               right.type_name()));
 }
 
-// Integer arithmetic that fails like a bounded interpreter should, instead of wrapping around.
-int64_t checked_integer(const std::string& op, int64_t a, int64_t b) {
-  int64_t result = 0;
-  bool overflowed = op == "+"   ? __builtin_add_overflow(a, b, &result)
-                    : op == "-" ? __builtin_sub_overflow(a, b, &result)
-                                : __builtin_mul_overflow(a, b, &result);
-  if (overflowed) throw EvalError(fmt::format("integer overflow in '{}'", op));
-  return result;
+// Past this many digits an int is a runaway template (`10 ** 10 ** 9`), not a chat format.
+constexpr size_t kMaxIntegerDigits = 10'000;
+
+Value bounded(const BigInt& value) {
+  if (value.num_decimal_digits() > kMaxIntegerDigits) {
+    throw EvalError(fmt::format("integer result longer than {} digits", kMaxIntegerDigits));
+  }
+  return Value::integer(value);
+}
+
+// Python's int arithmetic: exact at any size. int64 covers nearly every value; BigInt takes the rest.
+Value integer_arithmetic(const std::string& op, const Value& left, const Value& right) {
+  if (!left.is_big_int() && !right.is_big_int()) {
+    int64_t a = integral(left);
+    int64_t b = integral(right);
+    int64_t result = 0;
+    bool overflowed = op == "+"   ? __builtin_add_overflow(a, b, &result)
+                      : op == "-" ? __builtin_sub_overflow(a, b, &result)
+                      : op == "*" ? __builtin_mul_overflow(a, b, &result)
+                                  : true;
+    if (!overflowed) return Value(result);
+    if ((op == "//" || op == "%") && !(a == INT64_MIN && b == -1)) {
+      int64_t quotient = a / b;
+      int64_t remainder = a % b;
+      if (remainder != 0 && ((remainder < 0) != (b < 0))) {
+        quotient -= 1;
+        remainder += b;
+      }
+      return op == "//" ? Value(quotient) : Value(remainder);
+    }
+  }
+  BigInt a = left.as_big_int();
+  BigInt b = right.as_big_int();
+  if (op == "+") return bounded(a + b);
+  if (op == "-") return bounded(a - b);
+  if (op == "*") {
+    if (a.num_decimal_digits() + b.num_decimal_digits() > kMaxIntegerDigits + 18) {
+      throw EvalError(fmt::format("integer result longer than {} digits", kMaxIntegerDigits));
+    }
+    return bounded(a * b);
+  }
+  if (op == "//" || op == "%") {
+    BigInt quotient;
+    BigInt remainder;
+    BigInt::floor_divmod(a, b, quotient, remainder);
+    return Value::integer(op == "//" ? quotient : remainder);
+  }
+  // **, with a non-negative exponent: square-and-multiply, bounded in size.
+  auto exponent = b.to_int64();
+  if (!exponent) throw EvalError(fmt::format("integer result longer than {} digits", kMaxIntegerDigits));
+  BigInt power(1);
+  BigInt base = a;
+  for (int64_t e = *exponent; e > 0; e >>= 1) {
+    if (e & 1) power = power * base;
+    if (e > 1) base = base * base;
+    if (power.num_decimal_digits() > kMaxIntegerDigits + 18 || base.num_decimal_digits() > 2 * kMaxIntegerDigits) {
+      throw EvalError(fmt::format("integer result longer than {} digits", kMaxIntegerDigits));
+    }
+  }
+  return bounded(power);
 }
 
 Value repeat(const Value& sequence, int64_t times) {
@@ -48,50 +101,6 @@ Value repeat(const Value& sequence, int64_t times) {
   return Value(std::move(out));
 }
 
-// printf-style `"%s and %d" % (a, b)`: the conversions chat templates use.
-Value percent_format(const std::string& format, const Value& arguments) {
-  ValueList args = arguments.is_list() ? arguments.as_list() : ValueList{arguments};
-  size_t next_arg = 0;
-  std::string out;
-  for (size_t i = 0; i < format.size(); ++i) {
-    if (format[i] != '%') {
-      out += format[i];
-      continue;
-    }
-    if (++i >= format.size()) throw EvalError("incomplete format");
-    std::string precision;
-    if (format[i] == '.') {
-      while (++i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) precision += format[i];
-      if (i >= format.size()) throw EvalError("incomplete format");
-    }
-    char conversion = format[i];
-    if (conversion == '%') {
-      out += '%';
-      continue;
-    }
-    if (next_arg >= args.size()) throw EvalError("not enough arguments for format string");
-    const Value& arg = args[next_arg++];
-    switch (conversion) {
-      case 's': out += arg.to_str(); break;
-      case 'r': out += arg.repr(); break;
-      case 'd':
-      case 'i':
-        if (!is_numeric(arg)) throw EvalError(fmt::format("%{} format: a number is required, not {}", conversion, arg.type_name()));
-        out += std::to_string(arg.is_float() ? static_cast<int64_t>(arg.as_double()) : integral(arg));
-        break;
-      case 'f':
-        if (!is_numeric(arg)) throw EvalError(fmt::format("%f format: a number is required, not {}", arg.type_name()));
-        out += fmt::format("{:.{}f}", arg.as_double(), precision.empty() ? 6 : std::stoi(precision));
-        break;
-      default: throw EvalError(fmt::format("unsupported format character '{}'", conversion));
-    }
-  }
-  if (next_arg < args.size() && arguments.is_list()) {
-    throw EvalError("not all arguments converted during string formatting");
-  }
-  return Value(std::move(out));
-}
-
 }  // namespace
 
 void fail_undefined(const Value& undefined) {
@@ -101,9 +110,7 @@ void fail_undefined(const Value& undefined) {
 
 Value unary_minus(const Value& operand) {
   if (operand.is_undefined()) fail_undefined(operand);
-  if (is_integral(operand)) {
-    return Value(checked_integer("-", 0, integral(operand)));
-  }
+  if (is_integral(operand)) return integer_arithmetic("-", Value(0), operand);
   if (operand.is_float()) return Value(-operand.as_double());
   throw EvalError(fmt::format("bad operand type for unary -: '{}'", operand.type_name()));
 }
@@ -114,61 +121,48 @@ Value binary_operator(const std::string& op, const Value& left, const Value& rig
   if (right.is_undefined()) fail_undefined(right);
   if (is_numeric(left) && is_numeric(right)) {
     bool integers = is_integral(left) && is_integral(right);
-    int64_t a = integers ? integral(left) : 0;
-    int64_t b = integers ? integral(right) : 0;
-    double x = left.as_double();
-    double y = right.as_double();
-    if (op == "+") return integers ? Value(checked_integer(op, a, b)) : Value(x + y);
-    if (op == "-") return integers ? Value(checked_integer(op, a, b)) : Value(x - y);
-    if (op == "*") return integers ? Value(checked_integer(op, a, b)) : Value(x * y);
+    bool right_is_zero = !right.truthy();
+    if (op == "+" || op == "-" || op == "*") {
+      if (integers) return integer_arithmetic(op, left, right);
+      double x = left.as_double();
+      double y = right.as_double();
+      return Value(op == "+" ? x + y : op == "-" ? x - y : x * y);
+    }
     if (op == "/") {
-      if (y == 0) throw EvalError("division by zero");
-      return Value(x / y);
+      if (right_is_zero) throw EvalError("division by zero");
+      return Value(left.as_double() / right.as_double());
     }
     if (op == "//" || op == "%") {
-      if (integers ? b == 0 : y == 0) throw EvalError(op == "//" ? "integer division by zero" : "modulo by zero");
-      if (integers) {
-        if (a == INT64_MIN && b == -1) throw EvalError(fmt::format("integer overflow in '{}'", op));
-        int64_t quotient = a / b;
-        int64_t remainder = a % b;
-        if (remainder != 0 && ((remainder < 0) != (b < 0))) {
-          quotient -= 1;
-          remainder += b;
-        }
-        return op == "//" ? Value(quotient) : Value(remainder);
-      }
+      if (right_is_zero) throw EvalError(op == "//" ? "integer division by zero" : "modulo by zero");
+      if (integers) return integer_arithmetic(op, left, right);
+      double x = left.as_double();
+      double y = right.as_double();
       double remainder = std::fmod(x, y);
       if (remainder != 0 && ((remainder < 0) != (y < 0))) remainder += y;
       return op == "//" ? Value(std::floor(x / y)) : Value(remainder);
     }
     if (op == "**") {
-      if (integers && b >= 0) {
-        int64_t power = 1;
-        for (int64_t i = 0; i < b; ++i) {
-          if (__builtin_mul_overflow(power, a, &power)) throw EvalError("integer overflow in '**'");
-          if (power == 0 || power == 1) break;
-        }
-        return Value(power);
-      }
-      return Value(std::pow(x, y));
+      if (integers && !value_less(right, Value(0))) return integer_arithmetic(op, left, right);
+      return Value(std::pow(left.as_double(), right.as_double()));
     }
   }
   if (op == "+") {
     if (left.is_string() && right.is_string()) return Value(left.as_string() + right.as_string());
-    if (left.is_list() && right.is_list()) {
+    if (left.is_list() && right.is_list() && left.same_sequence_type(right) && !left.is_dict_view()) {
       ValueList out = left.as_list();
       out.insert(out.end(), right.as_list().begin(), right.as_list().end());
-      return Value(std::move(out));
+      return left.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
     }
-    if (left.is_string()) {
-      throw EvalError(fmt::format("can only concatenate str (not \"{}\") to str", right.type_name()));
+    if (left.is_string() || (left.is_list() && !left.is_dict_view())) {
+      throw EvalError(fmt::format("can only concatenate {} (not \"{}\") to {}", left.type_name(), right.type_name(),
+                                  left.type_name()));
     }
   }
   if (op == "*") {
     if ((left.is_string() || left.is_list()) && is_integral(right)) return repeat(left, integral(right));
     if ((right.is_string() || right.is_list()) && is_integral(left)) return repeat(right, integral(left));
   }
-  if (op == "%" && left.is_string()) return percent_format(left.as_string(), right);
+  if (op == "%" && left.is_string()) return Value(python_percent_format(left.as_string(), right));
   unsupported(op, left, right);
 }
 
@@ -186,7 +180,7 @@ bool value_contains(const Value& container, const Value& item) {
         if (values_equal(element, item)) return true;
       }
       return false;
-    case Value::Kind::kMap: return item.is_string() && container.as_map().find(item.as_string()) != nullptr;
+    case Value::Kind::kMap: return container.as_map().find(item) != nullptr;
     default: throw EvalError(fmt::format("argument of type '{}' is not iterable", container.type_name()));
   }
 }
@@ -214,6 +208,7 @@ Value get_attribute(const Value& object, const std::string& name) {
     if (const Value* found = object.as_map().find(name)) return *found;
     return missing_attribute(object, name);
   }
+  if (object.is_group_tuple() && (name == "grouper" || name == "list")) return object.as_list()[name == "grouper" ? 0 : 1];
   if (object.is_string() || object.is_list()) {
     Value method = bound_method(object, name);
     if (!method.is_undefined()) return method;
@@ -223,14 +218,18 @@ Value get_attribute(const Value& object, const std::string& name) {
 
 Value get_item(const Value& object, const Value& key) {
   if (object.is_undefined()) fail_undefined(object);
-  if (key.is_undefined()) fail_undefined(key);
+  if (object.is_dict_view()) throw EvalError(fmt::format("'{}' object is not subscriptable", object.type_name()));
+  // Jinja's getitem: a key the object does not have (an undefined key included) gives undefined, not an error.
   if (object.is_map()) {
-    if (key.is_string()) {
-      if (const Value* found = object.as_map().find(key.as_string())) return *found;
-      if (!object.is_namespace()) {
-        Value method = bound_method(object, key.as_string());
-        if (!method.is_undefined()) return method;
-      }
+    const Value* found = nullptr;
+    try {
+      found = object.as_map().find(key);
+    } catch (const EvalError&) {  // an unhashable key is a TypeError, which Jinja turns into undefined too
+    }
+    if (found) return *found;
+    if (key.is_string() && !object.is_namespace()) {
+      Value method = bound_method(object, key.as_string());
+      if (!method.is_undefined()) return method;
     }
     return Value::undefined(fmt::format("{} has no element {}", object_description(object), key.repr()));
   }
@@ -255,6 +254,7 @@ Value get_item(const Value& object, const Value& key) {
 
 Value slice_value(const Value& object, const Value& start, const Value& stop, const Value& step) {
   if (object.is_undefined()) fail_undefined(object);
+  if (object.is_dict_view()) throw EvalError(fmt::format("'{}' object is not subscriptable", object.type_name()));
   auto bound = [](const Value& v, const char* what) -> std::optional<int64_t> {
     if (v.is_undefined() || v.is_none()) return std::nullopt;
     if (!is_integral(v)) throw EvalError(fmt::format("slice {} must be an integer or none", what));
@@ -304,7 +304,7 @@ ValueList iterate_value(const Value& value) {
     case Value::Kind::kList: return value.as_list();
     case Value::Kind::kMap: {
       ValueList keys;
-      for (const auto& [key, unused] : value.as_map().entries()) keys.emplace_back(key);
+      for (const auto& [key, unused] : value.as_map().entries()) keys.push_back(key);
       return keys;
     }
     case Value::Kind::kString: {

@@ -200,7 +200,7 @@ class Parser {
     if (!skip_name("in")) unexpected("'in'");
     stmt->expr = parse_tuple(false);
     if (skip_name("if")) stmt->condition = parse_tuple(true);
-    if (at_name("recursive")) error(current().pos, "recursive for loops are not supported");
+    stmt->recursive = skip_name("recursive");
     expect_block_end();
     ++loop_depth_;
     std::string end_tag;
@@ -337,7 +337,7 @@ class Parser {
   bool is_tuple_end() const {
     TokenKind kind = current().kind;
     return kind == TokenKind::kVariableEnd || kind == TokenKind::kBlockEnd || at_operator(")") || at_name("if") ||
-           at_name("in");
+           at_name("in") || at_name("recursive");
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
@@ -511,7 +511,7 @@ class Parser {
         try {
           node->literal = Value(static_cast<int64_t>(std::stoll(token.text)));
         } catch (const std::out_of_range&) {
-          error(token.pos, "integer literal " + token.text + " is out of range");
+          node->literal = Value::integer(*BigInt::from_decimal(token.text));
         }
         return node;
       }
@@ -611,17 +611,29 @@ class Parser {
     return slice;
   }
 
-  void parse_call_args(std::vector<ExprPtr>& args, KeywordExprs& kwargs) {
+  // Python's order: positional arguments, keyword arguments, then `*sequence` and `**mapping`.
+  void parse_call_args(std::vector<ExprPtr>& args, KeywordExprs& kwargs, Unpacked& unpacked) {
     expect_operator("(");
+    bool need_comma = false;
     while (!at_operator(")")) {
-      if (!args.empty() || !kwargs.empty()) expect_operator(",");
+      if (need_comma) expect_operator(",");
       if (at_operator(")")) break;
-      if (current().kind == TokenKind::kName && peek().kind == TokenKind::kOperator && peek().text == "=") {
+      need_comma = true;
+      const SourcePos pos = current().pos;
+      if (skip_operator("*")) {
+        if (unpacked.args || unpacked.kwargs) error(pos, "'*' argument after another unpacked argument");
+        unpacked.args = parse_expression(true);
+      } else if (skip_operator("**")) {
+        if (unpacked.kwargs) error(pos, "more than one '**' argument");
+        unpacked.kwargs = parse_expression(true);
+      } else if (current().kind == TokenKind::kName && peek().kind == TokenKind::kOperator && peek().text == "=") {
+        if (unpacked.args || unpacked.kwargs) error(pos, "keyword argument after an unpacked argument");
         std::string name = advance().text;
         advance();
         kwargs.emplace_back(std::move(name), parse_expression(true));
       } else {
-        if (!kwargs.empty()) error(current().pos, "positional argument follows keyword argument");
+        if (!kwargs.empty()) error(pos, "positional argument follows keyword argument");
+        if (unpacked.args || unpacked.kwargs) error(pos, "positional argument after an unpacked argument");
         args.push_back(parse_expression(true));
       }
     }
@@ -631,7 +643,7 @@ class Parser {
   ExprPtr parse_call(ExprPtr callee) {
     auto call = make(Expr::Kind::kCall, current().pos);
     call->a = std::move(callee);
-    parse_call_args(call->items, call->kwargs);
+    parse_call_args(call->items, call->kwargs, call->unpacked);
     return call;
   }
 
@@ -640,7 +652,7 @@ class Parser {
     filter.pos = current().pos;
     filter.name = expect_name();
     while (skip_operator(".")) filter.name += "." + expect_name();
-    if (at_operator("(")) parse_call_args(filter.args, filter.kwargs);
+    if (at_operator("(")) parse_call_args(filter.args, filter.kwargs, filter.unpacked);
     return filter;
   }
 
@@ -675,7 +687,7 @@ class Parser {
         next.kind == TokenKind::kString || next.kind == TokenKind::kInteger || next.kind == TokenKind::kFloat ||
         (next.kind == TokenKind::kOperator && (next.text == "[" || next.text == "{"));
     if (at_operator("(")) {
-      parse_call_args(test->items, test->kwargs);
+      parse_call_args(test->items, test->kwargs, test->unpacked);
     } else if (starts_argument) {
       if (at_name("is")) error(next.pos, "tests cannot be chained with 'is'");
       test->items.push_back(parse_postfix(parse_primary()));

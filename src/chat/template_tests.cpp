@@ -12,11 +12,13 @@ namespace {
 
 using Test = std::function<bool(const Value& value, const CallArgs& args)>;
 
-int64_t integer_subject(const Value& value, const std::string& test) {
+// value % divisor for an int or bool `value` of any size.
+Value integer_remainder(const Value& value, const Value& divisor, const std::string& test) {
   if (value.is_undefined()) fail_undefined(value);
-  if (value.is_int()) return value.as_int();
-  if (value.is_bool()) return value.as_bool();
-  throw EvalError(fmt::format("test '{}' needs an integer, got {}", test, value.type_name()));
+  if (!value.is_int() && !value.is_bool()) {
+    throw EvalError(fmt::format("test '{}' needs an integer, got {}", test, value.type_name()));
+  }
+  return binary_operator("%", value, divisor);
 }
 
 const std::unordered_map<std::string, Test>& tests() {
@@ -62,12 +64,13 @@ const std::unordered_map<std::string, Test>& tests() {
       return false;  // distinct objects: Python's `is` compares identity
     };
     t["in"] = [](const Value& v, const CallArgs& args) { return value_contains(args.get(0, "seq"), v); };
-    t["odd"] = [](const Value& v, const CallArgs&) { return integer_subject(v, "odd") % 2 != 0; };
-    t["even"] = [](const Value& v, const CallArgs&) { return integer_subject(v, "even") % 2 == 0; };
+    t["odd"] = [](const Value& v, const CallArgs&) { return integer_remainder(v, Value(2), "odd").truthy(); };
+    t["even"] = [](const Value& v, const CallArgs&) { return !integer_remainder(v, Value(2), "even").truthy(); };
     t["divisibleby"] = [](const Value& v, const CallArgs& args) {
-      int64_t divisor = int_argument(args.get(0, "num"), "divisibleby() argument", 0);
-      if (divisor == 0) throw EvalError("divisibleby(0): division by zero");
-      return integer_subject(v, "divisibleby") % divisor == 0;
+      Value divisor = args.get(0, "num");
+      if (!divisor.is_int() && !divisor.is_bool()) throw EvalError("divisibleby() argument must be an integer");
+      if (!divisor.truthy()) throw EvalError("divisibleby(0): division by zero");
+      return !integer_remainder(v, divisor, "divisibleby").truthy();
     };
     t["lower"] = [](const Value& v, const CallArgs&) {
       return v.is_string() && python_lower(v.as_string()) == v.as_string();

@@ -1,9 +1,8 @@
 #pragma once
-// Finds tool calls in the content a model writes, streaming, in two formats:
-//  - Hermes / Qwen3: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, possibly several;
-//  - Llama 3 JSON: {"name": ..., "parameters": {...}} (optionally after <|python_tag|>, several joined by ';').
-// A call is reported once it is complete and valid; text that turns out not to be a valid call stays content.
-#include <memory>
+// Finds tool calls in the content a model writes, streaming. Each format is a ToolCallParser made by name through
+// output_parser_registry.h (vLLM's --tool-call-parser names). A call is reported once it is complete and valid;
+// text that turns out not to be a valid call stays content.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,20 +19,41 @@ struct ToolCallParseDelta {
   std::vector<ParsedToolCall> calls;
 };
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3Json };
-
 class ToolCallParser {
  public:
   virtual ~ToolCallParser() = default;
   // Feeds the next piece of content; text that may still become a call is held back.
   virtual ToolCallParseDelta feed(std::string_view text) = 0;
-  // The output ended: an unfinished call is reported if its JSON is complete and valid, else returned as content.
+  // The output ended: an unfinished call is reported if it is complete enough to be valid, else returned as content.
   virtual ToolCallParseDelta flush() = 0;
 };
 
-std::unique_ptr<ToolCallParser> make_tool_call_parser(ToolCallFormat format);
+// Everything passes through as content (no tool-call parser selected, or tool calls not asked for).
+class PlainContentParser : public ToolCallParser {
+ public:
+  ToolCallParseDelta feed(std::string_view text) override { return {std::string(text), {}}; }
+  ToolCallParseDelta flush() override { return {}; }
+};
 
 // Reads one call object: {"name": string, "arguments" or "parameters": object or JSON text}. False if it is not one.
 bool parse_tool_call_json(std::string_view json_text, ParsedToolCall& call);
+
+// Arguments given as JSON text: false unless it is one JSON object (surrounding whitespace allowed); `arguments`
+// gets it in Python's json.dumps layout, as vLLM returns arguments.
+bool arguments_from_json_text(std::string_view json_text, std::string& arguments);
+// The same for arguments built by a parser (formats that write parameters one by one).
+std::string arguments_text(const nlohmann::ordered_json& object);
+
+// A parameter value written as bare text (GLM-4.5's <arg_value>, Qwen3-Coder's <parameter=...>): JSON when the text
+// is a JSON value (a number, true, an object...), else the text as a string. Without the tool's schema at hand this
+// is how the text reads best: the templates write strings bare and everything else as JSON.
+nlohmann::ordered_json parameter_value(std::string_view text);
+
+// Length of the JSON object or array that `text` starts with ('{' or '['), or 0 while it is incomplete. Brackets
+// inside strings do not count; the value is not validated.
+size_t complete_json_value_len(std::string_view text);
+
+bool is_json_space(char c);
+std::string_view trim_json_space(std::string_view text);
 
 }  // namespace tern::chat

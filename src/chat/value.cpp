@@ -12,11 +12,11 @@ namespace tern::chat {
 
 const Value* ValueMap::find(const std::string& key) const {
   if (!index_.empty()) {
-    const auto it = index_.find(key);
+    const auto it = index_.find(hash_key(Value(key)));
     return it == index_.end() ? nullptr : &entries_[it->second].second;
   }
   for (const auto& [k, v] : entries_) {
-    if (k == key) return &v;
+    if (k.is_string() && k.as_string() == key) return &v;
   }
   return nullptr;
 }
@@ -25,17 +25,71 @@ Value* ValueMap::find(const std::string& key) {
   return const_cast<Value*>(std::as_const(*this).find(key));
 }
 
-void ValueMap::set(const std::string& key, Value value) {
-  if (Value* existing = find(key)) {
-    *existing = std::move(value);
+const Value* ValueMap::find(const Value& key) const {
+  if (key.is_string()) return find(key.as_string());
+  std::string hashed = hash_key(key);
+  if (!index_.empty()) {
+    const auto it = index_.find(hashed);
+    return it == index_.end() ? nullptr : &entries_[it->second].second;
+  }
+  for (const auto& [k, v] : entries_) {
+    if (!k.is_string() && hash_key(k) == hashed) return &v;
+  }
+  return nullptr;
+}
+
+void ValueMap::set(const std::string& key, Value value) { set(Value(key), std::move(value)); }
+
+void ValueMap::set(const char* key, Value value) { set(Value(key), std::move(value)); }
+
+void ValueMap::set(const Value& key, Value value) {
+  if (Value* existing = const_cast<Value*>(find(key))) {
+    *existing = std::move(value);  // Python keeps the first key (1 stays 1 after d[1.0] = ...) and updates the value
     return;
   }
   entries_.emplace_back(key, std::move(value));
   if (!index_.empty()) {
-    index_.emplace(key, entries_.size() - 1);
+    index_.emplace(hash_key(key), entries_.size() - 1);
   } else if (entries_.size() == kIndexedSize) {
-    for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+    for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(hash_key(entries_[i].first), i);
   }
+}
+
+namespace {
+
+std::string tagged(char tag, const std::string& text) {
+  std::string out(1, tag);
+  out += text;
+  return out;
+}
+
+}  // namespace
+
+std::string hash_key(const Value& key) {
+  switch (key.kind()) {
+    case Value::Kind::kString: return tagged('s', key.as_string());
+    case Value::Kind::kBool: return key.as_bool() ? "i1" : "i0";
+    case Value::Kind::kInt: return tagged('i', key.repr());
+    case Value::Kind::kFloat: {
+      double d = key.as_double();
+      // An integral float hashes as the int it equals.
+      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.2e18) {
+        return tagged('i', std::to_string(static_cast<int64_t>(d)));
+      }
+      return tagged('f', key.repr());
+    }
+    case Value::Kind::kNone: return "n";
+    case Value::Kind::kList:
+      if (key.is_tuple()) {
+        std::string out = "t(";
+        for (const auto& item : key.as_list()) out += hash_key(item) + ",";
+        return out + ")";
+      }
+      break;
+    case Value::Kind::kFunction: return fmt::format("F{}", static_cast<const void*>(&key.as_function()));
+    default: break;
+  }
+  throw EvalError(fmt::format("unhashable type: '{}'", key.type_name()));
 }
 
 Value CallArgs::get(size_t position, const std::string& name) const {
@@ -66,7 +120,19 @@ Value Value::function(std::string name, NativeFunction call) {
 
 Value Value::tuple(ValueList items) {
   Value v(std::move(items));
-  v.is_tuple_ = true;
+  v.sequence_ = Sequence::kTuple;
+  return v;
+}
+
+Value Value::group_tuple(Value grouper, ValueList items) {
+  Value v(ValueList{std::move(grouper), Value(std::move(items))});
+  v.sequence_ = Sequence::kGroupTuple;
+  return v;
+}
+
+Value Value::dict_view(ValueList items, View view) {
+  Value v(std::move(items));
+  v.sequence_ = view == View::kKeys ? Sequence::kDictKeys : view == View::kValues ? Sequence::kDictValues : Sequence::kDictItems;
   return v;
 }
 
@@ -88,7 +154,7 @@ Value value_from_json(const Json& json, int& depth) {
     case Json::value_t::number_integer: return Value(json.template get<int64_t>());
     case Json::value_t::number_unsigned: {
       auto u = json.template get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::integer(*BigInt::from_decimal(std::to_string(u)));
       return Value(static_cast<int64_t>(u));
     }
     case Json::value_t::number_float: return Value(json.template get<double>());
@@ -103,7 +169,9 @@ Value value_from_json(const Json& json, int& depth) {
     case Json::value_t::object: {
       NestingLevel level(depth, "chat template input");
       ValueMap map;
-      for (auto it = json.begin(); it != json.end(); ++it) map.set(it.key(), value_from_json(it.value(), depth));
+      for (auto it = json.begin(); it != json.end(); ++it) {
+        map.set(static_cast<const std::string&>(it.key()), value_from_json(it.value(), depth));
+      }
       return Value(std::move(map));
     }
     default: return Value::none();  // binary and discarded values do not occur in parsed JSON text
@@ -122,11 +190,34 @@ Value Value::from_json(const nlohmann::json& json) {
   return value_from_json(json, depth);
 }
 
-Value::Kind Value::kind() const { return static_cast<Kind>(data_.index()); }
+Value::Kind Value::kind() const { return is_big_int() ? Kind::kInt : static_cast<Kind>(data_.index()); }
+
+Value Value::integer(const BigInt& value) {
+  if (auto small = value.to_int64()) return Value(*small);
+  Value v;
+  v.data_ = std::make_shared<const BigInt>(value);
+  return v;
+}
+
+int64_t Value::as_int() const {
+  if (is_big_int()) throw EvalError(fmt::format("int too large to convert to a 64-bit integer: {}", repr()));
+  return std::get<int64_t>(data_);
+}
+
+BigInt Value::as_big_int() const {
+  if (is_big_int()) return *std::get<std::shared_ptr<const BigInt>>(data_);
+  if (is_bool()) return BigInt(int64_t{as_bool()});
+  return BigInt(std::get<int64_t>(data_));
+}
 
 double Value::as_double() const {
   switch (kind()) {
-    case Kind::kInt: return static_cast<double>(as_int());
+    case Kind::kInt: {
+      if (!is_big_int()) return static_cast<double>(as_int());
+      double d = as_big_int().to_double();
+      if (std::isinf(d)) throw EvalError("int too large to convert to float");
+      return d;
+    }
     case Kind::kFloat: return std::get<double>(data_);
     case Kind::kBool: return as_bool() ? 1.0 : 0.0;
     default: throw EvalError(fmt::format("expected a number, got {}", type_name()));
@@ -143,7 +234,7 @@ bool Value::truthy() const {
     case Kind::kUndefined:
     case Kind::kNone: return false;
     case Kind::kBool: return as_bool();
-    case Kind::kInt: return as_int() != 0;
+    case Kind::kInt: return is_big_int() || as_int() != 0;
     case Kind::kFloat: return as_double() != 0.0;
     case Kind::kString: return !as_string().empty();
     case Kind::kList: return !as_list().empty();
@@ -171,7 +262,10 @@ std::string python_float_repr(double d) {
   std::string out = negative ? "-" : "";
   if (exponent < -4 || exponent >= 16) {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {
+      out += '.';
+      out.append(digits, 1);
+    }
     out += fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
   } else if (exponent < 0) {
     out += "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
@@ -199,11 +293,11 @@ std::string Value::repr() const {
     case Kind::kUndefined: return "Undefined";
     case Kind::kNone: return "None";
     case Kind::kBool: return as_bool() ? "True" : "False";
-    case Kind::kInt: return std::to_string(as_int());
+    case Kind::kInt: return is_big_int() ? as_big_int().to_string() : std::to_string(as_int());
     case Kind::kFloat: return python_float_repr(as_double());
     case Kind::kString: return python_string_repr(as_string());
     case Kind::kList: {
-      std::string out = is_tuple() ? "(" : "[";
+      std::string out = is_dict_view() ? type_name() + "([" : is_tuple() ? "(" : "[";
       bool first = true;
       for (const auto& item : as_list()) {
         if (!first) out += ", ";
@@ -211,7 +305,7 @@ std::string Value::repr() const {
         out += item.repr();
       }
       if (is_tuple()) return out + (as_list().size() == 1 ? ",)" : ")");
-      return out + "]";
+      return out + (is_dict_view() ? "])" : "]");
     }
     case Kind::kMap: {
       std::string out = is_namespace() ? "<Namespace {" : "{";
@@ -219,7 +313,7 @@ std::string Value::repr() const {
       for (const auto& [key, value] : as_map().entries()) {
         if (!first) out += ", ";
         first = false;
-        out += python_string_repr(key) + ": " + value.repr();
+        out += key.repr() + ": " + value.repr();
       }
       return out + (is_namespace() ? "}>" : "}");
     }
@@ -252,6 +346,23 @@ void append_json_string(std::string& out, const std::string& text) {
   out += '"';
 }
 
+// json.dumps turns the keys it accepts into strings: 1 -> "1", true -> "true", None -> "null", 1.5 -> "1.5".
+std::string json_key(const Value& key) {
+  switch (key.kind()) {
+    case Value::Kind::kString: return key.as_string();
+    case Value::Kind::kNone: return "null";
+    case Value::Kind::kBool: return key.as_bool() ? "true" : "false";
+    case Value::Kind::kInt: return key.repr();
+    case Value::Kind::kFloat: {
+      double d = key.as_double();
+      if (std::isnan(d)) return "NaN";
+      if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+      return key.repr();
+    }
+    default: throw EvalError(fmt::format("keys must be str, int, float, bool or None, not {}", key.type_name()));
+  }
+}
+
 struct JsonStyle {
   int indent;
   std::string item_separator;
@@ -268,7 +379,7 @@ void append_json(std::string& out, const Value& value, const JsonStyle& style, i
   switch (value.kind()) {
     case Value::Kind::kNone: out += "null"; return;
     case Value::Kind::kBool: out += value.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(value.as_int()); return;
+    case Value::Kind::kInt: out += value.repr(); return;
     case Value::Kind::kFloat: {
       double d = value.as_double();
       if (std::isnan(d)) {
@@ -282,6 +393,9 @@ void append_json(std::string& out, const Value& value, const JsonStyle& style, i
     }
     case Value::Kind::kString: append_json_string(out, value.as_string()); return;
     case Value::Kind::kList: {
+      if (value.is_dict_view()) {
+        throw EvalError(fmt::format("Object of type {} is not JSON serializable", value.type_name()));
+      }
       const auto& list = value.as_list();
       if (list.empty()) {
         out += "[]";
@@ -307,7 +421,7 @@ void append_json(std::string& out, const Value& value, const JsonStyle& style, i
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i > 0) out += style.item_separator;
         if (indent >= 0) newline(depth + 1);
-        append_json_string(out, entries[i].first);
+        append_json_string(out, json_key(entries[i].first));
         out += style.key_separator;
         append_json(out, entries[i].second, style, depth + 1);
       }
@@ -340,7 +454,9 @@ nlohmann::ordered_json Value::to_json() const {
     case Kind::kNone:
     case Kind::kFunction: return nullptr;
     case Kind::kBool: return as_bool();
-    case Kind::kInt: return as_int();
+    case Kind::kInt:
+      if (is_big_int()) return nlohmann::ordered_json::parse(repr());  // nlohmann keeps what fits, else a double
+      return as_int();
     case Kind::kFloat: return as_double();
     case Kind::kString: return as_string();
     case Kind::kList: {
@@ -350,7 +466,7 @@ nlohmann::ordered_json Value::to_json() const {
     }
     case Kind::kMap: {
       auto out = nlohmann::ordered_json::object();
-      for (const auto& [key, value] : as_map().entries()) out[key] = value.to_json();
+      for (const auto& [key, value] : as_map().entries()) out[json_key(key)] = value.to_json();
       return out;
     }
   }
@@ -365,7 +481,16 @@ std::string Value::type_name() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return is_tuple() ? "tuple" : "list";
+    case Kind::kList:
+      switch (sequence_) {
+        case Sequence::kList: return "list";
+        case Sequence::kTuple: return "tuple";
+        case Sequence::kGroupTuple: return "_GroupTuple";
+        case Sequence::kDictKeys: return "dict_keys";
+        case Sequence::kDictValues: return "dict_values";
+        case Sequence::kDictItems: return "dict_items";
+      }
+      return "list";
     case Kind::kMap: return is_namespace() ? "Namespace" : "dict";
     case Kind::kFunction: return "function";
   }
@@ -381,6 +506,7 @@ bool is_numeric(const Value& v) { return v.is_int() || v.is_float() || v.is_bool
 bool values_equal(const Value& a, const Value& b) {
   if (is_numeric(a) && is_numeric(b)) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
+    if (a.is_big_int() || b.is_big_int()) return BigInt::compare(a.as_big_int(), b.as_big_int()) == 0;
     auto as_integer = [](const Value& v) { return v.is_bool() ? int64_t{v.as_bool()} : v.as_int(); };
     return as_integer(a) == as_integer(b);
   }
@@ -416,6 +542,7 @@ bool values_equal(const Value& a, const Value& b) {
 bool value_less(const Value& a, const Value& b) {
   if (is_numeric(a) && is_numeric(b)) {
     if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
+    if (a.is_big_int() || b.is_big_int()) return BigInt::compare(a.as_big_int(), b.as_big_int()) < 0;
     auto as_integer = [](const Value& v) { return v.is_bool() ? int64_t{v.as_bool()} : v.as_int(); };
     return as_integer(a) < as_integer(b);
   }

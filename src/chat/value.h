@@ -6,33 +6,43 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "chat/big_int.h"
+
 namespace tern::chat {
 
 class Value;
 using ValueList = std::vector<Value>;
 
-// A dict with string keys that keeps insertion order (Python dicts do, and tojson must too). Small dicts are
-// searched; past kIndexedSize keys a hash index finds keys, because request objects (tools' parameters,
-// chat_template_kwargs) can hold 100,000s of keys and a search per insertion would make building them quadratic.
+// A dict that keeps insertion order (Python dicts do, and tojson must too). Keys are strings as a rule, but dict
+// literals may use any hashable value (`{0: 'a', none: 'b'}`); keys that Python hashes alike (1, 1.0 and true) are
+// one key. Small dicts are searched; past kIndexedSize keys a hash index finds keys, because request objects (tools'
+// parameters, chat_template_kwargs) can hold 100,000s of keys and a search per insertion would make building them
+// quadratic.
 class ValueMap {
  public:
   const Value* find(const std::string& key) const;
   Value* find(const std::string& key);
+  // Throws EvalError for a key Python cannot hash (a list or a dict).
+  const Value* find(const Value& key) const;
+  const Value* find(const char* key) const { return find(std::string(key)); }
   void set(const std::string& key, Value value);
-  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+  void set(const char* key, Value value);
+  void set(const Value& key, Value value);
+  const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
 
  private:
   static constexpr size_t kIndexedSize = 32;
 
-  std::vector<std::pair<std::string, Value>> entries_;
-  std::unordered_map<std::string, size_t> index_;  // key -> position in entries_; empty below kIndexedSize keys
+  std::vector<std::pair<Value, Value>> entries_;
+  std::unordered_map<std::string, size_t> index_;  // hash_key(key) -> position in entries_; empty below kIndexedSize
 };
 
 // Arguments of a call: `f(a, b, key=c)`.
@@ -78,12 +88,21 @@ class Value {
   static Value namespace_object(ValueMap map);
   // A Python tuple: a list that prints as (a, b). Tuple literals, dict.items() pairs and varargs are tuples.
   static Value tuple(ValueList items);
+  // An int of any size: int64 where it fits, else a big int (still of kind kInt).
+  static Value integer(const BigInt& value);
+  // What dict.keys(), .values() and .items() return: iterable like a list, printed as dict_keys([...]) and so on,
+  // and, as in Python, neither subscriptable nor JSON serializable.
+  enum class View : uint8_t { kKeys, kValues, kItems };
+  static Value dict_view(ValueList items, View view);
+  // What the groupby filter yields: a (grouper, list) tuple whose items are also its attributes.
+  static Value group_tuple(Value grouper, ValueList items);
 
   // Throws tern::Error for JSON nested deeper than kMaxNestingDepth (core/nesting_limit.h).
   static Value from_json(const nlohmann::ordered_json& json);
   static Value from_json(const nlohmann::json& json);  // key order is lost: nlohmann::json sorts its keys
 
   Kind kind() const;
+  bool is_big_int() const { return data_.index() == kBigIntIndex; }
   bool is_undefined() const { return kind() == Kind::kUndefined; }
   bool is_none() const { return kind() == Kind::kNone; }
   bool is_bool() const { return kind() == Kind::kBool; }
@@ -95,10 +114,15 @@ class Value {
   bool is_map() const { return kind() == Kind::kMap; }
   bool is_function() const { return kind() == Kind::kFunction; }
   bool is_namespace() const { return is_map() && is_namespace_; }
-  bool is_tuple() const { return is_list() && is_tuple_; }
+  bool is_tuple() const { return is_list() && (sequence_ == Sequence::kTuple || sequence_ == Sequence::kGroupTuple); }
+  bool is_group_tuple() const { return is_list() && sequence_ == Sequence::kGroupTuple; }
+  bool is_dict_view() const { return is_list() && sequence_ >= Sequence::kDictKeys; }
+  // list + list and tuple + tuple concatenate; Python refuses other mixes.
+  bool same_sequence_type(const Value& other) const { return sequence_ == other.sequence_; }
 
   bool as_bool() const { return std::get<bool>(data_); }
-  int64_t as_int() const { return std::get<int64_t>(data_); }
+  int64_t as_int() const;  // throws EvalError for a big int
+  BigInt as_big_int() const;  // an int or bool of any size
   double as_double() const;  // int, float or bool as a double
   const std::string& as_string() const { return std::get<std::string>(data_); }
   const ValueList& as_list() const { return *std::get<std::shared_ptr<const ValueList>>(data_); }
@@ -125,17 +149,23 @@ class Value {
     std::string name;
   };
   struct NoneTag {};
+  // The alternatives in Kind's order, then big ints (kind kInt).
   std::variant<UndefinedTag, NoneTag, bool, int64_t, double, std::string, std::shared_ptr<const ValueList>,
-               std::shared_ptr<ValueMap>, std::shared_ptr<const Function>>
+               std::shared_ptr<ValueMap>, std::shared_ptr<const Function>, std::shared_ptr<const BigInt>>
       data_;
+  static constexpr size_t kBigIntIndex = 9;
+  enum class Sequence : uint8_t { kList, kTuple, kGroupTuple, kDictKeys, kDictValues, kDictItems };
   bool is_namespace_ = false;
-  bool is_tuple_ = false;
+  Sequence sequence_ = Sequence::kList;
 };
 
 // Python ==: numbers compare by value across int/float/bool, containers element-wise, other kinds never equal.
 bool values_equal(const Value& a, const Value& b);
 // Python <: numbers, strings (by code point) and lists; other pairs are a TypeError (thrown as EvalError).
 bool value_less(const Value& a, const Value& b);
+// Python's hash equality as text: equal keys (1, 1.0, true) give equal strings, and distinct ones distinct strings.
+// Throws EvalError for unhashable values (lists, dicts), as Python's TypeError.
+std::string hash_key(const Value& key);
 // Python's repr() of a float: shortest round-trip digits, "1.0", "1e-05", "1e+16", "inf", "nan".
 std::string python_float_repr(double d);
 

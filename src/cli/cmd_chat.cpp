@@ -1,11 +1,14 @@
 // `tern chat`: an interactive conversation in the terminal, as llama.cpp's llama-cli and `ollama run` hold one: the
 // model's chat template, replies streamed as they are generated, the history kept across turns, Ctrl-C to stop a
 // reply without leaving.
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -26,10 +29,19 @@ namespace {
 // Set by SIGINT. A signal handler can reach only such a flag; the reply loop and the prompt read it.
 std::atomic<bool> interrupted{false};
 
-void on_interrupt(int) { interrupted = true; }
+// The signal may be delivered to any of the process's threads (the engine runs its own), so a read at the prompt
+// is not sure to return with EINTR: the handler also writes a byte to this pipe, which the prompt waits on beside
+// standard input.
+int interrupt_pipe[2] = {-1, -1};
 
-// SIGINT without SA_RESTART: a read at the prompt returns with EINTR instead of waiting on.
+void on_interrupt(int) {
+  interrupted = true;
+  const char byte = 0;
+  [[maybe_unused]] const ssize_t written = ::write(interrupt_pipe[1], &byte, 1);
+}
+
 void catch_interrupts() {
+  if (::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) != 0) fail("chat: cannot create a pipe: {}", std::strerror(errno));
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigemptyset(&action.sa_mask);
@@ -42,6 +54,19 @@ enum class LineRead { kLine, kInterrupted, kEnd };
 LineRead read_line(std::string& line) {
   line.clear();
   while (true) {
+    pollfd sources[2] = {{STDIN_FILENO, POLLIN, 0}, {interrupt_pipe[0], POLLIN, 0}};
+    if (::poll(sources, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return LineRead::kEnd;
+    }
+    if (sources[1].revents & POLLIN) {
+      char drained[64];
+      while (::read(interrupt_pipe[0], drained, sizeof drained) > 0) {
+      }
+      // A Ctrl-C that stopped the last reply left its byte too; only one since then counts.
+      if (interrupted.exchange(false)) return LineRead::kInterrupted;
+    }
+    if (!(sources[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     char c = 0;
     const ssize_t n = ::read(STDIN_FILENO, &c, 1);
     if (n == 1) {
@@ -49,10 +74,8 @@ LineRead read_line(std::string& line) {
       line += c;
     } else if (n == 0) {
       return line.empty() ? LineRead::kEnd : LineRead::kLine;
-    } else if (errno != EINTR) {
+    } else if (errno != EINTR && errno != EAGAIN) {
       return LineRead::kEnd;
-    } else if (interrupted.exchange(false)) {
-      return LineRead::kInterrupted;
     }
   }
 }
@@ -158,8 +181,9 @@ void run_chat(const ChatOptions& options) {
     request.sampling = options.sampling.to_params();
     request.stop.ignore_eos = options.sampling.ignore_eos;
     request.stop.max_tokens = options.max_tokens;
-    chat::ChatOutputOptions parser_options = chat::ChatOutputOptions::for_template(chat_template->source(), prompt);
-    parser_options.tool_call_format = chat::ToolCallFormat::kNone;
+    chat::ChatOutputOptions parser_options = chat::ChatOutputOptions::for_chat_template(*chat_template, prompt);
+    parser_options.tool_call_parser.clear();
+    request.stop.skip_special_tokens = !parser_options.keeps_special_tokens();
     chat::ChatOutputParser parser(parser_options);
     chat::ChatMessage reply;
     ReplyPrinter printer(terminal, options.hide_reasoning);
@@ -171,6 +195,7 @@ void run_chat(const ChatOptions& options) {
     const auto result = run_streamed(
         core, next_request_id++, std::move(request), [&](std::string_view text) { show(parser.feed(text)); },
         [] { return interrupted.load(); });
+    interrupted = false;  // the Ctrl-C that stopped this reply is spent
     show(parser.flush());
     printer.end_reasoning();
     if (result.finish_reason == FinishReason::kAbort && result.error.empty()) {

@@ -1,14 +1,63 @@
+#include <fstream>
+#include <iterator>
 #include <optional>
 
+#include "chat/output_parser_registry.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/load_progress_display.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "disagg/disagg_role.h"
+#include "grammar/grammar_cache.h"
 #include "server/serve.h"
 
 namespace tern::cli {
+
+namespace {
+
+struct OutputParserFlags {
+  std::string chat_template_file;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
+  bool enable_auto_tool_choice = false;
+
+  void add_to(CLI::App& cmd) {
+    cmd.add_option("--chat-template", chat_template_file, "Jinja file to use instead of the model's chat template");
+    cmd.add_option("--tool-call-parser", tool_call_parser,
+                   "How tool calls are read from the model's output (as vLLM's): " + chat::tool_call_parser_names() +
+                       " (default: the one the chat template's markers call for)");
+    cmd.add_option("--reasoning-parser", reasoning_parser,
+                   "How reasoning is split from the content (as vLLM's): " + chat::reasoning_parser_names() +
+                       " (default: the one the chat template's markers call for)");
+    cmd.add_flag("--enable-auto-tool-choice", enable_auto_tool_choice,
+                 "Let the model call tools on its own (tool_choice \"auto\"), as vLLM's flag; tern does this whenever "
+                 "a tool-call parser is known, and with this flag refuses to start without one");
+  }
+
+  // Checks the names and reads the template file into `config`. Fails naming the valid parsers.
+  void apply(server::ServingModelConfig& config) const {
+    if (!tool_call_parser.empty() && !chat::find_tool_call_parser(tool_call_parser)) {
+      fail("--tool-call-parser {}: unknown; the tool-call parsers are {}", tool_call_parser,
+           chat::tool_call_parser_names());
+    }
+    if (!reasoning_parser.empty() && !chat::find_reasoning_parser(reasoning_parser)) {
+      fail("--reasoning-parser {}: unknown; the reasoning parsers are {}", reasoning_parser,
+           chat::reasoning_parser_names());
+    }
+    config.tool_call_parser = tool_call_parser;
+    config.reasoning_parser = reasoning_parser;
+    config.require_tool_call_parser = enable_auto_tool_choice;
+    if (!chat_template_file.empty()) {
+      std::ifstream in(chat_template_file, std::ios::binary);
+      if (!in) fail("--chat-template {}: cannot open the file", chat_template_file);
+      config.chat_template_override.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (config.chat_template_override.empty()) fail("--chat-template {}: the file is empty", chat_template_file);
+    }
+  }
+};
+
+}  // namespace
 
 void add_serve_command(CLI::App& app) {
   struct Options {
@@ -19,8 +68,10 @@ void add_serve_command(CLI::App& app) {
     double header_timeout_s = 30.0;
     double drain_timeout_s = 30.0;
     int64_t max_body_mib = 32;
+    int64_t grammar_cache_mib = static_cast<int64_t>(grammar::kDefaultGrammarCacheBytes >> 20);
     bool disable_log_requests = false;
     disagg::DisaggConfig disagg;
+    OutputParserFlags output_parsers;
   };
   auto options = std::make_shared<Options>();
   auto& config = options->config;
@@ -37,6 +88,7 @@ void add_serve_command(CLI::App& app) {
                 "Serve /metrics without the --api-key (to a scraper that cannot send it)");
   cmd->add_option("--served-model-name", config.served_model_name, "Model name in the API (default: --model as given)");
   options->engine.add_to(*cmd);
+  options->output_parsers.add_to(*cmd);
   cmd->add_option("--http-threads", config.http.num_io_threads, "Threads serving connections")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--worker-threads", config.http.num_worker_threads,
@@ -47,6 +99,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--drain-timeout", options->drain_timeout_s,
                   "Seconds to let in-flight requests finish after SIGTERM before cancelling them")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--grammar-cache-memory", options->grammar_cache_mib,
+                  "MiB of compiled structured-output grammars kept for reuse (least recently used evicted past it)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-size", options->max_body_mib, "Largest request body in MiB (larger: 413)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-sequences-per-request", config.max_sequences_per_request,
@@ -81,6 +137,8 @@ void add_serve_command(CLI::App& app) {
     config.model.parallel = options->engine.parallel;
     config.model.engine = options->engine.to_config();
     config.model.on_load_progress = load_progress_display();
+    config.model.grammar_cache_bytes = static_cast<size_t>(options->grammar_cache_mib) << 20;
+    options->output_parsers.apply(config.model);
     if (config.served_model_name.empty()) config.served_model_name = options->model.model;
     config.http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->header_timeout_s * 1e3));
     config.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->drain_timeout_s * 1e3));

@@ -42,6 +42,9 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop_strings;  // matched on detokenized text; the text is cut before the match
   bool ignore_eos = false;                // do not stop at the model's EOS tokens
+  // Leave special tokens out of the detokenized text (stop strings and the output); output parsers whose markers
+  // are special tokens (gpt-oss harmony's <|channel|>...) need them kept.
+  bool skip_special_tokens = true;
 
   void validate(int64_t vocab_size) const;
 };

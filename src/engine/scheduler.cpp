@@ -69,7 +69,7 @@ Sequence& Scheduler::new_sequence(RequestState& request, int32_t index) {
   seq->seed = derive_seed(*request.seed, static_cast<uint64_t>(index));
   seq->token_ids = request.request.prompt_token_ids;
   seq->num_prompt_tokens = static_cast<int32_t>(seq->token_ids.size());
-  if (text_streams_) seq->text_stream = text_streams_();
+  if (text_streams_) seq->text_stream = text_streams_(request.request.stop.skip_special_tokens);
   if (!request.request.stop.stop_strings.empty()) seq->stop_matcher.emplace(request.request.stop.stop_strings);
   Sequence& ref = *seq;
   request.sequences.push_back(&ref);

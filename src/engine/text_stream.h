@@ -19,9 +19,10 @@ class TextStream {
   virtual std::string flush() = 0;
 };
 
-using TextStreamFactory = std::function<std::unique_ptr<TextStream>()>;
+// Makes a sequence's stream; `skip_special_tokens` is its request's StopConditions::skip_special_tokens.
+using TextStreamFactory = std::function<std::unique_ptr<TextStream>(bool skip_special_tokens)>;
 
-// Incremental detokenization with `tokenizer` (copied; copies share the model), skipping special tokens.
+// Incremental detokenization with `tokenizer` (copied; copies share the model).
 TextStreamFactory tokenizer_text_streams(const Tokenizer& tokenizer);
 
 }  // namespace tern

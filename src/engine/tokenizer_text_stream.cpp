@@ -7,8 +7,8 @@ namespace {
 
 class TokenizerTextStream : public TextStream {
  public:
-  explicit TokenizerTextStream(std::shared_ptr<const Tokenizer> tokenizer)
-      : tokenizer_(std::move(tokenizer)), detokenizer_(*tokenizer_, /*skip_special_tokens=*/true) {}
+  TokenizerTextStream(std::shared_ptr<const Tokenizer> tokenizer, bool skip_special_tokens)
+      : tokenizer_(std::move(tokenizer)), detokenizer_(*tokenizer_, skip_special_tokens) {}
   std::string push(int32_t token_id) override { return detokenizer_.push(token_id); }
   std::string flush() override { return detokenizer_.flush(); }
 
@@ -21,7 +21,9 @@ class TokenizerTextStream : public TextStream {
 
 TextStreamFactory tokenizer_text_streams(const Tokenizer& tokenizer) {
   auto shared = std::make_shared<const Tokenizer>(tokenizer);
-  return [shared] { return std::make_unique<TokenizerTextStream>(shared); };
+  return [shared](bool skip_special_tokens) {
+    return std::make_unique<TokenizerTextStream>(shared, skip_special_tokens);
+  };
 }
 
 }  // namespace tern

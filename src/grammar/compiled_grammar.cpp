@@ -51,6 +51,14 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
       masks_(pda_, *vocabulary_, options.precompute_all, resolve_threads(options.num_threads),
              options.region_walks.get()) {}
 
+size_t CompiledGrammar::memory_bytes() const {
+  size_t bytes = sizeof(*this) + ebnf_.capacity() + pda_.nodes.capacity() * sizeof(PdaNode) +
+                 pda_.byte_edges.capacity() * sizeof(ByteEdge) + pda_.call_edges.capacity() * sizeof(CallEdge) +
+                 pda_.rule_start.capacity() * sizeof(uint32_t);
+  for (const auto& name : pda_.rule_names) bytes += sizeof(name) + name.capacity();
+  return bytes + masks_.memory_bytes();
+}
+
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(GrammarKind kind, std::string_view source,
                                                                 std::shared_ptr<const TokenVocabulary> vocabulary,
                                                                 const CompileOptions& options) {

@@ -50,6 +50,9 @@ class CompiledGrammar {
   const TokenMaskCache& token_masks() const { return masks_; }
   // The grammar in EBNF (for JSON Schema: the generated grammar), for logs and debugging.
   const std::string& ebnf() const { return ebnf_; }
+  // Bytes held: the automaton, the EBNF and the token masks classified so far, which grow as matchers reach new
+  // nodes. Safe to call while matchers use the grammar.
+  size_t memory_bytes() const;
 
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, const CompileOptions& options);
 

@@ -16,6 +16,9 @@
 #include "core/nesting_limit.h"
 #include "core/ordered_json_parser.h"
 #include "grammar/integer_range.h"
+#include "grammar/json_schema_formats.h"
+#include "grammar/json_schema_pattern.h"
+#include "grammar/json_schema_validator.h"
 #include "grammar/regex_parser.h"
 
 namespace tern::grammar {
@@ -23,6 +26,14 @@ namespace {
 
 // Ordered: object properties are generated in the schema's order, as OpenAI's structured outputs write them.
 using json = nlohmann::ordered_json;
+
+// Bounds on the work and the output of one conversion, so that any schema a request carries is refused quickly and
+// with bounded memory. A step is a sub-schema visited or inspected, or a JSON value an allOf merge copies: a schema
+// that refers to itself twice per level (an allOf, anyOf or oneOf of two $refs to itself) would otherwise take
+// 2^depth of them. JSON Schema Store's largest schemas take under 20,000 steps, and where the automaton accepts
+// their grammars those are under 256 KiB.
+constexpr size_t kMaxConversionSteps = 200'000;
+constexpr size_t kMaxGrammarBytes = size_t{4} << 20;
 
 // Shared JSON building blocks; a rule is emitted only when used.
 const std::vector<std::pair<std::string, std::string>> kPrimitives = {
@@ -47,21 +58,31 @@ const std::set<std::string> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
     "writeOnly", "contentMediaType", "contentEncoding", "$anchor", "$defs", "definitions", "format", "nullable"};
 
+// allOf keeps the tightest of these bounds.
+const std::set<std::string> kLowerBounds = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"};
+const std::set<std::string> kUpperBounds = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"};
+// Keywords whose value is one subschema; allOf combines two of them into an allOf of both.
+const std::set<std::string> kSubschemaKeywords = {"items", "additionalItems", "additionalProperties", "propertyNames", "contains"};
+
 const std::set<std::string> kUnsupported = {
-    "not", "if", "then", "else", "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas",
-    "dependencies", "contains", "minContains", "maxContains", "multipleOf", "minProperties", "maxProperties",
+    "not", "propertyNames", "contains", "minContains", "maxContains",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
 
-const std::map<std::string, std::string> kFormatRegexes = {
-    {"date", R"([0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8])))"},
-    {"time", R"((?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]))"},
-    {"email", R"([a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)"},
-    {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
-    {"ipv4", R"((?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))"},
-    // Absolute URIs (RFC 3986) spelled with unreserved characters only, a subset every validator accepts.
-    // (a non-empty hier-part: ajv and RFC 3986 validators differ on "scheme:" alone).
-    {"uri", R"([a-zA-Z][a-zA-Z0-9+.-]*:(?://[a-zA-Z0-9._~-]+(?::[0-9]{1,5})?(?:/[a-zA-Z0-9._~-]*)*|/?[a-zA-Z0-9._~-]+(?:/[a-zA-Z0-9._~-]*)*)(?:\?[a-zA-Z0-9._~=&-]*)?(?:#[a-zA-Z0-9._~-]*)?)"},
-};
+// The type a schema without "type" is generated as, from the keywords that only constrain that type (a value of
+// another type would ignore them, but then any value would do, and the keywords say what was meant).
+std::optional<std::string> inferred_type(const nlohmann::ordered_json& schema) {
+  auto has_any = [&](std::initializer_list<const char*> keys) {
+    return std::any_of(keys.begin(), keys.end(), [&](const char* key) { return schema.contains(key); });
+  };
+  if (has_any({"properties", "additionalProperties", "required", "patternProperties", "minProperties", "maxProperties",
+               "dependentRequired", "dependentSchemas", "dependencies"})) {
+    return "object";
+  }
+  if (has_any({"items", "prefixItems", "minItems", "maxItems", "uniqueItems"})) return "array";
+  if (has_any({"pattern", "minLength", "maxLength"})) return "string";
+  if (has_any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) return "number";
+  return std::nullopt;
+}
 
 // An EBNF "..." literal for arbitrary UTF-8 text.
 std::string ebnf_literal(const std::string& text) {
@@ -114,10 +135,13 @@ std::string repeat_suffix(uint64_t lo, std::optional<uint64_t> hi) {
 
 class SchemaConverter {
  public:
-  explicit SchemaConverter(const json& root) : root_(root) {}
+  explicit SchemaConverter(const json& root)
+      : root_(root), refs_hide_siblings_(refs_hide_siblings(root)), validator_(root, refs_hide_siblings_) {}
 
   std::string convert() {
     std::string root_body = visit(root_, "");
+    count_step();  // a budget error that a fallback caught still refuses the schema
+    count_grammar_bytes(root_body.size(), "");
     std::string out = "root ::= " + root_body + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out;
@@ -126,6 +150,30 @@ class SchemaConverter {
  private:
   [[noreturn]] void error(const std::string& path, const std::string& message) const {
     fail("invalid JSON schema at '{}': {}", path.empty() ? "/" : path, message);
+  }
+
+  // Sticky: past the budget every later step fails too, so a caller that catches the error and tries another way
+  // cannot start the expansion over.
+  void count_step(size_t num_steps = 1) {
+    num_steps_ += num_steps;
+    if (num_steps_ <= kMaxConversionSteps) return;
+    fail("invalid JSON schema: converting it takes more than {} steps (it is that large, or it refers to itself more "
+         "than once per level, as an allOf, anyOf or oneOf of two $refs to itself does)", kMaxConversionSteps);
+  }
+
+  static size_t num_json_values(const json& value) {
+    size_t n = 1;
+    if (value.is_structured()) {
+      for (const auto& item : value) n += num_json_values(item);
+    }
+    return n;
+  }
+
+  void count_grammar_bytes(size_t num_bytes, const std::string& path) {
+    grammar_bytes_ += num_bytes;
+    if (grammar_bytes_ > kMaxGrammarBytes) {
+      error(path, fmt::format("the schema's grammar would exceed {} MiB", kMaxGrammarBytes >> 20));
+    }
   }
 
   std::string primitive(const std::string& name) {
@@ -157,6 +205,7 @@ class SchemaConverter {
   std::string rule(const std::string& hint, const std::string& body) {
     auto it = rule_by_body_.find(body);
     if (it != rule_by_body_.end()) return it->second;
+    count_grammar_bytes(body.size(), "");
     std::string name = fresh_name(hint);
     rules_.push_back({name, body});
     rule_by_body_.emplace(body, name);
@@ -184,58 +233,127 @@ class SchemaConverter {
     return name;
   }
 
-  // allOf: the sub-schemas' keywords combined (properties and required united, later keywords otherwise win).
+  // allOf: the sub-schemas' keywords combined into one schema that admits only values every part admits: properties
+  // and required united, types intersected, bounds tightened, anyOf/oneOf multiplied out, subschemas of items and
+  // additionalProperties combined; parts that disagree on a keyword this cannot combine (two patterns) are an error.
+  // enum/const come from one part: visit() checks each literal against every part as written.
   json merge_all_of(const json& schema, const std::string& path) {
     DepthGuard guard(*this, path);
     json merged = json::object();
-    auto merge_in = [&](const json& part, const std::string& part_path) {
-      const json* sub = &part;
-      std::set<std::string> seen_refs;
-      while (sub->is_object() && sub->contains("$ref")) {
-        if (!(*sub)["$ref"].is_string()) error(part_path, "$ref must be a string");
-        std::string ref = (*sub)["$ref"].get<std::string>();
-        if (!seen_refs.insert(ref).second) error(part_path, "allOf through a $ref cycle");
-        sub = &resolve_pointer(ref, part_path);
+    std::vector<json> closed_parts;  // parts with additionalProperties, checked against the united properties
+    std::function<void(const json&, const std::string&, int)> merge_in = [&](const json& part, const std::string& part_path, int hops) {
+      if (hops > kMaxNestingDepth) error(part_path, "allOf through a $ref cycle");
+      if (part.is_boolean()) {
+        if (!part.get<bool>()) error(part_path, "schema 'false' matches nothing");
+        return;
       }
-      if (!sub->is_object()) error(part_path, "allOf entries must be schema objects");
-      json flat = sub->contains("allOf") ? merge_all_of(*sub, part_path) : *sub;
+      if (!part.is_object()) error(part_path, "allOf entries must be schema objects");
+      if (part.contains("$ref")) {
+        if (!part["$ref"].is_string()) error(part_path, "$ref must be a string");
+        merge_in(resolve_pointer(part["$ref"].get<std::string>(), part_path), part_path, hops + 1);
+        json siblings = constraining_siblings(part, "$ref");
+        if (!siblings.empty() && !refs_hide_siblings_) merge_in(siblings, part_path, hops + 1);
+        return;
+      }
+      json flat = part.contains("allOf") ? merge_all_of(part, part_path) : part;
+      // nullable widens the type beside it only, not the other parts' types.
+      if (flat.contains("nullable")) {
+        if (flat["nullable"] == true && flat.contains("type")) flat["type"] = intersect_types(flat["type"], flat["type"], part_path, true);
+        flat.erase("nullable");
+      }
+      if (flat.contains("additionalProperties") && flat["additionalProperties"] != true) closed_parts.push_back(flat);
       for (auto& [key, value] : flat.items()) {
-        if (key == "properties" && merged.contains("properties")) {
+        if (!merged.contains(key) || (kAnnotations.count(key) && key != "format")) {
+          merged[key] = value;
+        } else if (key == "properties") {
           for (auto& [prop, prop_schema] : value.items()) {
             json& target = merged["properties"][prop];
             target = target.is_null() ? prop_schema : json{{"allOf", json::array({target, prop_schema})}};
           }
-        } else if (key == "required" && merged.contains("required")) {
+        } else if (key == "required") {
           for (const auto& name : value) {
             if (std::find(merged["required"].begin(), merged["required"].end(), name) == merged["required"].end()) {
               merged["required"].push_back(name);
             }
           }
-        } else if (key == "type" && merged.contains("type") && merged["type"] != value) {
-          auto is = [](const json& t, const char* name) { return t.is_string() && t.get<std::string>() == name; };
-          if ((is(value, "integer") && is(merged["type"], "number")) || (is(value, "number") && is(merged["type"], "integer"))) {
-            merged["type"] = "integer";
-          } else {
-            error(part_path, fmt::format("allOf combines incompatible types {} and {}", merged["type"].dump(), value.dump()));
+        } else if (key == "type") {
+          merged["type"] = intersect_types(merged["type"], value, part_path);
+        } else if (key == "enum" || key == "const") {
+          continue;
+        } else if (kLowerBounds.count(key) && value.is_number() && merged[key].is_number()) {
+          if (value.get<double>() > merged[key].get<double>()) merged[key] = value;
+        } else if (kUpperBounds.count(key) && value.is_number() && merged[key].is_number()) {
+          if (value.get<double>() < merged[key].get<double>()) merged[key] = value;
+        } else if (key == "items" && value.is_array() != merged[key].is_array()) {
+          error(part_path, "allOf combines tuple and list forms of 'items', which is not supported");
+        } else if (kSubschemaKeywords.count(key) && !value.is_array()) {
+          merged[key] = json{{"allOf", json::array({merged[key], value})}};
+        } else if ((key == "anyOf" || key == "oneOf") && value.is_array() && merged[key].is_array()) {
+          // (a1 | a2) & (b1 | b2) = (a1 & b1) | (a1 & b2) | ...; for oneOf too: exactly one pair matches exactly
+          // when exactly one branch of each matches.
+          if (value.size() * merged[key].size() > 64) error(part_path, fmt::format("allOf combines two '{}' lists of more than 64 branch pairs", key));
+          json product = json::array();
+          for (const auto& a : merged[key]) {
+            for (const auto& b : value) product.push_back(json{{"allOf", json::array({a, b})}});
           }
-        } else {
-          merged[key] = value;
+          merged[key] = product;
+        } else if (!json_equal(merged[key], value)) {
+          error(part_path, fmt::format("allOf combines two different values of '{}', which is not supported", key));
         }
       }
     };
-    for (auto& [key, value] : schema.items()) {
-      if (key != "allOf") merge_in(json{{key, value}}, path);
-    }
+    json own = schema;  // the keywords beside allOf are one more part
+    own.erase("allOf");
+    if (!own.empty()) merge_in(own, path, 0);
     const json& parts = schema["allOf"];
     if (!parts.is_array() || parts.empty()) error(path + "/allOf", "must be a non-empty array");
-    for (size_t i = 0; i < parts.size(); ++i) merge_in(parts[i], fmt::format("{}/allOf/{}", path, i));
+    for (size_t i = 0; i < parts.size(); ++i) merge_in(parts[i], fmt::format("{}/allOf/{}", path, i), 0);
+    // A part's additionalProperties governs the properties other parts declare and it does not.
+    for (const auto& part : closed_parts) {
+      if (part.contains("patternProperties") || !merged.contains("properties")) continue;
+      const json& own = part.contains("properties") ? part["properties"] : json::object();
+      json properties = json::object();
+      for (auto& [name, prop_schema] : merged["properties"].items()) {
+        if (own.contains(name)) {
+          properties[name] = prop_schema;
+        } else if (part["additionalProperties"] != false) {
+          properties[name] = json{{"allOf", json::array({prop_schema, part["additionalProperties"]})}};
+        } else if (merged.contains("required") && std::find(merged["required"].begin(), merged["required"].end(), name) != merged["required"].end()) {
+          error(path, fmt::format("allOf requires property '{}', which a part with additionalProperties false forbids", name));
+        }
+      }
+      merged["properties"] = properties;
+    }
+    count_step(num_json_values(merged));  // a step per value the merge copied
     return merged;
+  }
+
+  // The types both allow (with_null: and "null").
+  json intersect_types(const json& a, const json& b, const std::string& path, bool with_null = false) {
+    auto names = [&](const json& t) {
+      std::set<std::string> out;
+      for (const auto& n : t.is_array() ? t : json::array({t})) {
+        if (!n.is_string()) error(path + "/type", "must be a string or an array of strings");
+        out.insert(n.get<std::string>());
+      }
+      return out;
+    };
+    std::set<std::string> x = names(a), y = names(b);
+    if (with_null) x.insert("null"), y.insert("null");
+    json common = json::array();
+    for (const auto& t : x) {
+      if (y.count(t) || (t == "integer" && y.count("number"))) common.push_back(t);
+      else if (t == "number" && y.count("integer")) common.push_back("integer");
+    }
+    if (common.empty()) error(path, fmt::format("allOf combines incompatible types {} and {}", a.dump(), b.dump()));
+    return common.size() == 1 ? common[0] : common;
   }
 
   // Bounds recursion through nesting, allOf and $ref chains (a cycle of allOf through $ref never ends otherwise)
   // and the letters of a property name that key_excluding spells out.
   struct DepthGuard {
     explicit DepthGuard(SchemaConverter& c, const std::string& path) : converter(c) {
+      converter.count_step();
       if (converter.depth_ >= kMaxNestingDepth) {
         converter.error(path, fmt::format("schema {} (or an allOf/$ref cycle)", nesting_limit_message()));
       }
@@ -252,59 +370,45 @@ class SchemaConverter {
       return primitive("json-value");
     }
     if (!schema.is_object()) error(path, "a schema must be an object or a boolean");
+    if (schema.contains("enum") || schema.contains("const")) return literals(schema, schema, path);
     for (auto& [key, value] : schema.items()) {
       if (kUnsupported.count(key)) error(path, fmt::format("keyword '{}' is not supported", key));
-      if (key == "uniqueItems" && value == true) error(path, "keyword 'uniqueItems' is not supported");
     }
-    if (schema.contains("nullable") && schema["nullable"] == true) {
+    if (schema.contains("nullable")) {
+      // OpenAPI's nullable adds "null" to the type beside it (as ajv reads it; ajv refuses it without a type).
       json rest = schema;
       rest.erase("nullable");
-      return choice({visit(rest, path), "\"null\""});
+      if (schema["nullable"] == true && rest.contains("type")) rest["type"] = intersect_types(rest["type"], rest["type"], path, true);
+      return visit(rest, path);
     }
-    if (schema.contains("allOf")) return visit(merge_all_of(schema, path), path);
+    if (schema.contains("allOf")) {
+      json merged = merge_all_of(schema, path);
+      // Literals from one part are checked against the parts as written, not against their approximate merge.
+      if (merged.contains("enum") || merged.contains("const")) return literals(merged, schema, path);
+      return visit(merged, path);
+    }
     if (schema.contains("$ref")) {
       if (!schema["$ref"].is_string()) error(path + "/$ref", "must be a string");
-      return visit_ref(schema["$ref"].get<std::string>(), path);
+      std::string ref = schema["$ref"].get<std::string>();
+      json siblings = constraining_siblings(schema, "$ref");
+      // Since draft 2019-09 the keywords beside $ref apply too (before it they were ignored).
+      if (siblings.empty() || refs_hide_siblings_) return visit_ref(ref, path);
+      return visit(json{{"allOf", json::array({json{{"$ref", ref}}, siblings})}}, path);
     }
-    for (const char* key : {"anyOf", "oneOf"}) {
-      if (!schema.contains(key)) continue;
-      const json& branches = schema[key];
-      if (!branches.is_array() || branches.empty()) error(path + "/" + key, "must be a non-empty array");
-      json siblings = schema;
-      siblings.erase(key);
-      bool constrained_siblings = false;
-      for (auto& [k, unused] : siblings.items()) constrained_siblings |= !kAnnotations.count(k) || k == "format";
+    if (schema.contains("if")) return conditional(schema, path);
+    if (schema.contains("anyOf")) {
       std::vector<std::string> alternatives;
-      for (size_t i = 0; i < branches.size(); ++i) {
-        std::string branch_path = fmt::format("{}/{}/{}", path, key, i);
-        if (constrained_siblings) {
-          alternatives.push_back(visit(json{{"allOf", json::array({siblings, branches[i]})}}, branch_path));
-        } else {
-          alternatives.push_back(visit(branches[i], branch_path));
-        }
-      }
+      std::vector<json> branches = branches_with_siblings(schema, "anyOf", path);
+      for (size_t i = 0; i < branches.size(); ++i) alternatives.push_back(visit(branches[i], fmt::format("{}/anyOf/{}", path, i)));
       return choice(alternatives);
     }
-    if (schema.contains("const")) return ebnf_literal(schema["const"].dump());
-    if (schema.contains("enum")) {
-      const json& values = schema["enum"];
-      if (!values.is_array() || values.empty()) error(path + "/enum", "must be a non-empty array");
-      std::vector<std::string> alternatives;
-      for (const auto& value : values) alternatives.push_back(ebnf_literal(value.dump()));
-      return choice(alternatives);
-    }
+    if (schema.contains("oneOf")) return one_of(schema, path);
 
     json type = schema.contains("type") ? schema["type"] : json();
     if (type.is_null()) {
-      if (schema.contains("properties") || schema.contains("additionalProperties") || schema.contains("required")) {
-        type = "object";
-      } else if (schema.contains("items") || schema.contains("prefixItems") || schema.contains("minItems") || schema.contains("maxItems")) {
-        type = "array";
-      } else if (schema.contains("pattern") || schema.contains("minLength") || schema.contains("maxLength")) {
-        type = "string";
-      } else {
-        return primitive("json-value");
-      }
+      std::optional<std::string> inferred = inferred_type(schema);
+      if (!inferred) return primitive("json-value");
+      type = *inferred;
     }
     if (type.is_array()) {
       if (type.empty()) error(path + "/type", "must not be empty");
@@ -326,6 +430,323 @@ class SchemaConverter {
     if (t == "array") return array(schema, path);
     if (t == "object") return object(schema, path);
     error(path + "/type", fmt::format("unknown type '{}'", t));
+  }
+
+  // The keywords beside `keyword` that constrain values (nullable widens them, so it counts).
+  json constraining_siblings(const json& schema, const char* keyword) const {
+    json siblings = json::object();
+    for (auto& [k, v] : schema.items()) {
+      if (k != keyword && (!kAnnotations.count(k) || k == "format" || k == "nullable")) siblings[k] = v;
+    }
+    return siblings;
+  }
+
+  // anyOf/oneOf branches, each combined with the keywords beside the anyOf/oneOf (which apply to every branch).
+  std::vector<json> branches_with_siblings(const json& schema, const char* keyword, const std::string& path) {
+    const json& branches = schema[keyword];
+    if (!branches.is_array() || branches.empty()) error(path + "/" + keyword, "must be a non-empty array");
+    json siblings = constraining_siblings(schema, keyword);
+    std::vector<json> out;
+    for (const auto& branch : branches) {
+      out.push_back(siblings.empty() ? branch : json{{"allOf", json::array({siblings, branch})}});
+    }
+    return out;
+  }
+
+  Verdict check(const json& value, const json& schema, const std::string& path) {
+    try {
+      return validator_.check(value, schema);
+    } catch (const Error& e) {
+      error(path, e.what());
+    }
+  }
+
+  // The enum/const values of `listed_in` that `schema` admits: each literal is checked against every keyword of the
+  // schema (siblings, allOf parts, $ref targets), so the grammar generates the intersection.
+  std::vector<json> admitted_literals(const json& listed_in, const json& schema, const std::string& path, size_t* num_undecided) {
+    std::vector<json> candidates;
+    if (listed_in.contains("const")) {
+      candidates.push_back(listed_in["const"]);
+    } else {
+      const json& values = listed_in["enum"];
+      if (!values.is_array() || values.empty()) error(path + "/enum", "must be a non-empty array");
+      candidates.assign(values.begin(), values.end());
+    }
+    std::vector<json> admitted;
+    for (const auto& candidate : candidates) {
+      Verdict v = check(candidate, schema, path);
+      if (num_undecided) *num_undecided += v == Verdict::kUnknown;
+      if (v == Verdict::kValid) admitted.push_back(candidate);
+    }
+    return admitted;
+  }
+
+  std::string literals(const json& listed_in, const json& schema, const std::string& path) {
+    size_t num_undecided = 0;
+    std::vector<std::string> alternatives;
+    std::set<std::string> seen;
+    for (const auto& value : admitted_literals(listed_in, schema, path, &num_undecided)) {
+      std::string literal = ebnf_literal(value.dump());
+      if (seen.insert(literal).second) alternatives.push_back(literal);
+    }
+    if (alternatives.empty()) {
+      error(path, num_undecided == 0
+                      ? "no value of 'enum'/'const' satisfies the other keywords of the schema"
+                      : "no value of 'enum'/'const' is known to satisfy the other keywords of the schema (formats and "
+                        "anchored patterns are checked as the subsets the structured-output docs describe)");
+    }
+    return choice(alternatives);
+  }
+
+  // The schema with $ref chains followed and allOf merged: the keywords that hold at its top level. nullopt where
+  // that is not known (a merge this converter refuses, a $ref cycle).
+  std::optional<json> resolved(json schema, const std::string& path) {
+    try {
+      for (int hops = 0; schema.is_object() && hops < kMaxNestingDepth; ++hops) {
+        if (schema.contains("allOf")) {
+          schema = merge_all_of(schema, path);
+        } else if (schema.contains("$ref") && schema["$ref"].is_string()) {
+          json siblings = constraining_siblings(schema, "$ref");
+          const json& target = resolve_pointer(schema["$ref"].get<std::string>(), path);
+          if (siblings.empty() || refs_hide_siblings_) {
+            schema = target;
+          } else {
+            schema = json{{"allOf", json::array({target, siblings})}};
+          }
+        } else {
+          return schema;
+        }
+      }
+      return schema.is_boolean() ? std::optional<json>(schema) : std::nullopt;
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
+
+  // Kinds of JSON values, as bits: integral and fractional numbers apart, since "integer" is a subset of "number".
+  enum Kind : uint8_t { kNull = 1, kBoolean = 2, kObject = 4, kArray = 8, kString = 16, kIntegral = 32, kFractional = 64, kAnyKind = 127 };
+
+  static uint8_t kind_of(const json& value) {
+    if (value.is_null()) return kNull;
+    if (value.is_boolean()) return kBoolean;
+    if (value.is_object()) return kObject;
+    if (value.is_array()) return kArray;
+    if (value.is_string()) return kString;
+    double v = value.get<double>();
+    return value.is_number_integer() || v == std::trunc(v) ? kIntegral : kFractional;
+  }
+
+  static uint8_t kinds_of_type(const json& type) {
+    auto one = [](const json& t) -> uint8_t {
+      if (!t.is_string()) return kAnyKind;
+      std::string name = t.get<std::string>();
+      if (name == "null") return kNull;
+      if (name == "boolean") return kBoolean;
+      if (name == "object") return kObject;
+      if (name == "array") return kArray;
+      if (name == "string") return kString;
+      if (name == "integer") return kIntegral;
+      if (name == "number") return kIntegral | kFractional;
+      return kAnyKind;
+    };
+    if (!type.is_array()) return one(type);
+    uint8_t kinds = 0;
+    for (const auto& t : type) kinds |= one(t);
+    return kinds;
+  }
+
+  // The kinds of values a schema accepts (a superset when unsure).
+  uint8_t accepted_kinds(const json& schema, int depth) {
+    count_step();
+    if (schema.is_boolean()) return schema.get<bool>() ? kAnyKind : 0;
+    if (!schema.is_object() || depth > 64) return kAnyKind;
+    uint8_t kinds = kAnyKind;
+    if (schema.contains("type")) {
+      kinds &= kinds_of_type(schema["type"]) | (schema.value("nullable", false) == true ? kNull : 0);
+    }
+    if (schema.contains("const")) kinds &= kind_of(schema["const"]);
+    if (schema.contains("enum") && schema["enum"].is_array()) {
+      uint8_t listed = 0;
+      for (const auto& v : schema["enum"]) listed |= kind_of(v);
+      kinds &= listed;
+    }
+    if (schema.contains("$ref") && schema["$ref"].is_string()) {
+      const std::string ref = schema["$ref"].get<std::string>();
+      if (!ref.empty() && ref[0] == '#') {
+        const json* target = nullptr;
+        try {
+          target = &root_.at(json::json_pointer(ref.substr(1)));
+        } catch (const json::exception&) {
+        }
+        if (target) kinds &= accepted_kinds(*target, depth + 1);
+      }
+    }
+    if (schema.contains("allOf") && schema["allOf"].is_array()) {
+      for (const auto& part : schema["allOf"]) kinds &= accepted_kinds(part, depth + 1);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!schema.contains(key) || !schema[key].is_array()) continue;
+      uint8_t any = 0;
+      for (const auto& branch : schema[key]) any |= accepted_kinds(branch, depth + 1);
+      kinds &= any;
+    }
+    return kinds;
+  }
+
+  // The kinds of values the grammar for a schema generates: those it accepts, narrowed as visit() narrows a schema
+  // without a type (properties make it an object, and so on).
+  uint8_t generated_kinds(const json& schema, const std::string& path) {
+    std::optional<json> r = resolved(schema, path);
+    if (!r) return accepted_kinds(schema, 0);
+    uint8_t kinds = accepted_kinds(*r, 0);
+    if (r->is_object() && !r->contains("type") && !r->contains("enum") && !r->contains("const") &&
+        !r->contains("anyOf") && !r->contains("oneOf")) {
+      if (std::optional<std::string> type = inferred_type(*r)) kinds &= kinds_of_type(*type);
+    }
+    return kinds;
+  }
+
+  // The closed interval a schema's top-level bounds allow (for "count" keywords such as minLength, or for values).
+  struct Interval {
+    double lo = -INFINITY, hi = INFINITY;
+    bool lo_open = false, hi_open = false;
+  };
+  static Interval value_interval(const json& schema) {
+    Interval interval;
+    auto number = [&](const char* key) -> std::optional<double> {
+      if (!schema.contains(key) || !schema[key].is_number()) return std::nullopt;
+      return schema[key].get<double>();
+    };
+    if (auto v = number("minimum")) interval = {*v, interval.hi, schema.value("exclusiveMinimum", json()) == true, false};
+    if (auto v = number("maximum")) {
+      interval.hi = *v;
+      interval.hi_open = schema.value("exclusiveMaximum", json()) == true;
+    }
+    if (auto v = number("exclusiveMinimum"); v && *v >= interval.lo) interval.lo = *v, interval.lo_open = true;
+    if (auto v = number("exclusiveMaximum"); v && *v <= interval.hi) interval.hi = *v, interval.hi_open = true;
+    return interval;
+  }
+  static Interval count_interval(const json& schema, const char* min_key, const char* max_key) {
+    Interval interval{0, INFINITY};
+    if (schema.contains(min_key) && schema[min_key].is_number()) interval.lo = schema[min_key].get<double>();
+    if (schema.contains(max_key) && schema[max_key].is_number()) interval.hi = schema[max_key].get<double>();
+    return interval;
+  }
+  static bool disjoint(const Interval& a, const Interval& b) {
+    if (a.hi < b.lo || b.hi < a.lo) return true;
+    return (a.hi == b.lo && (a.hi_open || b.lo_open)) || (b.hi == a.lo && (b.hi_open || a.lo_open));
+  }
+
+  // Whether every value the grammar for `generated` produces is invalid under `other` (so the two never both match).
+  // `fractional` narrows `generated`'s numbers to non-integers. False when that cannot be shown.
+  bool excludes(const json& generated, const json& other, bool fractional, const std::string& path, int depth) {
+    if (depth > 16) return false;
+    std::optional<json> g = resolved(generated, path);
+    std::optional<json> o = resolved(other, path);
+    if (!g || !o) return false;
+    if (g->is_object() && (g->contains("enum") || g->contains("const"))) {
+      for (const auto& value : admitted_literals(*g, generated, path, nullptr)) {
+        if (check(value, other, path) != Verdict::kInvalid) return false;
+      }
+      return true;
+    }
+    uint8_t kinds = generated_kinds(generated, path);
+    if (fractional) kinds = (kinds & ~kIntegral) | (kinds & kIntegral ? kFractional : 0);
+    uint8_t common = kinds & accepted_kinds(other, 0);
+    if (common == 0) return true;
+    if (!g->is_object() || !o->is_object()) return false;
+    if ((common & ~(kIntegral | kFractional)) == 0) return disjoint(value_interval(*g), value_interval(*o));
+    if (common == kString) {
+      return disjoint(count_interval(*g, "minLength", "maxLength"), count_interval(*o, "minLength", "maxLength"));
+    }
+    if (common == kArray) return disjoint(count_interval(*g, "minItems", "maxItems"), count_interval(*o, "minItems", "maxItems"));
+    if (common == kObject) return objects_exclude(*g, *o, path, depth);
+    return false;
+  }
+
+  // Objects: `other` requires a key the grammar for `generated` never writes, or a key `generated` always writes has
+  // a value `other` rejects (a discriminator: {"kind": {"const": "a"}} against {"kind": {"const": "b"}}).
+  bool objects_exclude(const json& generated, const json& other, const std::string& path, int depth) {
+    const json no_properties = json::object();
+    const json& g_properties = generated.contains("properties") ? generated["properties"] : no_properties;
+    const json& o_properties = other.contains("properties") ? other["properties"] : no_properties;
+    auto names = [](const json& schema, const char* key) {
+      std::set<std::string> out;
+      if (schema.contains(key) && schema[key].is_array()) {
+        for (const auto& n : schema[key]) {
+          if (n.is_string()) out.insert(n.get<std::string>());
+        }
+      }
+      return out;
+    };
+    std::set<std::string> g_required = names(generated, "required");
+    bool g_writes_extra_keys = generated.contains("additionalProperties") && generated["additionalProperties"] != false;
+    if (!g_writes_extra_keys && g_properties.is_object()) {
+      for (const auto& name : names(other, "required")) {
+        if (!g_properties.contains(name) && !g_required.count(name)) return true;
+      }
+    }
+    bool o_closed = other.contains("additionalProperties") && other["additionalProperties"] == false && !other.contains("patternProperties");
+    for (const auto& name : g_required) {
+      if (!g_properties.is_object() || !o_properties.is_object()) return false;
+      if (o_properties.contains(name)) {
+        if (g_properties.contains(name) && excludes(g_properties[name], o_properties[name], false, path, depth + 1)) return true;
+      } else if (o_closed) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // oneOf: exactly one branch must match. A branch is generated only when no other branch can match its values;
+  // a number branch beside integer branches is narrowed to non-integers, an integer branch inside a number branch is
+  // dropped, and any other overlap is refused (it would need the complement of a branch).
+  std::string one_of(const json& schema, const std::string& path) {
+    std::vector<json> branches = branches_with_siblings(schema, "oneOf", path);
+    std::vector<std::string> alternatives;
+    for (size_t a = 0; a < branches.size(); ++a) {
+      bool fractional = false;
+      bool dropped = false;
+      for (size_t b = 0; b < branches.size() && !dropped; ++b) {
+        if (b == a || excludes(branches[a], branches[b], fractional, path, 0)) continue;
+        std::optional<json> r = resolved(branches[a], path);
+        bool plain_number = r && r->is_object() && r->value("type", json()) == "number" && !r->contains("anyOf") && !r->contains("oneOf");
+        if (plain_number && !fractional && excludes(branches[a], branches[b], true, path, 0)) {
+          fractional = true;
+        } else if (generated_kinds(branches[a], path) == kIntegral && (accepted_kinds(branches[b], 0) & kFractional)) {
+          dropped = true;
+        } else {
+          error(path + "/oneOf", fmt::format("branches {} and {} can match the same value, and oneOf allows exactly one "
+                                             "match: make them exclude each other (different types, disjoint ranges, "
+                                             "a required property with different 'const' values) or use anyOf", a, b));
+        }
+      }
+      if (dropped) continue;
+      std::string branch_path = fmt::format("{}/oneOf/{}", path, a);
+      alternatives.push_back(fractional ? fractional_number(*resolved(branches[a], path), branch_path) : visit(branches[a], branch_path));
+    }
+    if (alternatives.empty()) error(path + "/oneOf", "no value matches exactly one branch");
+    return choice(alternatives);
+  }
+
+  // Numbers that are not integers (a oneOf beside an integer branch). Integer parts of at most 8 digits and fractions
+  // of at most 7 ending in a non-zero digit: at most 15 significant digits, so the double a validator parses is not
+  // an integer either.
+  std::string fractional_number(const json& schema, const std::string& path) {
+    std::optional<int64_t> lo, hi;
+    integer_bounds(schema, path, lo, hi);
+    constexpr int64_t kMaxIntegerPart = 99'999'999;
+    int64_t low = std::max(lo.value_or(-kMaxIntegerPart), -kMaxIntegerPart);
+    int64_t high = std::min(hi.value_or(kMaxIntegerPart), kMaxIntegerPart);
+    const std::string fraction = " \".\" [0-9]{0,6} [1-9]";
+    std::vector<std::string> alternatives;
+    // I.F lies strictly between I and I + 1; -I.F strictly between -(I + 1) and -I.
+    if (std::max<int64_t>(low, 0) <= high - 1) alternatives.push_back(unsigned_range_ebnf(std::max<int64_t>(low, 0), high - 1) + fraction);
+    if (std::max<int64_t>(0, -high) <= -low - 1) {
+      alternatives.push_back("\"-\" " + unsigned_range_ebnf(std::max<int64_t>(0, -high), -low - 1) + fraction);
+    }
+    if (alternatives.empty()) error(path, "no number that is not an integer lies within the bounds (rounded to integers)");
+    return rule("fraction", choice(alternatives));
   }
 
   // Bounds as the inclusive integer range they allow; exclusive and fractional bounds are rounded inwards.
@@ -354,9 +775,16 @@ class SchemaConverter {
     if (schema.contains("exclusiveMaximum") && !schema["exclusiveMaximum"].is_boolean()) {
       tighten_hi(static_cast<int64_t>(std::ceil(number_at("exclusiveMaximum"))) - 1);
     }
+    if (schema.contains("format") && schema["format"].is_string()) {
+      if (auto range = integer_format_range(schema["format"].get<std::string>())) {
+        tighten_lo(range->lo);
+        tighten_hi(range->hi);
+      }
+    }
   }
 
   std::string integer(const json& schema, const std::string& path) {
+    if (schema.contains("multipleOf")) return multiple_of(schema, path, true);
     std::optional<int64_t> lo, hi;
     integer_bounds(schema, path, lo, hi);
     if (!lo && !hi) return primitive("json-integer");
@@ -368,6 +796,11 @@ class SchemaConverter {
   }
 
   std::string number(const json& schema, const std::string& path) {
+    // int32/int64 make a number an integer.
+    if (schema.contains("format") && schema["format"].is_string() && integer_format_range(schema["format"].get<std::string>())) {
+      return integer(schema, path);
+    }
+    if (schema.contains("multipleOf")) return multiple_of(schema, path, false);
     std::optional<int64_t> lo, hi;
     integer_bounds(schema, path, lo, hi);
     if (!lo && !hi) return primitive("json-number");
@@ -398,22 +831,31 @@ class SchemaConverter {
     std::optional<uint64_t> max_len = count_at(schema, "maxLength", path);
     bool has_length = min_len || max_len;
     if (schema.contains("pattern")) {
-      if (has_length) error(path, "'pattern' together with 'minLength'/'maxLength' is not supported");
       if (!schema["pattern"].is_string()) error(path + "/pattern", "must be a string");
-      return rule("pattern", "\"\\\"\" " + regex_ebnf(schema["pattern"].get<std::string>(), path + "/pattern") + " \"\\\"\"");
+      if (schema.contains("format") && schema["format"].is_string() && string_format_regex(schema["format"].get<std::string>())) {
+        error(path, "'pattern' together with 'format' is not supported");
+      }
+      std::string pattern = schema["pattern"].get<std::string>();
+      if (!has_length) return rule("pattern", "\"\\\"\" " + pattern_ebnf(pattern, path + "/pattern") + " \"\\\"\"");
+      if (max_len && *max_len < min_len.value_or(0)) error(path, "maxLength is smaller than minLength");
+      std::optional<Expr> bounded;
+      try {
+        bounded = schema_pattern_expr_with_length(pattern, min_len.value_or(0), max_len);
+      } catch (const Error& e) {
+        error(path + "/pattern", e.what());
+      }
+      if (!bounded) {
+        error(path, "'pattern' together with 'minLength'/'maxLength' is supported where one part of the pattern "
+                    "varies in length (as in \"^[a-z]+$\"); this pattern has several");
+      }
+      return rule("pattern", "\"\\\"\" " + to_ebnf(*bounded) + " \"\\\"\"");
     }
     if (schema.contains("format") && schema["format"].is_string()) {
       std::string format = schema["format"].get<std::string>();
-      std::string regex;
-      if (format == "date-time") {
-        regex = kFormatRegexes.at("date") + "T" + kFormatRegexes.at("time");
-      } else if (kFormatRegexes.count(format)) {
-        regex = kFormatRegexes.at(format);
-      }
-      // Other formats (hostname, ...) are annotations here: any string.
-      if (!regex.empty()) {
+      // Formats without a regex are annotations here: any string (see json_schema_formats.h).
+      if (std::optional<std::string> regex = string_format_regex(format)) {
         if (has_length) error(path, "'format' together with 'minLength'/'maxLength' is not supported");
-        return rule(format, "\"\\\"\" " + regex_ebnf(regex, path + "/format") + " \"\\\"\"");
+        return rule(format, "\"\\\"\" " + regex_ebnf(*regex, path + "/format") + " \"\\\"\"");
       }
     }
     if (!has_length) return primitive("json-string");
@@ -421,6 +863,14 @@ class SchemaConverter {
     if (max_len && *max_len < lo) error(path, "maxLength is smaller than minLength");
     primitive("json-char");
     return rule("string", "\"\\\"\" json-char" + repeat_suffix(lo, max_len) + " \"\\\"\"");
+  }
+
+  std::string pattern_ebnf(const std::string& pattern, const std::string& path) {
+    try {
+      return to_ebnf(schema_pattern_expr(pattern, true));
+    } catch (const Error& e) {
+      error(path, e.what());
+    }
   }
 
   std::string regex_ebnf(const std::string& pattern, const std::string& path) {
@@ -431,7 +881,146 @@ class SchemaConverter {
     }
   }
 
+  // uniqueItems over a small domain of literals (enum/const items, booleans, null): the elements are distinct
+  // values in the domain's order, as many as minItems/maxItems allow. Other item schemas would need every pair of
+  // elements compared, which a grammar cannot do, and are refused.
+  std::string unique_array(const json& schema, const std::string& path) {
+    constexpr size_t kMaxDomain = 32;
+    if (schema.contains("prefixItems") || (schema.contains("items") && schema["items"].is_array())) {
+      error(path, "'uniqueItems' together with tuple items is not supported");
+    }
+    json items = schema.contains("items") ? schema["items"] : json(true);
+    std::vector<json> domain;
+    std::optional<json> r = resolved(items, path + "/items");
+    if (r && r->is_object() && (r->contains("enum") || r->contains("const"))) {
+      for (auto& value : admitted_literals(*r, items, path + "/items", nullptr)) {
+        bool seen = std::any_of(domain.begin(), domain.end(), [&](const json& d) { return json_equal(d, value); });
+        if (!seen) domain.push_back(value);
+      }
+    } else if (r && r->is_object() && r->size() == 1 && r->contains("type") && kinds_of_type((*r)["type"]) == kBoolean) {
+      domain = {json(false), json(true)};
+    } else if (r && r->is_object() && r->size() == 1 && r->contains("type") && kinds_of_type((*r)["type"]) == kNull) {
+      domain = {json(nullptr)};
+    } else {
+      error(path, fmt::format("'uniqueItems' is enforced only for items that are at most {} enum/const values, "
+                              "booleans or null", kMaxDomain));
+    }
+    if (domain.size() > kMaxDomain) error(path, fmt::format("'uniqueItems' over more than {} item values is not supported", kMaxDomain));
+    uint64_t lo = count_at(schema, "minItems", path).value_or(0);
+    uint64_t hi = std::min<uint64_t>(count_at(schema, "maxItems", path).value_or(domain.size()), domain.size());
+    if (lo > hi) error(path, fmt::format("no array of distinct items has minItems {} (the items have {} values)", lo, domain.size()));
+    std::string ws = primitive("ws");
+    // picks(i, c): the rest of the array from domain value i on, after c values were picked.
+    std::map<std::pair<size_t, uint64_t>, std::string> names;
+    std::function<std::string(size_t, uint64_t)> picks = [&](size_t i, uint64_t c) -> std::string {
+      if (i == domain.size()) return "\"\"";
+      auto it = names.find({i, c});
+      if (it != names.end()) return it->second;
+      std::vector<std::string> alternatives;
+      if (c < hi) {
+        std::string value = ebnf_literal(domain[i].dump());
+        alternatives.push_back((c > 0 ? "\",\" " + ws + " " : "") + value + " " + ws + " " + picks(i + 1, c + 1));
+      }
+      if (domain.size() - i - 1 >= (lo > c ? lo - c : 0)) alternatives.push_back(picks(i + 1, c));
+      std::string name = rule("unique-items", choice(alternatives));
+      names[{i, c}] = name;
+      return name;
+    };
+    return rule("array", "\"[\" " + ws + " " + picks(0, 0) + " \"]\"");
+  }
+
+  // multipleOf: where the bounds leave at most kMaxMultiples values, each is listed (and checked as ajv computes it,
+  // in doubles); an integer step with no bound on a side is generated digit by digit, tracking the remainder.
+  std::string multiple_of(const json& schema, const std::string& path, bool integers_only) {
+    constexpr int64_t kMaxMultiples = 1000;
+    if (!schema["multipleOf"].is_number() || schema["multipleOf"].get<double>() <= 0) {
+      error(path + "/multipleOf", "must be a number greater than 0");
+    }
+    double step = schema["multipleOf"].get<double>();
+    bool integral_step = step == std::floor(step) && step < 1e15;
+    std::optional<int64_t> lo, hi;
+    integer_bounds(schema, path, lo, hi);
+    if (lo && hi) {
+      int64_t first = static_cast<int64_t>(std::ceil(static_cast<double>(*lo) / step));
+      int64_t last = static_cast<int64_t>(std::floor(static_cast<double>(*hi) / step));
+      if (last - first < kMaxMultiples) {
+        std::vector<std::string> alternatives;
+        for (int64_t k = first; k <= last; ++k) {
+          json value = integral_step ? json(k * static_cast<int64_t>(step)) : json(static_cast<double>(k) * step);
+          if (integers_only && !integral_step && value.get<double>() != std::floor(value.get<double>())) continue;
+          if (check(value, schema, path) == Verdict::kValid) alternatives.push_back(ebnf_literal(value.dump()));
+        }
+        if (alternatives.empty()) error(path, "no multiple of 'multipleOf' lies within the bounds");
+        return rule("multiple", choice(alternatives));
+      }
+    }
+    if (!integral_step || step > 1000) {
+      error(path, "'multipleOf' is supported for integer steps up to 1000, or where the bounds leave at most 1000 values");
+    }
+    // Sides: a bound at or inside the first multiple away from zero keeps that side (and excludes zero if past it).
+    auto m = static_cast<int64_t>(step);
+    bool positive = !hi || *hi >= m;
+    bool negative = !lo || *lo <= -m;
+    bool zero = (!lo || *lo <= 0) && (!hi || *hi >= 0);
+    if ((lo && *lo > m) || (hi && *hi < -m) || (lo && hi)) {
+      error(path, "'multipleOf' is supported with bounds that leave at most 1000 values, or only a sign");
+    }
+    // digits(r, k): the rest of a number whose digits so far leave remainder r, after k of at most 15 digits; empty
+    // where no rest makes a multiple.
+    std::map<std::pair<int64_t, int>, std::string> names;
+    std::function<std::string(int64_t, int)> digits = [&](int64_t r, int k) -> std::string {
+      auto it = names.find({r, k});
+      if (it != names.end()) return it->second;
+      std::vector<std::string> alternatives;
+      if (r == 0) alternatives.push_back("\"\"");
+      if (k < 15) {
+        for (int d = 0; d <= 9; ++d) {
+          std::string rest = digits((10 * r + d) % m, k + 1);
+          if (!rest.empty()) alternatives.push_back(fmt::format("\"{}\" ", d) + rest);
+        }
+      }
+      std::string name = alternatives.empty() ? "" : rule("multiple-digits", choice(alternatives));
+      names[{r, k}] = name;
+      return name;
+    };
+    std::vector<std::string> starts;
+    for (int d = 1; d <= 9; ++d) {
+      std::string rest = digits(d % m, 1);
+      if (!rest.empty()) starts.push_back(fmt::format("\"{}\" ", d) + rest);
+    }
+    std::string magnitude = choice(starts);
+    std::vector<std::string> alternatives;
+    if (zero) alternatives.push_back("\"0\"");
+    if (positive) alternatives.push_back(magnitude);
+    if (negative) alternatives.push_back("\"-\" " + magnitude);
+    return rule("multiple", choice(alternatives));
+  }
+
+  // if/then/else: values that satisfy "if" and "then", and values that satisfy "else" when they provably fail "if"
+  // (so "else" is what applies to them).
+  std::string conditional(const json& schema, const std::string& path) {
+    json rest = schema;
+    for (const char* key : {"if", "then", "else"}) rest.erase(key);
+    json then_branch = json{{"allOf", json::array({rest, schema["if"], schema.value("then", json(true))})}};
+    json else_branch = json{{"allOf", json::array({rest, schema.value("else", json(true))})}};
+    std::vector<std::string> alternatives;
+    std::string then_error;
+    try {
+      alternatives.push_back(visit(then_branch, path + "/then"));
+    } catch (const Error& e) {
+      then_error = e.what();
+    }
+    if (excludes(else_branch, schema["if"], false, path, 0)) alternatives.push_back(visit(else_branch, path + "/else"));
+    if (alternatives.empty()) {
+      error(path, fmt::format("no value satisfies 'if' and 'then' ({}), and values of 'else' cannot be shown to fail 'if'", then_error));
+    }
+    return choice(alternatives);
+  }
+
   std::string array(const json& schema, const std::string& path) {
+    if (schema.value("uniqueItems", false) == true && count_at(schema, "maxItems", path).value_or(2) > 1) {
+      return unique_array(schema, path);
+    }
     std::vector<std::string> prefix;
     json items = json(true);
     if (schema.contains("prefixItems")) {
@@ -524,7 +1113,132 @@ class SchemaConverter {
     return rule("additional-key", "\"\\\"\" " + node_expr(0));
   }
 
-  std::string object(const json& schema, const std::string& path) {
+  // The object keywords that decide which properties appear, rewritten for generation into properties, required
+  // and additionalProperties (a subset of the objects they allow; values are still checked against the schema as
+  // written wherever literals are): dependencies make their dependents required, dependentSchemas are merged in,
+  // minProperties makes optional properties required in schema order, maxProperties keeps the first optional ones
+  // that fit and no additional ones.
+  json object_constraints(json schema, const std::string& path) {
+    DepthGuard guard(*this, path);  // dependent schemas may bring dependent schemas
+    json dependent_schemas = json::array();
+    std::vector<std::pair<std::string, json>> dependent_required;
+    for (const char* key : {"dependentRequired", "dependencies", "dependentSchemas"}) {
+      if (!schema.contains(key)) continue;
+      if (!schema[key].is_object()) error(path + "/" + key, "must be an object");
+      for (auto& [trigger, dependency] : schema[key].items()) {
+        if (dependency.is_array()) {
+          dependent_required.push_back({trigger, dependency});
+        } else {
+          dependent_schemas.push_back(dependency);
+        }
+      }
+      schema.erase(key);
+    }
+    if (!dependent_schemas.empty()) {
+      // Objects that satisfy the dependent schemas satisfy them whether their trigger appears or not.
+      dependent_schemas.insert(dependent_schemas.begin(), schema);
+      return object_constraints(merge_all_of(json{{"allOf", dependent_schemas}}, path), path);
+    }
+    if (!dependent_required.empty() || schema.contains("minProperties") || schema.contains("maxProperties")) {
+      if (!schema.contains("required")) schema["required"] = json::array();
+      auto is_required = [&](const std::string& name) {
+        return std::find(schema["required"].begin(), schema["required"].end(), name) != schema["required"].end();
+      };
+      // A dependent may have dependents of its own: add until nothing changes.
+      for (bool changed = true; changed;) {
+        changed = false;
+        for (const auto& [trigger, names] : dependent_required) {
+          for (const auto& name : names) {
+            if (!name.is_string()) error(path + "/dependentRequired/" + trigger, "must be an array of strings");
+            if (is_required(name.get<std::string>())) continue;
+            schema["required"].push_back(name);
+            changed = true;
+          }
+        }
+      }
+      std::vector<std::string> optional;
+      if (schema.contains("properties") && schema["properties"].is_object()) {
+        for (auto& [name, unused] : schema["properties"].items()) {
+          if (!is_required(name)) optional.push_back(name);
+        }
+      }
+      size_t num_required = schema["required"].size();
+      std::optional<uint64_t> min_properties = count_at(schema, "minProperties", path);
+      std::optional<uint64_t> max_properties = count_at(schema, "maxProperties", path);
+      if (min_properties && *min_properties > num_required) {
+        size_t missing = *min_properties - num_required;
+        if (missing > optional.size()) {
+          error(path, fmt::format("minProperties {} needs more properties than the {} declared ones (objects with "
+                                  "additional properties up to a count are not generated)", *min_properties,
+                                  num_required + optional.size()));
+        }
+        for (size_t i = 0; i < missing; ++i) schema["required"].push_back(optional[i]);
+        optional.erase(optional.begin(), optional.begin() + static_cast<std::ptrdiff_t>(missing));
+      }
+      if (max_properties) {
+        if (*max_properties < schema["required"].size()) {
+          error(path, fmt::format("maxProperties {} is less than the {} required properties", *max_properties,
+                                  schema["required"].size()));
+        }
+        size_t room = *max_properties - schema["required"].size();
+        for (size_t i = room; i < optional.size(); ++i) schema["properties"].erase(optional[i]);
+        schema["additionalProperties"] = false;
+        schema.erase("patternProperties");
+      }
+      schema.erase("minProperties");
+      schema.erase("maxProperties");
+    }
+    return schema;
+  }
+
+  // patternProperties: a declared property whose name a pattern may match takes that pattern's schema too; each
+  // pattern that matches no declared name adds keys spelled as whole matches of it, whose values follow every
+  // pattern such a key may also match. Keys matching no pattern (additionalProperties) are not generated beside them.
+  struct PatternMembers {
+    std::vector<std::pair<std::string, std::string>> extras;  // key rule, value rule
+  };
+  PatternMembers pattern_members(json& properties, const json& required, const json& patterns, const std::string& path) {
+    if (!patterns.is_object()) error(path + "/patternProperties", "must be an object");
+    auto may_match = [&](const std::string& pattern, const std::string& name) {
+      try {
+        SchemaPatternSearch search(pattern);
+        return search.found_in(name) || !search.exact();
+      } catch (const Error& e) {
+        error(path + "/patternProperties", e.what());
+      }
+    };
+    std::set<std::string> names;
+    for (auto& [name, unused] : properties.items()) names.insert(name);
+    for (const auto& name : required) names.insert(name.get<std::string>());
+    PatternMembers members;
+    for (auto& [pattern, pattern_schema] : patterns.items()) {
+      bool matches_a_name = false;
+      for (const auto& name : names) {
+        if (!may_match(pattern, name)) continue;
+        matches_a_name = true;
+        json& target = properties[name];
+        target = target.is_null() ? pattern_schema : json{{"allOf", json::array({target, pattern_schema})}};
+      }
+      if (matches_a_name) continue;
+      json value = json{{"allOf", json::array({pattern_schema})}};
+      for (auto& [other, other_schema] : patterns.items()) {
+        if (other != pattern && pattern_matches_may_contain(pattern, other)) value["allOf"].push_back(other_schema);
+      }
+      std::string key_path = path + "/patternProperties/" + pattern;
+      std::string key_ebnf;
+      try {
+        key_ebnf = to_ebnf(schema_pattern_found_expr(pattern, true));
+      } catch (const Error& e) {
+        error(key_path, e.what());
+      }
+      std::string key = rule("pattern-key", "\"\\\"\" " + key_ebnf + " \"\\\"\"");
+      members.extras.push_back({key, visit(value["allOf"].size() == 1 ? pattern_schema : value, key_path)});
+    }
+    return members;
+  }
+
+  std::string object(const json& written, const std::string& path) {
+    json schema = object_constraints(written, path);
     struct Property {
       std::string name;
       std::string value;
@@ -539,6 +1253,13 @@ class SchemaConverter {
         required.insert(r.get<std::string>());
       }
     }
+    std::vector<std::pair<std::string, std::string>> extra_members;  // key rule, value rule
+    if (schema.contains("patternProperties")) {
+      if (!schema.contains("properties")) schema["properties"] = json::object();
+      if (!schema["properties"].is_object()) error(path + "/properties", "must be an object");
+      extra_members = pattern_members(schema["properties"], schema.value("required", json::array()),
+                                      schema["patternProperties"], path).extras;
+    }
     std::set<std::string> declared;
     if (schema.contains("properties")) {
       if (!schema["properties"].is_object()) error(path + "/properties", "must be an object");
@@ -552,19 +1273,21 @@ class SchemaConverter {
       if (!declared.count(name)) properties.push_back({name, primitive("json-value"), true});
     }
     std::string ws = primitive("ws");
-    std::string extra_key, extra_value;
-    if (schema.contains("additionalProperties") && !(schema["additionalProperties"].is_boolean() && !schema["additionalProperties"].get<bool>())) {
+    if (extra_members.empty() && schema.contains("additionalProperties") &&
+        !(schema["additionalProperties"].is_boolean() && !schema["additionalProperties"].get<bool>())) {
       std::vector<std::string> names;
       for (const auto& p : properties) names.push_back(p.name);
-      extra_key = names.empty() ? primitive("json-string") : key_excluding(names, path);
-      extra_value = visit(schema["additionalProperties"], path + "/additionalProperties");
+      extra_members.push_back({names.empty() ? primitive("json-string") : key_excluding(names, path),
+                               visit(schema["additionalProperties"], path + "/additionalProperties")});
     }
     auto member = [&](const std::string& key, const std::string& value) {
       return key + " " + ws + " \":\" " + ws + " " + value + " " + ws;
     };
     auto extras = [&](bool first) -> std::string {
-      if (extra_key.empty()) return "";
-      std::string kv = member(extra_key, extra_value);
+      if (extra_members.empty()) return "";
+      std::vector<std::string> kvs;
+      for (const auto& [key, value] : extra_members) kvs.push_back(member(key, value));
+      std::string kv = choice(kvs);
       std::string more = "(\",\" " + ws + " " + kv + ")*";
       return first ? "(" + kv + " " + more + ")?" : more;
     };
@@ -580,22 +1303,40 @@ class SchemaConverter {
     // The first member is the first required property or any optional one before it, each followed by the rest:
     // one flat choice, so that thousands of optional properties cost neither recursion nor nesting.
     std::vector<std::string> first_members;
+    size_t first_members_bytes = 0;
     size_t first = 0;
     for (; first < properties.size(); ++first) {
       first_members.push_back(member(ebnf_literal(json(properties[first].name).dump()), properties[first].value) + " " +
                               after_first(first + 1));
+      // Each optional property before the first required one repeats the rest: quadratic in their number.
+      first_members_bytes += first_members.back().size();
+      if (first_members_bytes > kMaxGrammarBytes) {
+        error(path, fmt::format("the grammar of this object's {} properties would exceed {} MiB{}", properties.size(),
+                                kMaxGrammarBytes >> 20,
+                                first > 0 ? " (each optional property before the first required one repeats the rest)" : ""));
+      }
       if (properties[first].required) break;
     }
     if (first == properties.size()) first_members.push_back(extras(true));
     return rule("object", "\"{\" " + ws + " " + choice(first_members) + " \"}\"");
   }
 
+  // Drafts 3 to 7 ignore the keywords beside a $ref.
+  static bool refs_hide_siblings(const json& root) {
+    return root.is_object() && root.contains("$schema") && root["$schema"].is_string() &&
+           root["$schema"].get<std::string>().find("draft-0") != std::string::npos;
+  }
+
   const json& root_;
+  const bool refs_hide_siblings_;
+  JsonSchemaValidator validator_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> defined_;
   std::unordered_map<std::string, std::string> rule_by_body_;
   std::unordered_map<std::string, std::string> ref_rules_;
   int depth_ = 0;
+  size_t num_steps_ = 0;
+  size_t grammar_bytes_ = 0;  // of the named rules and the root
 };
 
 }  // namespace

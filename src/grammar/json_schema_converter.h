@@ -1,12 +1,9 @@
 #pragma once
-// JSON Schema to EBNF (see ebnf_parser.h). Supported: type (and type lists), properties, required,
-// additionalProperties (true/false/schema; absent means no extra keys: a subset of what the schema allows),
-// enum, const, items, prefixItems, minItems, maxItems, anyOf/oneOf (oneOf as anyOf: branches should be disjoint),
-// allOf (merged), $ref into the document ($defs, definitions, any "#/..." pointer; recursion allowed),
-// string minLength/maxLength/pattern/format (date, time, date-time, email, uuid, ipv4), integer and number
-// minimum/maximum/exclusiveMinimum/exclusiveMaximum (numbers with bounds are generated without exponent, and
-// fractional values only strictly inside integer bounds: a subset). Keywords that would constrain the output in
-// ways the grammar cannot express are errors, never silently ignored.
+// JSON Schema to EBNF (see ebnf_parser.h). Every complete output validates against the schema; where a keyword
+// cannot be expressed exactly the grammar generates a subset of the valid values, and where no useful subset is known
+// the schema is refused. docs/structured_output.md lists what each keyword and format generates and what is refused.
+// enum/const literals are checked against the rest of the schema (json_schema_validator.h), oneOf is exactly one
+// branch (overlapping branches are narrowed or refused), keywords beside $ref apply (draft 2019-09 on).
 // Generated numbers have at most 16 integer digits and 2 exponent digits, so they parse to finite doubles.
 // Between JSON tokens at most one whitespace character is allowed (compact JSON, as vLLM's disable_any_whitespace),
 // and object properties come in the schema's order.

@@ -192,6 +192,15 @@ TokenMaskCache::TokenMaskCache(const PushdownAutomaton& pda, const TokenVocabula
     std::call_once(classified_[w.node],
                    [&] { masks_[w.node] = classify_wide_node(pda, vocabulary, *walks[w.walk], w.exit_nodes); });
   });
+  // The wide nodes count here, a bitmask shared by the nodes of one region once; at() counts the others.
+  size_t bytes = masks_.size() * (sizeof(NodeTokenMask) + sizeof(std::once_flag));
+  std::unordered_set<const std::vector<uint32_t>*> bitmasks;
+  for (const WideNode& w : wide) {
+    const NodeTokenMask& m = masks_[w.node];
+    if (m.accepted_bitmask && bitmasks.insert(m.accepted_bitmask.get()).second) bytes += m.accepted_bitmask->size() * 4;
+    bytes += (m.accepted_ids.size() + m.uncertain.size()) * 4;
+  }
+  memory_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   parallel_for(other.size(), num_threads, [&](size_t k) { at(other[k]); });
 }
 
@@ -199,19 +208,12 @@ const NodeTokenMask& TokenMaskCache::at(uint32_t node) const {
   std::call_once(classified_[node], [&] {
     if (!pda_.scannable(node)) return;
     TokenPrefixWalker walker(pda_);
-    masks_[node] = classify_node(pda_, vocabulary_, node, walker);
+    const NodeTokenMask& m = masks_[node] = classify_node(pda_, vocabulary_, node, walker);
+    size_t bytes = (m.accepted_ids.size() + m.uncertain.size()) * 4;
+    if (m.accepted_bitmask) bytes += m.accepted_bitmask->size() * 4;
+    memory_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   });
   return masks_[node];
-}
-
-size_t TokenMaskCache::memory_bytes() const {
-  size_t total = masks_.size() * sizeof(NodeTokenMask);
-  std::unordered_set<const std::vector<uint32_t>*> bitmasks;  // shared ones count once
-  for (const auto& m : masks_) {
-    if (m.accepted_bitmask && bitmasks.insert(m.accepted_bitmask.get()).second) total += m.accepted_bitmask->size() * 4;
-    total += m.accepted_ids.size() * 4 + m.uncertain.size() * 4;
-  }
-  return total;
 }
 
 size_t TokenMaskCache::num_uncertain() const {

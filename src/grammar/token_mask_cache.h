@@ -2,6 +2,7 @@
 // Per-node token classification computed once per compiled grammar (the "adaptive token mask" of xgrammar): for every
 // PDA node with byte edges, which tokens are accepted whatever the stack below is, which are rejected whatever it
 // is, and which (usually few) depend on it and must be checked against the real stack at run time.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,9 +34,10 @@ class TokenMaskCache {
                  unsigned num_threads, RegionWalkCache* region_walks);
 
   const NodeTokenMask& at(uint32_t node) const;
-  // Statistics over the nodes classified so far (a bitmask shared by several nodes counts once); call when no
-  // matcher is computing masks.
-  size_t memory_bytes() const;
+  // Bytes held by the nodes classified so far (a bitmask shared by several nodes of a region counts once); safe to
+  // call while matchers classify nodes, so a cache can account for a grammar that grows in use.
+  size_t memory_bytes() const { return memory_bytes_.load(std::memory_order_relaxed); }
+  // Statistics over the nodes classified so far; call when no matcher is computing masks.
   size_t num_uncertain() const;
 
  private:
@@ -43,6 +45,7 @@ class TokenMaskCache {
   const TokenVocabulary& vocabulary_;
   std::unique_ptr<std::once_flag[]> classified_;
   mutable std::vector<NodeTokenMask> masks_;  // indexed by node; each written once, under its once_flag
+  mutable std::atomic<size_t> memory_bytes_{0};
 };
 
 }  // namespace tern::grammar

@@ -157,6 +157,7 @@ ChatRequest ChatRequest::parse(const Json& body) {
   request.force_tool_call = tool_choice.force;
   request.forced_function = tool_choice.function;
   request.constraint = parse_output_constraint(fields);
+  if (const Json* response_format = fields.find("response_format")) request.response_format = *response_format;
   if (request.force_tool_call && request.constraint) {
     fail_param(request.constraint->param, "'tool_choice' forcing a tool call cannot be combined with '{}'",
                request.constraint->param);
@@ -182,6 +183,7 @@ chat::ChatTemplateInput ChatRequest::template_input() const {
   input.tools = tools;
   input.add_generation_prompt = add_generation_prompt;
   input.extra_kwargs = template_kwargs;
+  input.response_format = response_format;
   return input;
 }
 

@@ -18,6 +18,7 @@ struct ChatRequest {
   bool force_tool_call = false;
   std::optional<std::string> forced_function;
   std::optional<OutputConstraint> constraint;  // response_format, guided_*, structured_outputs
+  Json response_format;  // as the request gave it (null: none): DeepSeek's encoder renders its schema as a hint
   std::optional<int32_t> top_logprobs;  // nullopt: no logprobs; else the sampled token's plus this many
   bool add_generation_prompt = true;
   Json template_kwargs = Json::object();  // chat_template_kwargs (enable_thinking, ...)

@@ -14,7 +14,7 @@ namespace tern::server {
 
 class ChatResponse : public GenerationResponse {
  public:
-  // `parser_options` come from the chat template and the rendered prompt (ChatOutputOptions::for_template).
+  // `parser_options` come from the chat template and the rendered prompt (ServingModel::output_options).
   ChatResponse(ResponseContext context, chat::ChatOutputOptions parser_options, bool logprobs,
                const Tokenizer& tokenizer);
 

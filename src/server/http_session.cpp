@@ -53,7 +53,7 @@ bool usable_request_id(std::string_view id) {
 }  // namespace
 
 HttpSession::HttpSession(net::ip::tcp::socket socket, HttpServer& server)
-    : stream_(std::move(socket)), server_(server) {
+    : stream_(std::move(socket)), body_deadline_(stream_.get_executor()), server_(server) {
   server_.metrics().connection_opened();
 }
 
@@ -157,13 +157,29 @@ void HttpSession::on_header(beast::error_code ec) {
 }
 
 void HttpSession::read_body() {
-  stream_.expires_after(server_.config().header_timeout);
+  stream_.expires_never();
+  body_timed_out_ = false;
+  body_deadline_.expires_after(server_.config().header_timeout);
+  body_deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || self->closed_) return;
+    self->body_timed_out_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);  // the read ends with operation_aborted; on_body answers 408
+  });
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
 
 void HttpSession::on_body(beast::error_code ec) {
+  body_deadline_.cancel();
   if (closed_) return;
+  if (ec == net::error::operation_aborted && body_timed_out_) {
+    const auto seconds = std::chrono::duration<double>(server_.config().header_timeout).count();
+    send_reply(HttpReply::error(ApiError(408, fmt::format("the request body did not arrive within {:g} s", seconds),
+                                         std::nullopt, "request_timeout")),
+               true);
+    return;
+  }
   if (ec == http::error::body_limit) {
     send_reply(HttpReply::error(ApiError(413, fmt::format("the request body exceeds the limit of {} bytes",
                                                           server_.config().max_body_bytes))),
@@ -180,7 +196,7 @@ void HttpSession::on_body(beast::error_code ec) {
     return;
   }
   if (ec) {
-    close();  // timed out or gone mid-body: nobody to answer
+    close();  // gone mid-body: nobody to answer
     return;
   }
   dispatch();
@@ -509,6 +525,7 @@ void HttpSession::discard_until_eof() {
 void HttpSession::close() {
   if (closed_) return;
   closed_ = true;
+  body_deadline_.cancel();
   if (response_) cancel_generation("the connection closed");
   end_exchange();
   beast::error_code ec;

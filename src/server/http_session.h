@@ -3,6 +3,7 @@
 // and writes the reply, or submits the generation to the engine and streams its outputs as they arrive.
 // Every handler runs on the connection's strand; engine outputs are posted there from the engine thread.
 // A client that goes away (EOF or a failed write) cancels its engine requests at once.
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -69,6 +70,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void close();
 
   boost::beast::tcp_stream stream_;
+  // The body's deadline is kept apart from the stream's, which closes the socket when it expires: a client that
+  // stalls mid-body is answered 408 first.
+  boost::asio::steady_timer body_deadline_;
+  bool body_timed_out_ = false;
   boost::beast::flat_buffer buffer_;
   std::optional<Parser> parser_;
   HttpServer& server_;

@@ -89,8 +89,21 @@ void ServerMetrics::connection_closed() {
   --open_connections_;
 }
 
-std::string ServerMetrics::render(const std::optional<EngineStats>& engine) const {
+std::string ServerMetrics::render(const std::optional<EngineStats>& engine,
+                                  const std::optional<GrammarCacheStats>& grammars) const {
   std::string out;
+  if (grammars) {
+    gauge(out, "tern:grammar_cache_memory_bytes", "Bytes held by cached compiled structured-output grammars.",
+          static_cast<double>(grammars->memory_bytes));
+    gauge(out, "tern:grammar_cache_max_memory_bytes", "The grammar cache's memory budget (--grammar-cache-memory).",
+          static_cast<double>(grammars->max_bytes));
+    gauge(out, "tern:grammar_cache_entries", "Compiled grammars in the cache.", static_cast<double>(grammars->num_entries));
+    counter(out, "tern:grammar_cache_evictions_total", "Compiled grammars evicted (least recently used first).",
+            static_cast<double>(grammars->num_evictions));
+    counter(out, "tern:grammar_cache_hits_total", "Grammar requests served from the cache.",
+            static_cast<double>(grammars->num_hits));
+    counter(out, "tern:grammar_cache_misses_total", "Grammar requests that compiled.", static_cast<double>(grammars->num_misses));
+  }
   if (engine) {
     gauge(out, "tern:num_requests_running", "Requests the engine is running.", engine->num_running);
     gauge(out, "tern:num_requests_waiting", "Requests waiting to be scheduled.", engine->num_waiting);

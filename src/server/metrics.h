@@ -36,6 +36,16 @@ struct RequestTimings {
   double server_overhead_s = 0.0;  // e2e latency minus the engine's time (submit to last output)
 };
 
+// The compiled-grammar cache of the served model (grammar::GrammarCache), read when /metrics is scraped.
+struct GrammarCacheStats {
+  size_t memory_bytes = 0;
+  size_t max_bytes = 0;
+  size_t num_entries = 0;
+  size_t num_evictions = 0;
+  size_t num_hits = 0;
+  size_t num_misses = 0;
+};
+
 class ServerMetrics {
  public:
   ServerMetrics();
@@ -46,8 +56,9 @@ class ServerMetrics {
   void connection_opened();
   void connection_closed();
 
-  // The exposition text; `engine` is nullopt while the model is loading.
-  std::string render(const std::optional<EngineStats>& engine) const;
+  // The exposition text; `engine` and `grammars` are nullopt while the model is loading.
+  std::string render(const std::optional<EngineStats>& engine,
+                     const std::optional<GrammarCacheStats>& grammars = std::nullopt) const;
 
  private:
   mutable std::mutex mutex_;

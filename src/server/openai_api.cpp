@@ -207,8 +207,14 @@ HttpReply OpenAiApi::health() const {
 
 HttpReply OpenAiApi::metrics(ServingModel* model) const {
   std::optional<EngineStats> stats;
-  if (model) stats = model->engine().stats();
-  return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(stats)};
+  std::optional<GrammarCacheStats> grammars;
+  if (model) {
+    stats = model->engine().stats();
+    const grammar::GrammarCache& cache = model->grammars();
+    grammars = GrammarCacheStats{cache.memory_bytes(), cache.max_bytes(), cache.size(), cache.num_evictions(),
+                                 cache.num_hits(), cache.num_misses()};
+  }
+  return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(stats, grammars)};
 }
 
 Json OpenAiApi::model_json(const ServingModel& model) const {
@@ -300,11 +306,12 @@ PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, Servin
   const std::string prompt = render_chat(model.chat_template(), parsed);
   std::vector<int32_t> ids = encode_prompt(model, prompt, /*add_special_tokens=*/false, "messages");
   check_length(ids.size(), parsed.options.stop.max_tokens, model.max_model_len(), "messages");
-  chat::ChatOutputOptions parser_options = chat::ChatOutputOptions::for_template(model.chat_template()->source(), prompt);
-  if (!parsed.parse_tool_calls) parser_options.tool_call_format = chat::ToolCallFormat::kNone;
+  chat::ChatOutputOptions parser_options = model.output_options(prompt);
+  if (!parsed.parse_tool_calls) parser_options.tool_call_parser.clear();
   if (parsed.force_tool_call) {
-    parsed.constraint = tool_call_constraint(parsed.tools, parsed.forced_function, parser_options.tool_call_format);
+    parsed.constraint = tool_call_constraint(parsed.tools, parsed.forced_function, parser_options.tool_call_parser);
   }
+  parsed.options.stop.skip_special_tokens = !parser_options.keeps_special_tokens();
   if (parsed.constraint) {
     parsed.options.sampling.constraint = compile_constraint(model.grammars(), *parsed.constraint);
   }

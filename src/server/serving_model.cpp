@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "chat/output_parser_registry.h"
 #include "core/error.h"
 
 namespace tern::server {
@@ -31,17 +32,36 @@ ServingModel::ServingModel(Tokenizer tokenizer, std::optional<chat::ChatTemplate
 
 ServingModel::~ServingModel() = default;
 
+chat::ChatOutputOptions ServingModel::output_options(std::string_view prompt) const {
+  chat::ChatOutputOptions options =
+      chat_template_ ? chat::ChatOutputOptions::for_chat_template(*chat_template_, prompt) : chat::ChatOutputOptions{};
+  if (!tool_call_parser_.empty()) options.tool_call_parser = tool_call_parser_;
+  if (!reasoning_parser_.empty()) options.reasoning_parser = reasoning_parser_;
+  return options;
+}
+
 std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& config) {
   if (!std::filesystem::is_directory(config.model_dir)) fail("--model {}: not a directory", config.model_dir.string());
-  auto model = std::unique_ptr<ServingModel>(
-      new ServingModel(Tokenizer::load(config.model_dir), chat::ChatTemplate::from_model_dir(config.model_dir)));
+  std::optional<chat::ChatTemplate> chat_template =
+      config.chat_template_override.empty()
+          ? chat::ChatTemplate::from_model_dir(config.model_dir)
+          : chat::ChatTemplate::from_tokenizer_dir(config.model_dir, config.chat_template_override);
+  auto model =
+      std::unique_ptr<ServingModel>(new ServingModel(Tokenizer::load(config.model_dir), std::move(chat_template)));
+  model->tool_call_parser_ = config.tool_call_parser;
+  model->reasoning_parser_ = config.reasoning_parser;
+  if (config.require_tool_call_parser && model->output_options("").tool_call_parser.empty()) {
+    fail("--enable-auto-tool-choice: {} has no tool-call syntax this server knows in its chat template; name the "
+         "format with --tool-call-parser ({})", config.model_dir.string(), chat::tool_call_parser_names());
+  }
   for (int32_t id = 0; id < model->tokenizer_.vocab_size(); ++id) {
     model->max_token_bytes_ = std::max(model->max_token_bytes_, model->tokenizer_.token_bytes(id).size());
   }
   model->model_ = ShardedModel::load(config.model_dir, config.backend, config.parallel, config.num_threads,
                                     config.on_load_progress);
   model->grammars_ = std::make_unique<grammar::GrammarCache>(
-      grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids));
+      grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids), 256, grammar::CompileOptions{},
+      config.grammar_cache_bytes);
   model->grammars_->warm_up();
   model->engine_ =
       std::make_unique<Engine>(*model->model_, config.engine, tokenizer_text_streams(model->tokenizer_));

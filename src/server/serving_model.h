@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "chat/chat_output_parser.h"
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "engine/sharded_model.h"
@@ -21,6 +22,11 @@ struct ServingModelConfig {
   ParallelConfig parallel;
   EngineConfig engine;
   LoadProgress::Listener on_load_progress;  // hears how far loading the weights has come; none: quiet
+  std::string chat_template_override;       // Jinja source in place of the model's template (--chat-template)
+  std::string tool_call_parser;             // --tool-call-parser; empty: the one the chat template's markers call for
+  std::string reasoning_parser;             // --reasoning-parser; empty: the one the chat template's markers call for
+  bool require_tool_call_parser = false;    // --enable-auto-tool-choice: refuse to load without a tool-call parser
+  size_t grammar_cache_bytes = grammar::kDefaultGrammarCacheBytes;  // --grammar-cache-memory
 };
 
 class ServingModel {
@@ -31,6 +37,8 @@ class ServingModel {
 
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const chat::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+  // How a chat reply rendered from `prompt` is parsed: the template's default parsers, or those the config names.
+  chat::ChatOutputOptions output_options(std::string_view prompt) const;
   // Structured-output grammars compiled against this model's vocabulary (thread-safe).
   grammar::GrammarCache& grammars() const { return *grammars_; }
   Engine& engine() { return *engine_; }
@@ -45,6 +53,8 @@ class ServingModel {
 
   Tokenizer tokenizer_;
   std::optional<chat::ChatTemplate> chat_template_;
+  std::string tool_call_parser_;  // empty: the template's default
+  std::string reasoning_parser_;  // empty: the template's default
   std::unique_ptr<ShardedModel> model_;
   size_t max_token_bytes_ = 1;  // the longest token's bytes
   std::unique_ptr<grammar::GrammarCache> grammars_;

@@ -2,33 +2,19 @@
 
 #include <vector>
 
+#include "chat/output_parser_registry.h"
 #include "core/error.h"
 #include "core/nesting_limit.h"
 #include "core/ordered_json_parser.h"
-#include "grammar/json_schema_converter.h"
 #include "server/api_error.h"
+#include "server/dsml_arguments_grammar.h"
+#include "server/ebnf_rules.h"
 
 namespace tern::server {
 
 namespace {
 
 using grammar::GrammarKind;
-
-// An EBNF "..." literal of arbitrary text.
-std::string ebnf_literal(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 // A JSON Schema given as an object or as JSON text (vLLM takes both).
 std::string schema_source(const Json& schema, const std::string& param) {
@@ -104,6 +90,15 @@ void add_structured_outputs(const Json& value, std::vector<OutputConstraint>& fo
   }
 }
 
+// The tool-call parsers whose calls forced tool choice can write.
+std::string forceable_parser_names() {
+  std::string names;
+  for (const auto& entry : chat::tool_call_parsers()) {
+    if (entry.forced_syntax) names += (names.empty() ? "" : ", ") + std::string(entry.name);
+  }
+  return names;
+}
+
 }  // namespace
 
 std::optional<OutputConstraint> parse_output_constraint(const RequestFields& fields) {
@@ -131,46 +126,53 @@ std::optional<OutputConstraint> parse_output_constraint(const RequestFields& fie
 }
 
 OutputConstraint tool_call_constraint(const Json& tools, const std::optional<std::string>& function_name,
-                                      chat::ToolCallFormat format) {
-  const char* arguments_key = format == chat::ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
-  Json calls = Json::array();
+                                      std::string_view tool_call_parser) {
+  const chat::ToolCallParserEntry* parser = chat::find_tool_call_parser(tool_call_parser);
+  if (!parser || !parser->forced_syntax) {
+    fail_param("tool_choice",
+               "'tool_choice' forces a tool call, but {} cannot be forced: forced calls are written in the syntax of "
+               "the tool-call parsers {}",
+               parser ? fmt::format("the '{}' tool-call format", parser->name)
+                      : std::string("this model's chat template has no tool-call syntax, so a call"),
+               forceable_parser_names());
+  }
+  const chat::ForcedToolCallSyntax& syntax = *parser->forced_syntax;
+  std::string source;
+  std::vector<std::string> call_rules;
   for (const Json& tool : tools) {
     const Json& function = tool.at("function");
     const std::string name = function.at("name").get<std::string>();
     if (function_name && name != *function_name) continue;
     const auto parameters = function.find("parameters");
     Json arguments = parameters != function.end() ? *parameters : Json{{"type", "object"}};
-    Json call = {{"type", "object"},
-                 {"properties", {{"name", {{"const", name}}}, {arguments_key, std::move(arguments)}}},
-                 {"required", {"name", arguments_key}},
-                 {"additionalProperties", false}};
-    calls.push_back(std::move(call));
+    const std::string rule_prefix = fmt::format("tool{}-", call_rules.size());
+    std::string call;
+    if (syntax.arguments_key.empty()) {
+      const bool dsml = syntax.arguments == chat::ForcedArguments::kDsmlParameters;
+      source += dsml ? dsml_arguments_rules(arguments, rule_prefix) : schema_rules(arguments, rule_prefix);
+      call =
+          literal_item(std::string(syntax.call_prefix) + name + std::string(syntax.name_suffix)) + rule_prefix + "root";
+    } else {
+      const std::string key(syntax.arguments_key);
+      Json call_schema = {{"type", "object"},
+                          {"properties", {{"name", {{"const", name}}}, {key, std::move(arguments)}}},
+                          {"required", {"name", key}},
+                          {"additionalProperties", false}};
+      source += schema_rules(call_schema, rule_prefix);
+      call = literal_item(syntax.call_prefix) + rule_prefix + "root";
+    }
+    call_rules.push_back(call + " " + literal_item(syntax.call_suffix));
   }
-  if (calls.empty()) {
+  if (call_rules.empty()) {
     fail_param("tool_choice", "'tool_choice' names the function '{}', which is not in 'tools'", function_name.value_or(""));
   }
-  const Json schema = calls.size() == 1 ? calls[0] : Json{{"anyOf", std::move(calls)}};
-  std::string call_ebnf;
-  try {
-    call_ebnf = grammar::json_schema_to_ebnf(std::string_view(schema.dump()));
-  } catch (const Error& e) {
-    fail_param("tools", "a tool's 'parameters' schema cannot be enforced: {}", e.what());
-  }
-  // The converter's root becomes the call rule of a grammar that wraps calls in the template's syntax.
-  static constexpr std::string_view kConverterRoot = "root ::= ";
-  static constexpr std::string_view kCallRule = "forced-tool-call";
-  if (call_ebnf.rfind(kConverterRoot, 0) != 0 || call_ebnf.find(std::string(kCallRule) + " ::=") != std::string::npos) {
-    fail("tool_choice: unexpected grammar from the schema converter");
-  }
-  std::string source = std::string(kCallRule) + " ::= " + call_ebnf.substr(kConverterRoot.size());
-  if (format == chat::ToolCallFormat::kHermes) {
-    const std::string tagged = "\"<tool_call>\\n\" " + std::string(kCallRule) + " \"\\n</tool_call>\"";
-    source += function_name ? "root ::= " + tagged + "\n" : "root ::= " + tagged + " (\"\\n\" " + tagged + ")*\n";
-  } else if (format == chat::ToolCallFormat::kLlama3Json) {
-    source += "root ::= " + std::string(kCallRule) + "\n";
-  } else {
-    fail_param("tool_choice", "'tool_choice' forces a tool call, but this model's chat template has no tool-call syntax");
-  }
+  std::string any_call;
+  for (const auto& rule : call_rules) any_call += (any_call.empty() ? "" : " | ") + std::string("(") + rule + ")";
+  source += "forced-tool-call ::= " + any_call + "\n";
+  const std::string calls = function_name || syntax.single_call
+                                ? "forced-tool-call "
+                                : "forced-tool-call (" + literal_item(syntax.separator) + "forced-tool-call)* ";
+  source += "root ::= " + literal_item(syntax.section_prefix) + calls + literal_item(syntax.section_suffix) + "\n";
   return {GrammarKind::kEbnf, std::move(source), "tools"};
 }
 

@@ -6,7 +6,6 @@
 #include <optional>
 #include <string>
 
-#include "chat/tool_call_parser.h"
 #include "grammar/grammar_cache.h"
 #include "server/request_fields.h"
 
@@ -24,10 +23,10 @@ std::optional<OutputConstraint> parse_output_constraint(const RequestFields& fie
 
 // Output that is one call (`function_name` set) or one or more calls (nullopt) to the `tools` (OpenAI's list, each
 // {"type": "function", "function": {"name", "parameters"}}), with arguments following each tool's parameter schema,
-// in the syntax of `format`: Hermes (Qwen) <tool_call>{json}</tool_call> or Llama 3 JSON. `param` names the field
-// blamed for errors.
+// in the syntax of the named tool-call parser (its ForcedToolCallSyntax). A parser without one, or none, is a 400
+// naming tool_choice: the output would be in a syntax the parser cannot read back.
 OutputConstraint tool_call_constraint(const Json& tools, const std::optional<std::string>& function_name,
-                                      chat::ToolCallFormat format);
+                                      std::string_view tool_call_parser);
 
 // Compiles the constraint (or finds it compiled); a source that does not parse is a 400 ApiError naming the field
 // and the position of the error.

@@ -2,81 +2,25 @@
 // chunks, and all three must give the expected message.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "chat/chat_output_parser.h"
 #include "chat/chat_template.h"
-#include "chat/tool_call_parser.h"
+#include "chat/output_parser_registry.h"
+#include "core/error.h"
 #include "fixtures.h"
+#include "output_parser_checks.h"
 
 namespace tern::chat {
 namespace {
 
+using parser_checks::Expected;
+using parser_checks::expect_parsed;
+using parser_checks::parse_in_chunks;
+
 ChatOutputOptions qwen3_options(bool starts_in_reasoning = false) {
-  ChatOutputOptions options;
-  options.parse_reasoning = true;
-  options.starts_in_reasoning = starts_in_reasoning;
-  options.tool_call_format = ToolCallFormat::kHermes;
-  options.tool_call_id_prefix = "t";
-  return options;
+  return parser_checks::parser_options("hermes", "qwen3", starts_in_reasoning);
 }
 
-ChatOutputOptions llama3_options() {
-  ChatOutputOptions options;
-  options.tool_call_format = ToolCallFormat::kLlama3Json;
-  options.tool_call_id_prefix = "t";
-  return options;
-}
-
-ChatMessage parse_in_chunks(std::string_view text, const ChatOutputOptions& options, std::vector<size_t> cuts) {
-  ChatOutputParser parser(options);
-  ChatMessage message;
-  size_t pos = 0;
-  for (size_t cut : cuts) {
-    message.append(parser.feed(text.substr(pos, cut - pos)));
-    pos = cut;
-  }
-  message.append(parser.feed(text.substr(pos)));
-  message.append(parser.flush());
-  return message;
-}
-
-struct Expected {
-  std::string reasoning;
-  std::string content;
-  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
-};
-
-void expect_message(const ChatMessage& message, const Expected& expected, const std::string& how) {
-  SCOPED_TRACE(how);
-  EXPECT_EQ(message.reasoning_content, expected.reasoning);
-  EXPECT_EQ(message.content, expected.content);
-  ASSERT_EQ(message.tool_calls.size(), expected.calls.size());
-  for (size_t i = 0; i < expected.calls.size(); ++i) {
-    EXPECT_EQ(message.tool_calls[i].id, "call_t" + std::to_string(i));
-    EXPECT_EQ(message.tool_calls[i].name, expected.calls[i].first);
-    EXPECT_EQ(message.tool_calls[i].arguments, expected.calls[i].second);
-  }
-}
-
-// Whole, byte by byte, and in random chunks: all must give `expected`.
-void expect_parsed(std::string_view text, const ChatOutputOptions& options, const Expected& expected) {
-  SCOPED_TRACE(std::string(text));
-  expect_message(ChatOutputParser::parse(text, options), expected, "whole");
-  std::vector<size_t> every_byte;
-  for (size_t i = 1; i < text.size(); ++i) every_byte.push_back(i);
-  expect_message(parse_in_chunks(text, options, every_byte), expected, "byte by byte");
-  std::mt19937 rng(1234);
-  for (int trial = 0; trial < 20; ++trial) {
-    std::vector<size_t> cuts;
-    for (size_t pos = 0;;) {
-      pos += 1 + rng() % 7;
-      if (pos >= text.size()) break;
-      cuts.push_back(pos);
-    }
-    expect_message(parse_in_chunks(text, options, cuts), expected, "random chunks, trial " + std::to_string(trial));
-  }
-}
+ChatOutputOptions llama3_options() { return parser_checks::parser_options("llama3_json"); }
 
 TEST(ReasoningParserTest, SplitsThinkBlockFromContent) {
   expect_parsed("<think>\nLet me add.\n2+2=4\n</think>\n\nThe answer is 4.", qwen3_options(),
@@ -97,7 +41,7 @@ TEST(ReasoningParserTest, UnclosedReasoningStaysReasoning) {
 }
 
 TEST(ReasoningParserTest, PartialTagsAreHeldBack) {
-  ReasoningParser parser(false);
+  ThinkTagReasoningParser parser(false);
   ReasoningDelta first = parser.feed("<thi");
   EXPECT_EQ(first.content, "");
   EXPECT_EQ(first.reasoning, "");
@@ -110,9 +54,9 @@ TEST(ReasoningParserTest, PartialTagsAreHeldBack) {
 }
 
 TEST(ReasoningParserTest, DetectsPromptsThatOpenReasoning) {
-  EXPECT_TRUE(ReasoningParser::prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
-  EXPECT_FALSE(ReasoningParser::prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
-  EXPECT_FALSE(ReasoningParser::prompt_opens_reasoning("<|im_start|>assistant\n"));
+  EXPECT_TRUE(ThinkTagReasoningParser::prompt_opens_reasoning("<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(ThinkTagReasoningParser::prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(ThinkTagReasoningParser::prompt_opens_reasoning("<|im_start|>assistant\n"));
 }
 
 TEST(HermesToolCallTest, ParsesSeveralCallsAfterContent) {
@@ -222,21 +166,68 @@ TEST(ChatMessageTest, OpenAiJsonShape) {
 
 TEST(ChatOutputOptionsTest, DetectsFormatsFromTheTemplate) {
   ChatTemplate qwen3 = ChatTemplate::from_tokenizer_dir(testing::fixtures_dir() / "tokenizers/qwen3");
-  ChatOutputOptions options = ChatOutputOptions::for_template(qwen3.source(), "<|im_start|>assistant\n");
-  EXPECT_TRUE(options.parse_reasoning);
-  EXPECT_FALSE(options.starts_in_reasoning);
-  EXPECT_EQ(options.tool_call_format, ToolCallFormat::kHermes);
-  EXPECT_TRUE(ChatOutputOptions::for_template(qwen3.source(), "<|im_start|>assistant\n<think>\n").starts_in_reasoning);
+  ChatOutputOptions options = ChatOutputOptions::for_chat_template(qwen3, "<|im_start|>assistant\n");
+  EXPECT_EQ(options.reasoning_parser, "qwen3");
+  EXPECT_FALSE(options.prompt_opens_think);
+  EXPECT_EQ(options.tool_call_parser, "hermes");
+  EXPECT_TRUE(ChatOutputOptions::for_chat_template(qwen3, "<|im_start|>assistant\n<think>\n").prompt_opens_think);
 
   ChatTemplate llama3 = ChatTemplate::from_tokenizer_dir(testing::fixtures_dir() / "tokenizers/llama3");
-  ChatOutputOptions llama_options = ChatOutputOptions::for_template(llama3.source(), "");
-  EXPECT_FALSE(llama_options.parse_reasoning);
-  EXPECT_EQ(llama_options.tool_call_format, ToolCallFormat::kNone);  // this Llama 3 template has no tool format
+  ChatOutputOptions llama_options = ChatOutputOptions::for_chat_template(llama3, "");
+  EXPECT_EQ(llama_options.reasoning_parser, "");
+  EXPECT_EQ(llama_options.tool_call_parser, "");  // this Llama 3 template has no tool format
+}
+
+// The markers each family's template writes pick its parsers, as vLLM's documentation pairs them.
+TEST(ChatOutputOptionsTest, PicksTheFamilyDefaultFromTemplateMarkers) {
+  struct Case {
+    std::string_view marker;
+    std::string_view tool_call_parser;
+    std::string_view reasoning_parser;
+  };
+  const Case cases[] = {
+      {"<|start|>assistant<|channel|>final<|message|>", "openai", "gpt_oss"},
+      {"<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n", "deepseek_v3", ""},
+      {"<｜Assistant｜><think><｜tool▁call▁begin｜>f<｜tool▁sep｜>", "deepseek_v31", "deepseek_v3"},
+      {"<think><|tool_calls_section_begin|>", "kimi_k2", "kimi_k2"},
+      {"<tool_call>{{ name }}<arg_key>k</arg_key>", "glm45", ""},
+      {"<tool_call>\n<function=f>\n<parameter=p>", "qwen3_coder", ""},
+      {"<think><tool_call>", "hermes", "qwen3"},
+      {"[TOOL_CALLS]", "mistral", ""},
+      {"<|python_tag|>", "llama3_json", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.marker));
+    ChatOutputOptions options = ChatOutputOptions::for_template_source(c.marker, "");
+    EXPECT_EQ(options.tool_call_parser, c.tool_call_parser);
+    EXPECT_EQ(options.reasoning_parser, c.reasoning_parser);
+  }
+}
+
+TEST(ChatOutputOptionsTest, EveryRegisteredParserIsMadeByName) {
+  for (const auto& entry : tool_call_parsers()) {
+    EXPECT_EQ(find_tool_call_parser(entry.name), &entry);
+    EXPECT_NE(entry.make(), nullptr);
+    EXPECT_NE(tool_call_parser_names().find(entry.name), std::string::npos);
+  }
+  for (const auto& entry : reasoning_parsers()) {
+    EXPECT_EQ(find_reasoning_parser(entry.name), &entry);
+    EXPECT_NE(entry.make(false), nullptr);
+  }
+  EXPECT_EQ(find_tool_call_parser("hermes2"), nullptr);
+  EXPECT_THROW(ChatOutputParser(parser_checks::parser_options("no_such_parser")), Error);
+  EXPECT_THROW(ChatOutputParser(parser_checks::parser_options("hermes", "no_such_parser")), Error);
+}
+
+TEST(ChatOutputOptionsTest, HarmonyNeedsSpecialTokensKept) {
+  EXPECT_TRUE(parser_checks::parser_options("", "gpt_oss").keeps_special_tokens());
+  EXPECT_TRUE(parser_checks::parser_options("openai").keeps_special_tokens());
+  EXPECT_FALSE(parser_checks::parser_options("hermes", "qwen3").keeps_special_tokens());
 }
 
 TEST(ChatOutputParserTest, RandomIdPrefixesDifferBetweenParsers) {
   ChatOutputOptions options;
-  options.tool_call_format = ToolCallFormat::kHermes;
+  options.tool_call_parser = "hermes";
   std::string text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
   std::string first = ChatOutputParser::parse(text, options).tool_calls.at(0).id;
   std::string second = ChatOutputParser::parse(text, options).tool_calls.at(0).id;

@@ -160,6 +160,69 @@ CASES = [
     ("none_attribute_is_undefined", "[{{ nothing.foo }}] {{ nothing.foo is defined }}"),
     ("tool_loop", "{% for tool in tools %}{{ tool.function.name }}: {{ tool.function.parameters.required|tojson }}"
                   "{% endfor %}"),
+    # dict literals with non-string keys, undefined subscripts, unpacked arguments, filters on none
+    ("dict_non_string_keys", "{% set d2 = {0: 'zero', 16384: 'big', true: 'yes', none: 'nil', 'k': 1} %}{{ d2 }}"
+                             " {{ d2[0] }}{{ d2[1] }}{{ d2[none] }}{{ d2[16384] }} {{ d2|tojson }}"
+                             " {{ 0 in d2 }}{{ 2 in d2 }} {{ d2.get(0) }} {{ {1: 'a', 1.0: 'b'} }} {{ {1.5: 2}|tojson }}"),
+    ("dict_int_keys_sorted", "{% for k, v in {4096: 512, 0: 0, 512: 128}|dictsort %}{{ k }}:{{ v }},{% endfor %}"),
+    ("undefined_subscript_key", "[{{ d[missing] }}][{{ d[d.nope] }}][{{ d[missing] is defined }}]"
+                                "[{{ nums[missing] is defined }}][{{ d[[1]] is defined }}]"),
+    ("unpacked_arguments", "{% macro m(a, b, c=3) %}{{ a }}{{ b }}{{ c }}{{ kwargs }}{% endmacro %}"
+                           "{{ m(*[1, 2]) }} {{ m(1, *[2]) }} {{ m(**{'a': 1, 'b': 2}) }} {{ m(1, c=9, *[2]) }}"
+                           " {{ m(*(1, 2), **{'c': 4, 'x': 5}) }} {{ dict(**d) }} {{ '{}-{}'.format(*nums) }}"),
+    ("filters_on_none", "{{ nothing|select|list }}{{ nothing|reject('none')|list }}{{ nothing|selectattr('a')|list }}"
+                        "{{ nothing|rejectattr('a')|list }}{{ nothing|map(attribute='a')|list }}{{ ''|map('upper')|list }}"),
+    # string methods
+    ("str_format", "{{ '{} and {}'.format('a', 1) }}|{{ '{1}{0}'.format('x', 'y') }}|{{ '{name}!'.format(name='n') }}|"
+                   "{{ '{:>6}|{:<6}|{:^7}|{:*^7}'.format('r', 'l', 'c', 'f') }}|{{ '{:.2f} {:+d} {:,} {:_} {:08.3f}'.format(pi, 5, 1234567, 1000000, -pi) }}|"
+                   "{{ '{:x} {:#X} {:o} {:#b} {:e} {:.3g} {:%}'.format(255, 255, 8, 5, 12345.678, 0.0001234, 0.25) }}|"
+                   "{{ '{0[role]} {0.role} {1[0]}'.format(messages[0], nums) }}|{{ '{!r} {!s}'.format('q', 'q') }}|"
+                   "{{ '{{}} {:{w}}|'.format('v', w=4) }}{{ '{:.3}'.format('abcdef') }}|{{ '{}'.format(none) }}|{{ '{:5}'.format(true) }}|"
+                   "{{ '{}'.format(1.0) }} {{ '{:.3}'.format(1.0) }} {{ '{:g}'.format(1e20) }} {{ '{:d}'.format(true) }}"),
+    ("str_padding", "[{{ 'ab'.ljust(5) }}][{{ 'ab'.rjust(5, '*') }}][{{ 'ab'.center(7, '-') }}][{{ 'abc'.center(6) }}]"
+                    "[{{ '42'.zfill(5) }}][{{ '-42'.zfill(6) }}][{{ 'héllo'.center(9, '·') }}][{{ 'long'.ljust(2) }}]"),
+    ("str_partition", "{{ 'a=b=c'.partition('=') }} {{ 'a=b=c'.rpartition('=') }} {{ 'abc'.partition('x') }}"
+                      " {{ 'abc'.rpartition('x') }}"),
+    ("str_case", "{{ 'Straße ǅ ﬁ'.casefold() }} {{ 'Hello wORLD ß'.swapcase() }} {{ 'ß'|upper }} {{ 'ß'.upper() }}"
+                 " {{ 'ﬁx'|upper }} {{ 'İ'.lower()|length }} {{ 'ß'.title() }} {{ 'ß'.capitalize() }} {{ 'ßa b'|title }}"),
+    ("percent_format", "{{ '%(a)s-%(b)05.1f' % {'a': 'x', 'b': 2.25} }} {{ '%5s|%-5s|%05d|%+d|%x|%#o|%e|%g|%c|%r|%%' % ('a', 'b', 42, 7, 255, 8, 1234.5, 0.00001, 65, 'q') }}"
+                       " {{ '%s' % [1, 2] }} {{ '%s' % {'k': 1} }} {{ '%.3s|%.2d|%i' % ('abcdef', 5, 3.9) }} {{ '%(k)s'|format(k='kw') }}"),
+    ("dict_views", "{{ d.keys() }} {{ d.values() }} {{ d.items() }} {{ d.keys()|list }} {{ d.items()|length }}"
+                   " {{ 'z' in d.keys() }} {{ d.keys()|first }}"),
+    # filters
+    ("filter_batch_slice", "{{ range(7)|batch(3)|list }} {{ range(7)|batch(3, 'x')|list }} {{ range(7)|slice(3)|list }}"
+                           " {{ range(7)|slice(3, 0)|list }} {{ []|batch(2)|list }}"),
+    ("filter_groupby", "{% for g in messages|groupby('role') %}{{ g.grouper }}:{{ g.list|length }};{% endfor %}"
+                       "{% for role, items in messages|groupby('role') %}{{ role }}={{ items|map(attribute='content')|first|truncate(9, true) }};{% endfor %}"
+                       "{{ [{'k': 'A'}, {'k': 'a'}, {'k': 'b'}]|groupby('k')|map(attribute='grouper')|list }}"
+                       "{{ [{'k': 'A'}, {'k': 'a'}]|groupby('k', case_sensitive=true)|list }}"
+                       "{{ [{'x': 1}, {'k': 2}]|groupby('k', default=0)|map(attribute='grouper')|list }}"),
+    ("filter_truncate", "[{{ text|truncate(9) }}][{{ text|truncate(9, true) }}][{{ text|truncate(11, end='…') }}]"
+                        "[{{ text|truncate(12, leeway=0) }}][{{ 'short'|truncate(3, leeway=2) }}][{{ text|truncate }}]"),
+    ("filter_wordwrap", "{{ 'The quick brown fox jumps over the lazy dog, a well-known pangram used everywhere.'|wordwrap(20) }}|"
+                        "{{ 'abcdefghijklmnopqrstuvwxyz'|wordwrap(10) }}|{{ 'abcdefghijklmnopqrstuvwxyz xy'|wordwrap(10, false) }}|"
+                        "{{ 'a b\n\nc  d   e'|wordwrap(3, wrapstring='/') }}|{{ 'self-contained well-known'|wordwrap(8) }}|"
+                        "{{ 'self-contained well-known'|wordwrap(8, break_on_hyphens=false) }}|{{ '  lead and trail  '|wordwrap(5) }}"),
+    ("filter_striptags", "{{ '<p>Hello <b>World</b> &amp; <!-- gone <b> --> friends&#33; &lt;3 &#x263A; &raquo;</p>\n\t x'|striptags }}"),
+    ("filter_urlencode", "{{ 'a b/c?d=é&'|urlencode }} {{ {'q': 'a b', 'n': 1, 'x/y': '&'}|urlencode }} {{ [('k', 'v w'), ('z', 2)]|urlencode }}"
+                         " {{ 42|urlencode }}"),
+    ("filter_pprint", "{{ d|pprint }}|{{ {'b': [1, 2], 'a': 'x'}|pprint }}|{{ messages|pprint }}|{{ tools|pprint }}|"
+                      "{{ (1,)|pprint }}|{{ ('word ' * 30)|pprint }}|{{ {'k': 'word ' * 30}|pprint }}"),
+    ("filter_center_format", "[{{ 'x'|center(6) }}][{{ 'ab'|center(5) }}][{{ '%s=%d'|format('n', 3) }}]"),
+    # loops
+    ("loop_changed", "{% for m in messages %}{% if loop.changed(m.role) %}[{{ m.role }}]{% endif %}{% endfor %}"
+                     "{% for n in [1, 1, 2, 2, 1] %}{{ loop.changed(n) }},{% endfor %}"
+                     "{% for n in [1, 1, 2] %}{{ loop.changed(n, loop.index) }},{% endfor %}"),
+    ("loop_recursive", "{% for node in [{'n': 'a', 'c': [{'n': 'b', 'c': [{'n': 'c', 'c': []}]}, {'n': 'd', 'c': []}]}] recursive %}"
+                       "<{{ node.n }}@{{ loop.depth }}/{{ loop.depth0 }}:{{ loop.index }}{{ loop(node.c) }}>{% else %}.{% endfor %}"
+                       "|{% for x in [[1, [2, 3]], 4] recursive %}{% if x is iterable %}({{ loop(x) }}){% else %}{{ x }}{% endif %}{% endfor %}"),
+    ("big_integers", "{{ 9223372036854775807 + 1 }} {{ 2 ** 64 }} {{ -(2 ** 63) - 1 }} {{ 2 ** 100 // 3 }} {{ 2 ** 100 % 7 }}"
+                     " {{ -(10 ** 20) // 7 }} {{ -(10 ** 20) % 7 }} {{ 123456789012345678901234567890 * 98765432109876543210 }}"
+                     " {{ 2 ** 64 > 2 ** 63 }} {{ 2 ** 64 == 18446744073709551616 }} {{ [2 ** 70]|tojson }} {{ (2 ** 64) / 2 }}"
+                     " {{ '%d|{:,}'|format(2 ** 65) }}{{ '{:,}'.format(2 ** 65) }} {{ '99999999999999999999'|int + 1 }}"
+                     " {{ 2 ** 65 is even }} {{ {2 ** 64: 'k'}[2 ** 64] }} {{ (2 ** 64)|abs }} {{ -(2 ** 64)|abs }}"
+                     " {{ '%d' % 1e30 }} {{ 1e30|int }} {{ '1e30'|int }} {{ -(2 ** 63) // -1 }} {{ (2 ** 64) | string | length }}"),
+    ("unicode_name_escapes", "{{ '\\N{BULLET} \\N{GREEK SMALL LETTER ALPHA}\\N{greek small letter beta} \\N{EM DASH}' }}"),
     ("multiline_template", "{%- for message in messages %}\n    {%- if message.role == 'user' %}\n"
                            "        {{- '<u>' + message.content|trim + '</u>\\n' }}\n    {%- elif message.role == 'assistant' %}\n"
                            "        {{- '<a>' + message.content + '</a>\\n' }}\n    {%- endif %}\n{%- endfor %}\n"),

@@ -90,6 +90,32 @@ test('a client that shuts its side down mid-body still gets a 400', async () => 
   assert.match(bodyOf(text).error.message, /body/);
 });
 
+test('a body that stalls partway is answered 408 at the body timeout, then the connection closes', async () => {
+  const impatient = await startServer({ args: ['--header-timeout', '1'] });
+  try {
+    const head = 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n';
+    const stalled = [
+      ['Content-Length', `${head}Content-Length: 100\r\n\r\n{"pro`],
+      ['chunked', `${head}Transfer-Encoding: chunked\r\n\r\n20\r\n{"prompt": "x"`],
+      ['100-continue', `${head}Content-Length: 30\r\nExpect: 100-continue\r\n\r\n`],
+    ];
+    for (const [what, request] of stalled) {
+      const result = await rawExchange(impatient.port, [request], { timeoutMs: 10_000 });
+      assert.equal(result.how, 'closed', `${what}: ${result.text}`);
+      assert.ok(result.elapsedMs >= 900 && result.elapsedMs < 5_000, `${what}: answered after ${result.elapsedMs} ms`);
+      const answers = statusLines(result.text).filter((line) => line !== 'HTTP/1.1 100 ');
+      assert.deepEqual(answers, ['HTTP/1.1 408 '], `${what}:\n${result.text}`);
+      assert.match(result.text, /\r\nconnection: close\r\n/i, what);
+      const { error } = JSON.parse(result.text.slice(result.text.lastIndexOf('\r\n\r\n') + 4));
+      assert.equal(error.type, 'invalid_request_error', what);
+      assert.match(error.message, /body did not arrive within 1 s/, what);
+    }
+    assert.equal((await fetch(`${impatient.url}/health`)).status, 200);
+  } finally {
+    assert.equal((await impatient.stop()).code, 0, impatient.stderr);
+  }
+});
+
 test('an HTTP/1.1 request without exactly one Host header is 400; HTTP/1.0 needs none', async () => {
   const missing = await rawExchange(server.port, ['GET /health HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n'],
     { timeoutMs: 5_000 });

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import OpenAI from 'openai';
-import { startServer, post } from './server.mjs';
+import { startServer, post, metrics } from './server.mjs';
 
 // ajv comes with the grammar tests' validator (npm ci --prefix tests/grammar/validator).
 const requireValidator = createRequire(path.resolve('../grammar/validator/package.json'));
@@ -176,6 +176,46 @@ async function expect400(endpoint, body, param, messagePattern) {
   assert.equal(json.error.param, param);
   assert.match(json.error.message, messagePattern);
 }
+
+test('keywords beside enum/const and $ref, oneOf and formats hold in the output; empty intersections are 400s', async () => {
+  const schema = {
+    $defs: { word: { type: 'string' } },
+    type: 'object',
+    properties: {
+      kind: { enum: [{ a: 1 }, 'log', 7], type: 'object' },
+      short: { enum: ['abcdef', 'ab'], maxLength: 3 },
+      either: { oneOf: [{ type: 'integer' }, { type: 'number' }] },
+      word: { $ref: '#/$defs/word', maxLength: 3 },
+      small: { type: 'integer', format: 'int32' },
+      day: { type: 'string', format: 'date' },
+    },
+    required: ['kind', 'short', 'either', 'word', 'small', 'day'],
+    additionalProperties: false,
+  };
+  const completion = await client.chat.completions.create({
+    model: 'tiny', messages, n: 3, seed: 3, max_tokens: 300,
+    response_format: { type: 'json_schema', json_schema: { name: 'keywords', schema } },
+  });
+  for (const choice of completion.choices) {
+    assert.equal(choice.finish_reason, 'stop');
+    expectValid(schema, choice.message.content);
+  }
+  const field = 'response_format.json_schema.schema';
+  const format = (s) => ({ messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: s } } });
+  await expect400('/v1/chat/completions', format({ const: 'x', type: 'integer' }), field, /no value of 'enum'\/'const'/);
+  await expect400('/v1/chat/completions', format({ properties: { p: { oneOf: [{ type: 'string' }, { type: 'string', maxLength: 2 }] } } }),
+    field, /\/properties\/p\/oneOf.*exactly one/);
+});
+
+test('the compiled-grammar cache reports its memory under the --grammar-cache-memory budget', async () => {
+  const values = await metrics(server.url);
+  const held = values['tern:grammar_cache_memory_bytes'];
+  assert.ok(held > 0, JSON.stringify(values));
+  assert.equal(values['tern:grammar_cache_max_memory_bytes'], 1024 * 1024 * 1024);
+  assert.ok(held <= values['tern:grammar_cache_max_memory_bytes']);
+  assert.ok(values['tern:grammar_cache_entries'] >= 1);
+  assert.ok('tern:grammar_cache_evictions_total' in values);
+});
 
 test('invalid constraints are 400s naming the field and the error position', async () => {
   await expect400('/v1/completions', { prompt: 'x', guided_regex: 'ab(c' }, 'guided_regex', /position|column|offset|at /);

@@ -367,7 +367,7 @@ class LetterStream : public TextStream {
 
 TEST(Scheduler, StopStringsSpanningTokensEndTheSequenceWithoutLeaking) {
   KvCacheManager kv(64, 4, false);
-  Scheduler scheduler(config(64, 8), kv, [] { return std::make_unique<LetterStream>(); });
+  Scheduler scheduler(config(64, 8), kv, [](bool) { return std::make_unique<LetterStream>(); });
   FakeModelRunner runner(64, 4);
   const std::vector<int32_t> prompt{1, 2, 3};
   const auto tokens = fake_reference(prompt, 20);
@@ -491,7 +491,7 @@ TEST_P(SchedulerOverlap, PipelinedStepsStreamWhatSynchronousStepsDo) {
   std::map<uint64_t, std::vector<int32_t>> plain;  // requests that end by length: the reference tokens
   for (bool pipelined : {false, true}) {
     KvCacheManager kv(c.num_blocks, kBlock, c.prefix_cache);
-    Scheduler scheduler(config(c.budget, 16), kv, [] { return std::make_unique<LetterStream>(); });
+    Scheduler scheduler(config(c.budget, 16), kv, [](bool) { return std::make_unique<LetterStream>(); });
     FakeModelRunner runner(c.num_blocks, kBlock);
     std::mt19937 rng(11);
     const auto shared_prefix = random_prompt(rng, 13);

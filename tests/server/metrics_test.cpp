@@ -66,5 +66,17 @@ TEST(ServerMetricsTest, RendersCountersAndEngineGauges) {
   EXPECT_EQ(metrics.render(std::nullopt).find("tern:num_requests_running"), std::string::npos);
 }
 
+TEST(Metrics, GrammarCacheGaugesAndCounters) {
+  ServerMetrics metrics;
+  std::string text = metrics.render(std::nullopt, GrammarCacheStats{.memory_bytes = 1234, .max_bytes = 4096,
+                                                                    .num_entries = 3, .num_evictions = 7});
+  for (const char* line : {"tern:grammar_cache_memory_bytes 1234\n", "tern:grammar_cache_max_memory_bytes 4096\n",
+                           "tern:grammar_cache_entries 3\n", "# TYPE tern:grammar_cache_evictions_total counter\n",
+                           "tern:grammar_cache_evictions_total 7\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\n" << text;
+  }
+  EXPECT_EQ(metrics.render(std::nullopt).find("grammar_cache"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tern::server

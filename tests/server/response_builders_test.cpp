@@ -220,8 +220,8 @@ RebuiltMessage rebuild(const std::vector<std::string>& events) {
 
 chat::ChatOutputOptions hermes_with_reasoning() {
   chat::ChatOutputOptions options;
-  options.parse_reasoning = true;
-  options.tool_call_format = chat::ToolCallFormat::kHermes;
+  options.reasoning_parser = "qwen3";
+  options.tool_call_parser = "hermes";
   options.tool_call_id_prefix = "t";
   return options;
 }

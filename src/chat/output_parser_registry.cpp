@@ -1,0 +1,87 @@
+#include "chat/output_parser_registry.h"
+
+#include "chat/dsml_tool_call_parser.h"
+#include "chat/reasoning_parsers.h"
+#include "chat/tool_call_parsers.h"
+
+namespace tern::chat {
+namespace {
+
+constexpr ForcedToolCallSyntax kHermesSyntax{"arguments", "<tool_call>\n", "", "\n</tool_call>", "\n", "", ""};
+constexpr ForcedToolCallSyntax kLlama3JsonSyntax{"parameters", "", "", "", "; ", "", ""};
+constexpr ForcedToolCallSyntax kDeepSeekV3Syntax{
+    "", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", "\n```json\n", "\n```<｜tool▁call▁end｜>", "\n",
+    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"};
+constexpr ForcedToolCallSyntax kDeepSeekV31Syntax{
+    "", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"};
+constexpr ForcedToolCallSyntax kMistralSyntax{"arguments", "", "", "", ", ", "[TOOL_CALLS][", "]"};
+constexpr ForcedToolCallSyntax kKimiK2Syntax{
+    "", "<|tool_call_begin|>functions.", ":0<|tool_call_argument_begin|>", "<|tool_call_end|>", "",
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"};
+// The call ends at the <|call|> token, which is an EOS of gpt-oss: the grammar ends after the arguments, where only
+// EOS tokens are allowed, and the parser ends a call at the end of the output (the engine leaves EOS text out).
+constexpr ForcedToolCallSyntax kOpenAiSyntax{
+    "", "<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "", "", "", "",
+    ForcedArguments::kJsonObject, /*single_call=*/true};
+// As DeepSeek's encoders write calls (deepseek_encoder.cpp: render_tool_calls); each parameter ends with "\n".
+constexpr ForcedToolCallSyntax kDeepSeekV32Syntax{
+    "", "<｜DSML｜invoke name=\"", "\">\n", "</｜DSML｜invoke>", "\n", "\n\n<｜DSML｜function_calls>\n",
+    "\n</｜DSML｜function_calls>", ForcedArguments::kDsmlParameters};
+constexpr ForcedToolCallSyntax kDeepSeekV4Syntax{
+    "", "<｜DSML｜invoke name=\"", "\">\n", "</｜DSML｜invoke>", "\n", "\n\n<｜DSML｜tool_calls>\n",
+    "\n</｜DSML｜tool_calls>", ForcedArguments::kDsmlParameters};
+
+constexpr ToolCallParserEntry kToolCallParsers[] = {
+    {"deepseek_v3", make_deepseek_v3_tool_call_parser, false, &kDeepSeekV3Syntax},
+    {"deepseek_v31", make_deepseek_v31_tool_call_parser, false, &kDeepSeekV31Syntax},
+    {"deepseek_v32", make_deepseek_v32_tool_call_parser, false, &kDeepSeekV32Syntax},
+    {"deepseek_v4", make_deepseek_v4_tool_call_parser, false, &kDeepSeekV4Syntax},
+    {"glm45", make_glm45_tool_call_parser, false, nullptr},
+    {"hermes", make_hermes_tool_call_parser, false, &kHermesSyntax},
+    {"kimi_k2", make_kimi_k2_tool_call_parser, true, &kKimiK2Syntax},
+    {"llama3_json", make_llama3_json_tool_call_parser, false, &kLlama3JsonSyntax},
+    {"mistral", make_mistral_tool_call_parser, true, &kMistralSyntax},
+    {"openai", make_openai_tool_call_parser, true, &kOpenAiSyntax},
+    {"pythonic", make_pythonic_tool_call_parser, false, nullptr},
+    {"qwen3_coder", make_qwen3_coder_tool_call_parser, false, nullptr},
+};
+
+constexpr ReasoningParserEntry kReasoningParsers[] = {
+    {"deepseek_r1", make_deepseek_r1_reasoning_parser, false},
+    {"deepseek_v3", make_deepseek_v3_reasoning_parser, false},
+    {"gpt_oss", make_gpt_oss_reasoning_parser, true},
+    {"kimi_k2", make_kimi_k2_reasoning_parser, true},
+    {"qwen3", make_qwen3_reasoning_parser, false},
+};
+
+template <typename Entry>
+const Entry* find_entry(std::span<const Entry> entries, std::string_view name) {
+  for (const Entry& entry : entries) {
+    if (entry.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+template <typename Entry>
+std::string entry_names(std::span<const Entry> entries) {
+  std::string names;
+  for (const Entry& entry : entries) names += (names.empty() ? "" : ", ") + std::string(entry.name);
+  return names;
+}
+
+}  // namespace
+
+std::span<const ToolCallParserEntry> tool_call_parsers() { return kToolCallParsers; }
+std::span<const ReasoningParserEntry> reasoning_parsers() { return kReasoningParsers; }
+
+const ToolCallParserEntry* find_tool_call_parser(std::string_view name) {
+  return find_entry(tool_call_parsers(), name);
+}
+const ReasoningParserEntry* find_reasoning_parser(std::string_view name) {
+  return find_entry(reasoning_parsers(), name);
+}
+
+std::string tool_call_parser_names() { return entry_names(tool_call_parsers()); }
+std::string reasoning_parser_names() { return entry_names(reasoning_parsers()); }
+
+}  // namespace tern::chat

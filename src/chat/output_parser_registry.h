@@ -1,0 +1,67 @@
+#pragma once
+// The output parsers by name, as vLLM's --tool-call-parser and --reasoning-parser pick them. One table each in
+// output_parser_registry.cpp, one line per parser.
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "chat/reasoning_parser.h"
+#include "chat/tool_call_parser.h"
+
+namespace tern::chat {
+
+// How a forced call writes its arguments.
+enum class ForcedArguments {
+  kJsonObject,      // one JSON object following the tool's parameter schema
+  kDsmlParameters,  // DeepSeek's DSML: one <｜DSML｜parameter> per schema property, strings as raw text
+};
+
+// How forced tool choice (tool_choice "required" or a named function) writes calls in a format; the server builds
+// the grammar from it. A call is
+//   call_prefix NAME name_suffix ARGUMENTS call_suffix              when arguments_key is empty, or
+//   call_prefix {"name": NAME, "<arguments_key>": ARGUMENTS} call_suffix
+// and the calls are section_prefix CALL (separator CALL)* section_suffix, or exactly one CALL with single_call.
+// ARGUMENTS are written as `arguments` says.
+struct ForcedToolCallSyntax {
+  std::string_view arguments_key;
+  std::string_view call_prefix;
+  std::string_view name_suffix;
+  std::string_view call_suffix;
+  std::string_view separator;
+  std::string_view section_prefix;
+  std::string_view section_suffix;
+  ForcedArguments arguments = ForcedArguments::kJsonObject;
+  // The format ends the assistant's turn after one call (harmony's <|call|>), so "required" is one call too.
+  bool single_call = false;
+};
+
+struct ToolCallParserEntry {
+  std::string_view name;
+  std::unique_ptr<ToolCallParser> (*make)();
+  // The format's markers are special tokens, which the detokenizer must then keep in the text it hands over.
+  bool keeps_special_tokens;
+  // nullptr: forced tool choice cannot write the format's calls.
+  const ForcedToolCallSyntax* forced_syntax;
+};
+
+struct ReasoningParserEntry {
+  std::string_view name;
+  // `prompt_opens_think`: the rendered prompt ends inside an open <think> block (ThinkTagReasoningParser::
+  // prompt_opens_reasoning); formats that always start in reasoning, or do not use <think>, ignore it.
+  std::unique_ptr<ReasoningParser> (*make)(bool prompt_opens_think);
+  bool keeps_special_tokens;
+};
+
+std::span<const ToolCallParserEntry> tool_call_parsers();
+std::span<const ReasoningParserEntry> reasoning_parsers();
+
+// nullptr for a name that is not in the table.
+const ToolCallParserEntry* find_tool_call_parser(std::string_view name);
+const ReasoningParserEntry* find_reasoning_parser(std::string_view name);
+
+// The names, comma-separated, for errors and --help.
+std::string tool_call_parser_names();
+std::string reasoning_parser_names();
+
+}  // namespace tern::chat
