@@ -111,7 +111,7 @@ ChatOutputParser::ChatOutputParser(ChatOutputOptions options) : options_(std::mo
       fail("tool-call parser '{}' is unknown; the tool-call parsers are {}", options_.tool_call_parser,
            tool_call_parser_names());
     }
-    tool_calls_ = entry->make();
+    tool_calls_ = entry->make(options_.tool_schemas);
   }
   if (options_.tool_call_id_prefix.empty()) {
     std::random_device device;

@@ -54,6 +54,7 @@ struct ChatOutputOptions {
   std::string tool_call_parser;  // a name from output_parser_registry.h; empty: no tool calls are parsed
   bool prompt_opens_think = false;  // the prompt ends inside <think> (ThinkTagReasoningParser::prompt_opens_reasoning)
   std::string tool_call_id_prefix;  // ids are "call_<prefix><index>"; empty picks a random prefix
+  ToolParameterSchemas tool_schemas;  // the request's tools (tool_parameter_schemas); empty: not known
 
   // The parsers whose markers a chat template writes (harmony channels, <tool_call>, DeepSeek's tool tokens...), as
   // the default for its model family, and whether `prompt`, rendered with it, leaves a <think> block open.

@@ -1,6 +1,6 @@
 // GLM-4.5 / 4.6 tool calls: the name, then each argument as a key and a value, in a <tool_call> block:
 //   <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n...</tool_call>
-// Values are bare text (see parameter_value).
+// Values are bare text, read by the request's tool schemas when they are known (see parameter_value).
 #include "chat/block_tool_call_parser.h"
 #include "chat/tool_call_parsers.h"
 
@@ -25,7 +25,8 @@ bool take_element(std::string_view& text, std::string_view begin, std::string_vi
 
 class Glm45ToolCallParser : public BlockToolCallParser {
  public:
-  Glm45ToolCallParser() : BlockToolCallParser("<tool_call>", "</tool_call>") {}
+  explicit Glm45ToolCallParser(const ToolParameterSchemas& tools)
+      : BlockToolCallParser("<tool_call>", "</tool_call>"), tools_(tools) {}
 
  private:
   bool parse_block(std::string_view inner, std::vector<ParsedToolCall>& calls) const override {
@@ -41,16 +42,21 @@ class Glm45ToolCallParser : public BlockToolCallParser {
       if (!take_element(rest, kKeyBegin, kKeyEnd, key) || !take_element(rest, kValueBegin, kValueEnd, value)) {
         return false;
       }
-      arguments[std::string(trim_json_space(key))] = parameter_value(value);
+      const std::string name(trim_json_space(key));
+      arguments[name] = parameter_value(value, tools_, call.name, name);
     }
     call.arguments = arguments_text(arguments);
     calls.push_back(std::move(call));
     return true;
   }
+
+  ToolParameterSchemas tools_;
 };
 
 }  // namespace
 
-std::unique_ptr<ToolCallParser> make_glm45_tool_call_parser() { return std::make_unique<Glm45ToolCallParser>(); }
+std::unique_ptr<ToolCallParser> make_glm45_tool_call_parser(const ToolParameterSchemas& tools) {
+  return std::make_unique<Glm45ToolCallParser>(tools);
+}
 
 }  // namespace tern::chat

@@ -30,20 +30,40 @@ constexpr ForcedToolCallSyntax kDeepSeekV32Syntax{
 constexpr ForcedToolCallSyntax kDeepSeekV4Syntax{
     "", "<｜DSML｜invoke name=\"", "\">\n", "</｜DSML｜invoke>", "\n", "\n\n<｜DSML｜tool_calls>\n",
     "\n</｜DSML｜tool_calls>", ForcedArguments::kDsmlParameters};
+// As GLM-4.5's chat template writes calls: each argument ends with "\n", and calls follow each other on new lines.
+constexpr TaggedParameterSyntax kGlm45Parameters{"<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n",
+                                                 "</arg_value>", "</tool_call>"};
+constexpr ForcedToolCallSyntax kGlm45Syntax{
+    "", "<tool_call>", "\n", "</tool_call>", "\n", "", "", ForcedArguments::kTaggedParameters,
+    /*single_call=*/false, &kGlm45Parameters};
+// As Qwen3-Coder's chat template writes calls: the template puts one newline on each side of a value, which the
+// parser drops.
+constexpr TaggedParameterSyntax kQwen3CoderParameters{"<parameter=", ">\n", "\n</parameter>\n", "</parameter>",
+                                                      "</tool_call>"};
+constexpr ForcedToolCallSyntax kQwen3CoderSyntax{
+    "", "<tool_call>\n<function=", ">\n", "</function>\n</tool_call>", "\n", "", "",
+    ForcedArguments::kTaggedParameters, /*single_call=*/false, &kQwen3CoderParameters};
+constexpr ForcedToolCallSyntax kPythonicSyntax{"", "", "(", ")", ", ", "[", "]", ForcedArguments::kPythonKeywords};
+
+// The formats whose parsers read every value without the request's schemas.
+template <std::unique_ptr<ToolCallParser> (*make)()>
+std::unique_ptr<ToolCallParser> schema_free(const ToolParameterSchemas&) {
+  return make();
+}
 
 constexpr ToolCallParserEntry kToolCallParsers[] = {
-    {"deepseek_v3", make_deepseek_v3_tool_call_parser, false, &kDeepSeekV3Syntax},
-    {"deepseek_v31", make_deepseek_v31_tool_call_parser, false, &kDeepSeekV31Syntax},
-    {"deepseek_v32", make_deepseek_v32_tool_call_parser, false, &kDeepSeekV32Syntax},
-    {"deepseek_v4", make_deepseek_v4_tool_call_parser, false, &kDeepSeekV4Syntax},
-    {"glm45", make_glm45_tool_call_parser, false, nullptr},
-    {"hermes", make_hermes_tool_call_parser, false, &kHermesSyntax},
-    {"kimi_k2", make_kimi_k2_tool_call_parser, true, &kKimiK2Syntax},
-    {"llama3_json", make_llama3_json_tool_call_parser, false, &kLlama3JsonSyntax},
-    {"mistral", make_mistral_tool_call_parser, true, &kMistralSyntax},
-    {"openai", make_openai_tool_call_parser, true, &kOpenAiSyntax},
-    {"pythonic", make_pythonic_tool_call_parser, false, nullptr},
-    {"qwen3_coder", make_qwen3_coder_tool_call_parser, false, nullptr},
+    {"deepseek_v3", schema_free<make_deepseek_v3_tool_call_parser>, false, &kDeepSeekV3Syntax},
+    {"deepseek_v31", schema_free<make_deepseek_v31_tool_call_parser>, false, &kDeepSeekV31Syntax},
+    {"deepseek_v32", schema_free<make_deepseek_v32_tool_call_parser>, false, &kDeepSeekV32Syntax},
+    {"deepseek_v4", schema_free<make_deepseek_v4_tool_call_parser>, false, &kDeepSeekV4Syntax},
+    {"glm45", make_glm45_tool_call_parser, false, &kGlm45Syntax},
+    {"hermes", schema_free<make_hermes_tool_call_parser>, false, &kHermesSyntax},
+    {"kimi_k2", schema_free<make_kimi_k2_tool_call_parser>, true, &kKimiK2Syntax},
+    {"llama3_json", schema_free<make_llama3_json_tool_call_parser>, false, &kLlama3JsonSyntax},
+    {"mistral", schema_free<make_mistral_tool_call_parser>, true, &kMistralSyntax},
+    {"openai", schema_free<make_openai_tool_call_parser>, true, &kOpenAiSyntax},
+    {"pythonic", schema_free<make_pythonic_tool_call_parser>, false, &kPythonicSyntax},
+    {"qwen3_coder", make_qwen3_coder_tool_call_parser, false, &kQwen3CoderSyntax},
 };
 
 constexpr ReasoningParserEntry kReasoningParsers[] = {

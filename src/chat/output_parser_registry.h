@@ -15,6 +15,20 @@ namespace tern::chat {
 enum class ForcedArguments {
   kJsonObject,      // one JSON object following the tool's parameter schema
   kDsmlParameters,  // DeepSeek's DSML: one <｜DSML｜parameter> per schema property, strings as raw text
+  kTaggedParameters,  // one tagged parameter per schema property (TaggedParameterSyntax), strings as raw text
+  kPythonKeywords,    // Python keyword arguments, values as Python literals (the pythonic format)
+};
+
+// Formats that write each argument as
+//   key_prefix KEY key_suffix VALUE value_suffix
+// (GLM-4.5's <arg_key>/<arg_value>, Qwen3-Coder's <parameter=KEY>). A value is raw text for a string property and
+// JSON otherwise; raw text cannot hold `value_end_tag` or `block_end_tag`, where the parser ends the value.
+struct TaggedParameterSyntax {
+  std::string_view key_prefix;
+  std::string_view key_suffix;
+  std::string_view value_suffix;
+  std::string_view value_end_tag;
+  std::string_view block_end_tag;
 };
 
 // How forced tool choice (tool_choice "required" or a named function) writes calls in a format; the server builds
@@ -34,11 +48,14 @@ struct ForcedToolCallSyntax {
   ForcedArguments arguments = ForcedArguments::kJsonObject;
   // The format ends the assistant's turn after one call (harmony's <|call|>), so "required" is one call too.
   bool single_call = false;
+  // How kTaggedParameters are written.
+  const TaggedParameterSyntax* parameters = nullptr;
 };
 
 struct ToolCallParserEntry {
   std::string_view name;
-  std::unique_ptr<ToolCallParser> (*make)();
+  // `tools`: the request's tools, for formats whose values read by the schema (empty when not known).
+  std::unique_ptr<ToolCallParser> (*make)(const ToolParameterSchemas& tools);
   // The format's markers are special tokens, which the detokenizer must then keep in the text it hands over.
   bool keeps_special_tokens;
   // nullptr: forced tool choice cannot write the format's calls.

@@ -1,6 +1,7 @@
 // Qwen3-Coder tool calls, XML-like, one function per <tool_call> block:
 //   <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...</function>\n</tool_call>
-// A value is bare text (see parameter_value) with the one newline the template puts on each side dropped.
+// A value is bare text (see parameter_value; read by the request's tool schemas when they are known) with the one
+// newline the template puts on each side dropped.
 #include "chat/block_tool_call_parser.h"
 #include "chat/tool_call_parsers.h"
 
@@ -20,7 +21,8 @@ std::string_view without_one_newline(std::string_view value) {
 
 class Qwen3CoderToolCallParser : public BlockToolCallParser {
  public:
-  Qwen3CoderToolCallParser() : BlockToolCallParser("<tool_call>", "</tool_call>") {}
+  explicit Qwen3CoderToolCallParser(const ToolParameterSchemas& tools)
+      : BlockToolCallParser("<tool_call>", "</tool_call>"), tools_(tools) {}
 
  private:
   bool parse_block(std::string_view inner, std::vector<ParsedToolCall>& calls) const override {
@@ -45,19 +47,22 @@ class Qwen3CoderToolCallParser : public BlockToolCallParser {
       size_t value_end = rest.find(kParameterEnd);
       if (key_end == std::string_view::npos || value_end == std::string_view::npos || value_end < key_end) return false;
       std::string key(trim_json_space(rest.substr(kParameterBegin.size(), key_end - kParameterBegin.size())));
-      arguments[key] = parameter_value(without_one_newline(rest.substr(key_end + 1, value_end - key_end - 1)));
+      const std::string_view value = without_one_newline(rest.substr(key_end + 1, value_end - key_end - 1));
+      arguments[key] = parameter_value(value, tools_, call.name, key);
       rest.remove_prefix(value_end + kParameterEnd.size());
     }
     call.arguments = arguments_text(arguments);
     calls.push_back(std::move(call));
     return true;
   }
+
+  ToolParameterSchemas tools_;
 };
 
 }  // namespace
 
-std::unique_ptr<ToolCallParser> make_qwen3_coder_tool_call_parser() {
-  return std::make_unique<Qwen3CoderToolCallParser>();
+std::unique_ptr<ToolCallParser> make_qwen3_coder_tool_call_parser(const ToolParameterSchemas& tools) {
+  return std::make_unique<Qwen3CoderToolCallParser>(tools);
 }
 
 }  // namespace tern::chat

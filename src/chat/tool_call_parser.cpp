@@ -75,4 +75,32 @@ nlohmann::ordered_json parameter_value(std::string_view text) {
   return std::string(text);
 }
 
+ToolParameterSchemas tool_parameter_schemas(const nlohmann::ordered_json& tools) {
+  ToolParameterSchemas schemas;
+  if (!tools.is_array()) return schemas;
+  for (const auto& tool : tools) {
+    if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object()) continue;
+    const auto& function = tool["function"];
+    if (!function.contains("name") || !function["name"].is_string()) continue;
+    schemas[function["name"].get<std::string>()] = function.value("parameters", nlohmann::ordered_json::object());
+  }
+  return schemas;
+}
+
+nlohmann::ordered_json parameter_value(std::string_view text, const ToolParameterSchemas& tools,
+                                       std::string_view function, std::string_view key) {
+  const auto tool = tools.find(function);
+  if (tool != tools.end() && tool->second.is_object()) {
+    const auto properties = tool->second.find("properties");
+    if (properties != tool->second.end() && properties->is_object()) {
+      const auto property = properties->find(std::string(key));
+      if (property != properties->end() && property->is_object() &&
+          property->value("type", nlohmann::ordered_json()) == "string") {
+        return std::string(text);
+      }
+    }
+  }
+  return parameter_value(text);
+}
+
 }  // namespace tern::chat

@@ -2,6 +2,8 @@
 // Finds tool calls in the content a model writes, streaming. Each format is a ToolCallParser made by name through
 // output_parser_registry.h (vLLM's --tool-call-parser names). A call is reported once it is complete and valid;
 // text that turns out not to be a valid call stays content.
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -48,6 +50,17 @@ std::string arguments_text(const nlohmann::ordered_json& object);
 // is a JSON value (a number, true, an object...), else the text as a string. Without the tool's schema at hand this
 // is how the text reads best: the templates write strings bare and everything else as JSON.
 nlohmann::ordered_json parameter_value(std::string_view text);
+
+// The request's tools' parameter schemas by function name. With them, formats that write values as bare text read
+// a parameter the schema types as a string as that text even when it looks like JSON ("123", "true"), as vLLM does.
+using ToolParameterSchemas = std::map<std::string, nlohmann::ordered_json, std::less<>>;
+
+// From OpenAI's "tools" list; entries without a function name are skipped, a function without parameters has none.
+ToolParameterSchemas tool_parameter_schemas(const nlohmann::ordered_json& tools);
+
+// parameter_value, except that the text stays a string when `tools` type the function's parameter `key` as one.
+nlohmann::ordered_json parameter_value(std::string_view text, const ToolParameterSchemas& tools,
+                                       std::string_view function, std::string_view key);
 
 // Length of the JSON object or array that `text` starts with ('{' or '['), or 0 while it is incomplete. Brackets
 // inside strings do not count; the value is not validated.

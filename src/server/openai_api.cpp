@@ -308,6 +308,7 @@ PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, Servin
   check_length(ids.size(), parsed.options.stop.max_tokens, model.max_model_len(), "messages");
   chat::ChatOutputOptions parser_options = model.output_options(prompt);
   if (!parsed.parse_tool_calls) parser_options.tool_call_parser.clear();
+  parser_options.tool_schemas = chat::tool_parameter_schemas(parsed.tools);
   if (parsed.force_tool_call) {
     parsed.constraint = tool_call_constraint(parsed.tools, parsed.forced_function, parser_options.tool_call_parser);
   }

@@ -9,6 +9,8 @@
 #include "server/api_error.h"
 #include "server/dsml_arguments_grammar.h"
 #include "server/ebnf_rules.h"
+#include "server/pythonic_arguments_grammar.h"
+#include "server/tagged_arguments_grammar.h"
 
 namespace tern::server {
 
@@ -148,8 +150,20 @@ OutputConstraint tool_call_constraint(const Json& tools, const std::optional<std
     const std::string rule_prefix = fmt::format("tool{}-", call_rules.size());
     std::string call;
     if (syntax.arguments_key.empty()) {
-      const bool dsml = syntax.arguments == chat::ForcedArguments::kDsmlParameters;
-      source += dsml ? dsml_arguments_rules(arguments, rule_prefix) : schema_rules(arguments, rule_prefix);
+      switch (syntax.arguments) {
+        case chat::ForcedArguments::kJsonObject:
+          source += schema_rules(arguments, rule_prefix);
+          break;
+        case chat::ForcedArguments::kDsmlParameters:
+          source += dsml_arguments_rules(arguments, rule_prefix);
+          break;
+        case chat::ForcedArguments::kTaggedParameters:
+          source += tagged_arguments_rules(name, arguments, *syntax.parameters, rule_prefix);
+          break;
+        case chat::ForcedArguments::kPythonKeywords:
+          source += pythonic_arguments_rules(name, arguments, rule_prefix);
+          break;
+      }
       call =
           literal_item(std::string(syntax.call_prefix) + name + std::string(syntax.name_suffix)) + rule_prefix + "root";
     } else {

@@ -207,7 +207,7 @@ TEST(ChatOutputOptionsTest, PicksTheFamilyDefaultFromTemplateMarkers) {
 TEST(ChatOutputOptionsTest, EveryRegisteredParserIsMadeByName) {
   for (const auto& entry : tool_call_parsers()) {
     EXPECT_EQ(find_tool_call_parser(entry.name), &entry);
-    EXPECT_NE(entry.make(), nullptr);
+    EXPECT_NE(entry.make({}), nullptr);
     EXPECT_NE(tool_call_parser_names().find(entry.name), std::string::npos);
   }
   for (const auto& entry : reasoning_parsers()) {

@@ -80,7 +80,7 @@ struct Parsed {
 };
 
 Parsed parse_tool_calls(std::string_view parser_name, std::string_view text, bool byte_by_byte) {
-  auto parser = find_tool_call_parser(parser_name)->make();
+  auto parser = find_tool_call_parser(parser_name)->make({});
   Parsed parsed;
   auto add = [&parsed](ToolCallParseDelta delta) {
     parsed.content += delta.content;
@@ -135,7 +135,7 @@ TEST(DsmlToolCallParserTest, RestoresArgumentTypes) {
 }
 
 TEST(DsmlToolCallParserTest, HoldsBackPartialMarkers) {
-  auto parser = find_tool_call_parser("deepseek_v4")->make();
+  auto parser = find_tool_call_parser("deepseek_v4")->make({});
   EXPECT_EQ(parser->feed("Hi\n").content, "Hi");
   EXPECT_EQ(parser->feed("\n<｜DS").content, "");
   ToolCallParseDelta end = parser->flush();
@@ -144,7 +144,7 @@ TEST(DsmlToolCallParserTest, HoldsBackPartialMarkers) {
 }
 
 TEST(DsmlToolCallParserTest, ReportsEachCallAsItsInvokeCloses) {
-  auto parser = find_tool_call_parser("deepseek_v4")->make();
+  auto parser = find_tool_call_parser("deepseek_v4")->make({});
   ToolCallParseDelta first = parser->feed("Checking.\n\n<｜DSML｜tool_calls>\n" + kWeatherInvoke + "\n");
   EXPECT_EQ(first.content, "Checking.");
   ASSERT_EQ(first.calls.size(), 1u);

@@ -28,6 +28,25 @@ TEST(Qwen3CoderToolCallTest, MissingFunctionEndAtTheEndOfOutput) {
                 {"", "", {{"f", R"({"a": "x"})"}}});
 }
 
+// As vLLM's qwen3_coder parser does: with the request's tools known, a string parameter stays the text it is even
+// when the text is JSON; parameters of other types, and any parameter of an unknown tool, read as JSON first.
+TEST(Qwen3CoderToolCallTest, ValuesReadByTheToolSchema) {
+  const std::string output =
+      "<tool_call>\n<function=f>\n<parameter=code>\n123\n</parameter>\n<parameter=flag>\nnull\n</parameter>\n"
+      "<parameter=count>\n7\n</parameter>\n</function>\n</tool_call>";
+  ChatOutputOptions options = parser_options("qwen3_coder");
+  options.tool_schemas = tool_parameter_schemas(nlohmann::ordered_json::parse(R"([{"type": "function",
+    "function": {"name": "f", "parameters": {"type": "object", "properties": {"code": {"type": "string"},
+    "flag": {"type": "string"}, "count": {"type": "integer"}}}}}])"));
+  expect_parsed(output, options, {"", "", {{"f", R"({"code": "123", "flag": "null", "count": 7})"}}});
+  expect_parsed(output, parser_options("qwen3_coder"),
+                {"", "", {{"f", R"({"code": 123, "flag": null, "count": 7})"}}});
+  options.tool_schemas = tool_parameter_schemas(nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "other", "parameters": {"type": "object",
+      "properties": {"code": {"type": "string"}}}}}])"));
+  expect_parsed(output, options, {"", "", {{"f", R"({"code": 123, "flag": null, "count": 7})"}}});
+}
+
 TEST(Qwen3CoderToolCallTest, MalformedCallsStayContent) {
   const std::string json_body = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
   expect_parsed(json_body, parser_options("qwen3_coder"), {"", json_body, {}});
