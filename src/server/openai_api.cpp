@@ -309,7 +309,18 @@ PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, Servin
   chat::ChatOutputOptions parser_options = model.output_options(prompt);
   if (!parsed.parse_tool_calls) parser_options.tool_call_parser.clear();
   parser_options.tool_schemas = chat::tool_parameter_schemas(parsed.tools);
+  if (parsed.constraint && (parsed.constraint->kind == grammar::GrammarKind::kJsonSchema ||
+                            parsed.constraint->kind == grammar::GrammarKind::kJsonObject)) {
+    // A JSON output (response_format, guided_json) is the answer from its first token: nothing in it is read again
+    // as reasoning or as a tool call, so a "<think>" inside a JSON string stays in the string. A regex or grammar
+    // may spell a model's own format (harmony channels, <think>), which the parsers still read.
+    parser_options.reasoning_parser.clear();
+    parser_options.tool_call_parser.clear();
+  }
   if (parsed.force_tool_call) {
+    // The grammar writes the calls from the first token, also where the prompt opened a reasoning block (DeepSeek's
+    // and Qwen3's thinking modes): the output is read as calls, not as reasoning.
+    parser_options.prompt_opens_think = false;
     parsed.constraint = tool_call_constraint(parsed.tools, parsed.forced_function, parser_options.tool_call_parser);
   }
   parsed.options.stop.skip_special_tokens = !parser_options.keeps_special_tokens();

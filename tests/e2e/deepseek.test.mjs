@@ -165,14 +165,17 @@ test('the tool call and its result reach the prompt as DSML and a <tool_result> 
   assert.ok(prompt.endsWith(`${EOS}<｜User｜><tool_result>Sunny</tool_result><｜Assistant｜></think>`), prompt.slice(-80));
 });
 
-test('forced tool choice writes DSML parameters that the parser reads back as arguments following the schema',
-  async () => {
+test('forced tool choice writes DSML parameters that the parser reads back as arguments following the schema, '
+  + 'thinking on and off', async () => {
     const tool = { type: 'function', function: { name: 'get_weather', description: 'Get the weather in a city.',
       parameters: { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Lima'] },
         days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'] } } };
-    for (const toolChoice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    for (const [toolChoice, thinking] of [['required', false], [{ type: 'function', function: { name: 'get_weather' } },
+      false], ['required', true]]) {
+      // Thinking on: the prompt ends inside <think>, and the forced calls are still calls, not reasoning.
       const completion = await client.chat.completions.create({ model: 'tiny', tools: [tool], tool_choice: toolChoice,
-        messages: [{ role: 'user', content: 'Weather in Paris?' }], max_tokens: 400, seed: 5 });
+        messages: [{ role: 'user', content: 'Weather in Paris?' }], max_tokens: 400, seed: 5,
+        chat_template_kwargs: { thinking } });
       const { message, finish_reason: finishReason } = completion.choices[0];
       assert.equal(finishReason, 'tool_calls', JSON.stringify(message));
       assert.equal(message.content, null);
@@ -185,6 +188,16 @@ test('forced tool choice writes DSML parameters that the parser reads back as ar
           && args.days <= 7, call.function.arguments);
       }
     }
+  });
+
+test('a constrained output reaches the client intact: a <think> inside its JSON stays content, thinking on',
+  async () => {
+    const completion = await client.chat.completions.create({ model: 'tiny', max_tokens: 60, seed: 3,
+      messages: [{ role: 'user', content: 'hi' }], chat_template_kwargs: { thinking: true },
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { enum: ['a<think>b</think>c'] } } } });
+    const { message } = completion.choices[0];
+    assert.equal(message.content, '"a<think>b</think>c"');
+    assert.ok(!message.reasoning_content, JSON.stringify(message));
   });
 
 test('a chat_template_kwargs of the wrong type is a 400 naming it', async () => {
