@@ -319,7 +319,8 @@ PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, Servin
   }
   if (parsed.force_tool_call) {
     // The grammar writes the calls from the first token, also where the prompt opened a reasoning block (DeepSeek's
-    // and Qwen3's thinking modes): the output is read as calls, not as reasoning.
+    // and Qwen3's thinking modes) or the format starts in reasoning (R1): the output is calls, with no reasoning.
+    parser_options.reasoning_parser.clear();
     parser_options.prompt_opens_think = false;
     parsed.constraint = tool_call_constraint(parsed.tools, parsed.forced_function, parser_options.tool_call_parser);
   }
