@@ -50,7 +50,7 @@ test('a 2 MB body of 160,000 keys is answered within a second while a normal req
   assert.ok(plain.seconds < 1, `the normal request took ${plain.seconds} s`);
 });
 
-test('chat_template_kwargs and tool parameters of 160,000 keys are answered within a second', async () => {
+test('chat_template_kwargs and tool parameters of 160,000 keys are answered in linear time', async () => {
   const messages = [{ role: 'user', content: 'hi' }];
   const kwargs = `{"model":"tiny","max_tokens":1,"messages":${JSON.stringify(messages)},` +
                  `"chat_template_kwargs":{${objectText(160_000)}}}`;
@@ -60,10 +60,12 @@ test('chat_template_kwargs and tool parameters of 160,000 keys are answered with
   const withKwargs = await timed('/v1/chat/completions', kwargs);
   assert.equal(withKwargs.status, 200, JSON.stringify(withKwargs.json));
   assert.ok(withKwargs.seconds < 1, `chat_template_kwargs took ${withKwargs.seconds} s`);
-  // The tools render into a prompt longer than the context: refused before it is tokenized.
+  // The tools render into a prompt longer than the context: refused before it is tokenized. The chat template walks
+  // all 160,000 properties (linear: 0.7-1.0 s on the 2-core CI machine alone, more beside another test); the bound
+  // is there to catch the quadratic insertion that took 40 s.
   const withTools = await timed('/v1/chat/completions', tools);
   assert.equal(withTools.status, 400, JSON.stringify(withTools.json));
-  assert.ok(withTools.seconds < 1.5, `the tool parameters took ${withTools.seconds} s`);
+  assert.ok(withTools.seconds < 4, `the tool parameters took ${withTools.seconds} s`);
 });
 
 test('a logit_bias with one key per vocabulary entry is answered quickly and applied', async () => {
