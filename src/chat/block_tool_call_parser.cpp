@@ -7,19 +7,6 @@ namespace tern::chat {
 BlockToolCallParser::BlockToolCallParser(std::string_view start_marker, std::string_view end_marker)
     : start_marker_(start_marker), end_marker_(end_marker) {}
 
-ToolCallParseDelta BlockToolCallParser::feed(std::string_view text) {
-  buffer_ += text;
-  ToolCallParseDelta delta;
-  process(delta, false);
-  return delta;
-}
-
-ToolCallParseDelta BlockToolCallParser::flush() {
-  ToolCallParseDelta delta;
-  process(delta, true);
-  return delta;
-}
-
 bool BlockToolCallParser::parse_delimited_calls(std::string_view inner, std::string_view call_begin,
                                                 std::string_view call_end,
                                                 bool (*read_call)(std::string_view, ParsedToolCall&),

@@ -12,11 +12,7 @@
 
 namespace tern::chat {
 
-class BlockToolCallParser : public ToolCallParser {
- public:
-  ToolCallParseDelta feed(std::string_view text) override;
-  ToolCallParseDelta flush() override;
-
+class BlockToolCallParser : public BufferedToolCallParser {
  protected:
   // An empty `end_marker`: the block runs to the end of the output (Mistral's [TOOL_CALLS]).
   BlockToolCallParser(std::string_view start_marker, std::string_view end_marker);
@@ -32,12 +28,11 @@ class BlockToolCallParser : public ToolCallParser {
                                     std::vector<ParsedToolCall>& calls);
 
  private:
-  void process(ToolCallParseDelta& delta, bool final);
+  void process(ToolCallParseDelta& delta, bool final) override;
   void close_block(ToolCallParseDelta& delta, size_t inner_len, size_t consumed_len);
 
   std::string_view start_marker_;
   std::string_view end_marker_;
-  std::string buffer_;
   bool in_block_ = false;
   bool after_block_ = false;
 };

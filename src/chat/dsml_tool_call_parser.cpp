@@ -66,30 +66,17 @@ std::optional<ParsedToolCall> parse_invoke(std::string_view text) {
   return ParsedToolCall{std::string(*name), arguments_text(arguments)};
 }
 
-class DsmlToolCallParser : public ToolCallParser {
+class DsmlToolCallParser : public BufferedToolCallParser {
  public:
   explicit DsmlToolCallParser(std::string_view block_name)
       : block_start_(fmt::format("<｜DSML｜{}>", block_name)),
         block_end_(fmt::format("</｜DSML｜{}>", block_name)),
         separated_starts_{"\n" + block_start_, "\n\n" + block_start_} {}
 
-  ToolCallParseDelta feed(std::string_view text) override {
-    buffer_ += text;
-    ToolCallParseDelta delta;
-    process(delta, false);
-    return delta;
-  }
-
-  ToolCallParseDelta flush() override {
-    ToolCallParseDelta delta;
-    process(delta, true);
-    return delta;
-  }
-
  private:
   enum class State { kContent, kBlock };
 
-  void process(ToolCallParseDelta& delta, bool final) {
+  void process(ToolCallParseDelta& delta, bool final) override {
     while (!buffer_.empty()) {
       if (state_ == State::kContent) {
         if (!read_content(delta, final)) return;
@@ -191,7 +178,6 @@ class DsmlToolCallParser : public ToolCallParser {
   const std::string block_start_;
   const std::string block_end_;
   const std::string separated_starts_[2];
-  std::string buffer_;
   State state_ = State::kContent;
   bool after_block_ = false;
   std::string unreported_block_text_;  // the separator and start marker of a block none of whose calls was reported

@@ -5,21 +5,7 @@
 namespace tern::chat {
 namespace {
 
-class Llama3JsonToolCallParser : public ToolCallParser {
- public:
-  ToolCallParseDelta feed(std::string_view text) override {
-    buffer_ += text;
-    ToolCallParseDelta delta;
-    process(delta, false);
-    return delta;
-  }
-
-  ToolCallParseDelta flush() override {
-    ToolCallParseDelta delta;
-    process(delta, true);
-    return delta;
-  }
-
+class Llama3JsonToolCallParser : public BufferedToolCallParser {
  private:
   static constexpr std::string_view kPythonTag = "<|python_tag|>";
   enum class State { kStart, kCalls, kContent };
@@ -30,7 +16,7 @@ class Llama3JsonToolCallParser : public ToolCallParser {
     buffer_.clear();
   }
 
-  void process(ToolCallParseDelta& delta, bool final) {
+  void process(ToolCallParseDelta& delta, bool final) override {
     while (!buffer_.empty()) {
       switch (state_) {
         case State::kStart: {
@@ -88,7 +74,6 @@ class Llama3JsonToolCallParser : public ToolCallParser {
     }
   }
 
-  std::string buffer_;
   State state_ = State::kStart;
 };
 

@@ -30,6 +30,29 @@ class ToolCallParser {
   virtual ToolCallParseDelta flush() = 0;
 };
 
+// The streaming shape the formats' parsers share: text is held in a buffer, each piece fed is processed at once, and
+// flush processes what is left as the end of the output.
+class BufferedToolCallParser : public ToolCallParser {
+ public:
+  ToolCallParseDelta feed(std::string_view text) final {
+    buffer_ += text;
+    ToolCallParseDelta delta;
+    process(delta, false);
+    return delta;
+  }
+  ToolCallParseDelta flush() final {
+    ToolCallParseDelta delta;
+    process(delta, true);
+    return delta;
+  }
+
+ protected:
+  // Moves what is now certain out of buffer_ into `delta`; `final`: the output ended.
+  virtual void process(ToolCallParseDelta& delta, bool final) = 0;
+
+  std::string buffer_;
+};
+
 // Everything passes through as content (no tool-call parser selected, or tool calls not asked for).
 class PlainContentParser : public ToolCallParser {
  public:
