@@ -1,5 +1,8 @@
 #include "core/dtype.h"
 
+#include <cmath>
+#include <limits>
+
 #include "core/error.h"
 
 namespace tern {
@@ -11,6 +14,8 @@ size_t dtype_size(DType dtype) {
     case DType::BF16: return 2;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::F8_E4M3: return 1;
+    case DType::F8_E8M0: return 1;
   }
   fail("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -22,6 +27,8 @@ std::string_view dtype_name(DType dtype) {
     case DType::BF16: return "BF16";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::F8_E4M3: return "F8_E4M3";
+    case DType::F8_E8M0: return "F8_E8M0";
   }
   return "?";
 }
@@ -52,6 +59,21 @@ float f16_to_f32(uint16_t bits) {
   return value;
 }
 
+float f8_e4m3_to_f32(uint8_t bits) {
+  const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  // e4m3fn spends the all-ones pattern on NaN instead of infinities: exponent 15 is a normal binade otherwise.
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: mantissa/8 x 2^-6
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 7 - 3);
+}
+
+float f8_e8m0_to_f32(uint8_t bits) {
+  if (bits == 0xff) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(bits) - 127);  // 2^-127 is a float32 subnormal, still exact
+}
+
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
   switch (dtype) {
     case DType::F32:
@@ -75,6 +97,16 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
     case DType::I64: {
       const auto* in = static_cast<const int64_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
+      return;
+    }
+    case DType::F8_E4M3: {
+      const auto* in = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f8_e4m3_to_f32(in[i]);
+      return;
+    }
+    case DType::F8_E8M0: {
+      const auto* in = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f8_e8m0_to_f32(in[i]);
       return;
     }
   }

@@ -7,7 +7,9 @@
 
 namespace tern {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64 };
+// F8_E4M3 is OCP FP8 e4m3fn (PyTorch's float8_e4m3fn): no infinities, 0x7f and 0xff are NaN, 448 the largest value.
+// F8_E8M0 is OCP MX's e8m0 scale (PyTorch's float8_e8m0fnu): 2^(bits - 127), 0xff NaN, no sign and no zero.
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, F8_E4M3, F8_E8M0 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
@@ -29,8 +31,11 @@ inline uint16_t f32_to_bf16(float value) {
 }
 
 float f16_to_f32(uint16_t bits);
+float f8_e4m3_to_f32(uint8_t bits);
+float f8_e8m0_to_f32(uint8_t bits);
 
-// Converts `count` elements of `src` (of type `dtype`) to float32.
+// Converts `count` elements of `src` (of type `dtype`) to float32; FP8 elements as they are, without the block scales
+// of a quantized weight (dequantize_to_f32 in tensor_info.h applies those).
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t count);
 
 }  // namespace tern

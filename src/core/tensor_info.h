@@ -3,12 +3,26 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 
 namespace tern {
+
+struct TensorInfo;
+
+// The scales of a block-quantized 2-D weight (DeepSeek-V3's FP8 format, README_WEIGHTS.md): element (r, c) of the
+// whole weight is its stored value times scales[r / block_rows][c / block_columns]; edge blocks may be partial.
+struct BlockScales {
+  const TensorInfo* scales = nullptr;  // [ceil(rows / block_rows), ceil(columns / block_columns)] of the whole weight
+  int64_t block_rows = 0;
+  int64_t block_columns = 0;
+  // Where a view (a tensor-parallel shard's rows or columns) starts in the whole weight, which the blocks tile.
+  int64_t first_row = 0;
+  int64_t first_column = 0;
+};
 
 struct TensorInfo {
   std::string name;
@@ -17,6 +31,7 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;  // valid while the owner of the memory (e.g. the mapped file) lives
   size_t size_bytes = 0;
+  std::optional<BlockScales> block_scales;  // set for a block-quantized weight (dtype F8_E4M3)
 
   int64_t numel() const {
     int64_t n = 1;
@@ -26,5 +41,10 @@ struct TensorInfo {
 };
 
 std::string shape_string(const std::vector<int64_t>& shape);
+
+// The tensor's values as float32 into dst[numel()]: converted from its dtype and, for a block-quantized weight,
+// multiplied by its block's scale in float32, as DeepSeek's inference/kernel.py weight_dequant does (exact for bf16
+// and f16 scales, whose products with an e4m3 value fit float32's significand).
+void dequantize_to_f32(const TensorInfo& info, float* dst);
 
 }  // namespace tern

@@ -52,6 +52,18 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* prog
     }
   }
   if (progress) progress->set_total(total_bytes);
+  const auto config_path = dir / "config.json";
+  if (std::filesystem::exists(config_path)) {
+    nlohmann::json config;
+    try {
+      std::ifstream in(config_path);
+      config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: malformed JSON: {}", config_path.string(), e.what());
+    }
+    checkpoint.quantization_ = QuantizationConfig::from_config(config, config_path.string());
+  }
+  checkpoint.attach_block_scales(config_path);
   for (const auto& [tensor, file] : expected_file) {
     auto it = checkpoint.index_.find(tensor);
     if (it == checkpoint.index_.end()) {
@@ -63,6 +75,46 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* prog
     }
   }
   return checkpoint;
+}
+
+void Checkpoint::attach_block_scales(const std::filesystem::path& config_path) {
+  for (auto& [name, entry] : index_) {
+    const TensorInfo& weight = *entry;
+    // A scale of the wrong dtype is reported as such with its weight, not as a weight without scales.
+    if (weight.dtype != DType::F8_E4M3 || name.ends_with("_scale_inv")) continue;
+    if (!quantization_.block_fp8) {
+      fail("{}: tensor '{}' is F8_E4M3 but {} has no fp8 quantization_config", weight.file.string(), name,
+           config_path.string());
+    }
+    if (weight.shape.size() != 2) {
+      fail("{}: F8_E4M3 tensor '{}' has shape {}; block-quantized weights are 2-D [out, in] (embeddings, norms, "
+           "routers and biases are not quantized)", weight.file.string(), name, shape_string(weight.shape));
+    }
+    // DeepSeek's inference/fp8_cast_bf16.py finds a weight's scales under its name + "_scale_inv".
+    const std::string scale_name = name + "_scale_inv";
+    const auto scale = index_.find(scale_name);
+    if (scale == index_.end()) {
+      fail("{}: FP8 weight '{}' has no scale tensor '{}'", weight.file.string(), name, scale_name);
+    }
+    const TensorInfo& scales = *scale->second;
+    const bool float_scale = scales.dtype == DType::F32 || scales.dtype == DType::BF16 || scales.dtype == DType::F16;
+    if (!float_scale && !(scales.dtype == DType::F8_E8M0 && quantization_.power_of_two_scales)) {
+      fail("{}: scale tensor '{}' is {}; block scales are F32, BF16 or F16 (F8_E8M0 with scale_fmt ue8m0)",
+           scales.file.string(), scale_name, dtype_name(scales.dtype));
+    }
+    const auto blocks = [](int64_t n, int64_t block) { return (n + block - 1) / block; };
+    const std::vector<int64_t> expected = {blocks(weight.shape[0], quantization_.block_rows),
+                                           blocks(weight.shape[1], quantization_.block_columns)};
+    if (scales.shape != expected) {
+      fail("{}: scale tensor '{}' has shape {}, expected {} for the {} weight in {}x{} blocks", scales.file.string(),
+           scale_name, shape_string(scales.shape), shape_string(expected), shape_string(weight.shape),
+           quantization_.block_rows, quantization_.block_columns);
+    }
+    auto scaled = std::make_shared<TensorInfo>(weight);
+    scaled->block_scales = BlockScales{&scales, quantization_.block_rows, quantization_.block_columns, 0, 0};
+    entry = scaled.get();
+    scaled_weights_.push_back(std::move(scaled));
+  }
 }
 
 const TensorInfo& Checkpoint::get(const std::string& name) const {

@@ -1,11 +1,14 @@
 #pragma once
 // A Hugging Face model directory's weights: model.safetensors, or shards listed by model.safetensors.index.json.
+// A block-quantized weight (config.json's quantization_config) comes with its scales attached (TensorInfo's
+// block_scales), checked when the checkpoint opens.
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "model/quantization_config.h"
 #include "model/safetensors.h"
 
 namespace tern {
@@ -23,11 +26,18 @@ class Checkpoint {
   const TensorInfo& get(const std::string& name) const;
   std::vector<std::string> names() const;
   LoadProgress* progress() const { return progress_; }
+  const QuantizationConfig& quantization() const { return quantization_; }
 
  private:
+  // Points each F8_E4M3 weight's index entry at a copy with its `_scale_inv` attached, failing naming the file and
+  // tensor where the scale is missing, of another dtype or of the wrong shape.
+  void attach_block_scales(const std::filesystem::path& config_path);
+
   std::filesystem::path dir_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
   std::unordered_map<std::string, const TensorInfo*> index_;
+  std::vector<std::shared_ptr<const TensorInfo>> scaled_weights_;  // what index_ points to for quantized weights
+  QuantizationConfig quantization_;
   LoadProgress* progress_ = nullptr;
 };
 

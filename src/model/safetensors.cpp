@@ -22,7 +22,10 @@ DType parse_dtype(const std::string& name, const std::filesystem::path& file, co
   if (name == "F32") return DType::F32;
   if (name == "I32") return DType::I32;
   if (name == "I64") return DType::I64;
-  fail("{}: tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32, I32, I64)", file.string(), tensor, name);
+  if (name == "F8_E4M3") return DType::F8_E4M3;
+  if (name == "F8_E8M0") return DType::F8_E8M0;
+  fail("{}: tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32, I32, I64, F8_E4M3, F8_E8M0)",
+       file.string(), tensor, name);
 }
 
 // A safetensors header is a few KB to a few MB; anything past this is corruption, not a model.
@@ -145,7 +148,7 @@ void write_safetensors_f32(const std::filesystem::path& path, const std::vector<
   std::vector<TensorInfo> infos;
   for (const auto& t : tensors) {
     infos.push_back({t.name, path, DType::F32, t.shape, reinterpret_cast<const std::byte*>(t.values.data()),
-                     t.values.size() * sizeof(float)});
+                     t.values.size() * sizeof(float), {}});
   }
   write_safetensors(path, infos);
 }

@@ -21,10 +21,46 @@ TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count) {
   view.data = info.data + static_cast<size_t>(begin) * bytes;
   view.shape[0] = count;
   view.size_bytes = static_cast<size_t>(count) * bytes;
+  if (view.block_scales) view.block_scales->first_row += begin;
   return view;
 }
 
+bool is_fp8(DType dtype) { return dtype == DType::F8_E4M3 || dtype == DType::F8_E8M0; }
+
+// Fails unless `info` is a plain tensor, or a block-quantized one where `takes_quantized`.
+void check_format(const TensorInfo& info, bool takes_quantized) {
+  if (info.block_scales && !takes_quantized) {
+    fail("{}: tensor '{}' is block-quantized ({}), but the architecture takes an unquantized tensor here "
+         "(embeddings, norms, routers, biases and the lm_head are not quantized)",
+         info.file.string(), info.name, dtype_name(info.dtype));
+  }
+  if (!info.block_scales && is_fp8(info.dtype)) {
+    fail("{}: tensor '{}' is {} without block scales", info.file.string(), info.name, dtype_name(info.dtype));
+  }
+}
+
 }  // namespace
+
+const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) const {
+  const TensorInfo& info = checkpoint_.get(name, shape);
+  check_format(info, false);
+  return info;
+}
+
+TensorInfo WeightLoader::plain_info(const std::string& name, const std::vector<int64_t>& shape,
+                                    std::vector<float>& storage) const {
+  const TensorInfo& info = checkpoint_.get(name, shape);
+  check_format(info, takes_quantized_);
+  if (!info.block_scales) return info;
+  storage.resize(static_cast<size_t>(info.numel()));
+  dequantize_to_f32(info, storage.data());
+  TensorInfo plain = info;
+  plain.dtype = DType::F32;
+  plain.data = reinterpret_cast<const std::byte*>(storage.data());
+  plain.size_bytes = storage.size() * sizeof(float);
+  plain.block_scales.reset();
+  return plain;
+}
 
 Tensor WeightLoader::load(const std::string& name, const std::vector<int64_t>& shape) {
   const TensorInfo* part = &checkpoint_.get(name, shape);
@@ -91,6 +127,7 @@ Tensor WeightLoader::load_column_shard(const std::string& name, const std::vecto
   view.shape = {shape[0], columns};
   view.data = bytes.data();
   view.size_bytes = bytes.size();
+  if (view.block_scales) view.block_scales->first_column += shard_.rank * columns;
   const TensorInfo* part = &view;
   return load_parts({&part, 1});
 }
@@ -98,6 +135,7 @@ Tensor WeightLoader::load_column_shard(const std::string& name, const std::vecto
 Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector<int64_t>& shape) {
   if (shard_.size == 1) return load(name, shape);
   const TensorInfo& info = checkpoint_.get(name, shape);
+  check_format(info, false);  // the padding rows below would have no block scales
   const int64_t rows = vocab_shard_rows(shape.at(0));
   const int64_t begin = shard_.rank * rows;
   const int64_t present = std::clamp<int64_t>(shape[0] - begin, 0, rows);
@@ -117,10 +155,14 @@ Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector
 }
 
 Tensor WeightLoader::load_parts(std::span<const TensorInfo* const> parts) {
+  for (const TensorInfo* part : parts) check_format(*part, takes_quantized_);
   Tensor weight = backend_.load_weight(parts);
   if (LoadProgress* progress = checkpoint_.progress()) {
     int64_t bytes = 0;
-    for (const TensorInfo* part : parts) bytes += static_cast<int64_t>(part->size_bytes);
+    for (const TensorInfo* part : parts) {
+      bytes += static_cast<int64_t>(part->size_bytes);
+      if (part->block_scales) bytes += static_cast<int64_t>(part->block_scales->scales->size_bytes);
+    }
     progress->add_loaded(bytes);
   }
   return weight;

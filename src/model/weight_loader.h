@@ -39,14 +39,27 @@ class WeightLoader {
   Tensor load_concat(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
   std::optional<Tensor> load_optional(const std::string& name, const std::vector<int64_t>& shape);
   bool has(const std::string& name) const { return checkpoint_.has(name); }
-  // The checkpoint tensor itself, for weights that need re-laying out on the host before loading.
-  const TensorInfo& info(const std::string& name, const std::vector<int64_t>& shape) const {
-    return checkpoint_.get(name, shape);
-  }
+  // The checkpoint tensor itself, for weights that need re-laying out on the host before loading; fails for a
+  // block-quantized one, whose elements do not stand alone (see plain_info).
+  const TensorInfo& info(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The same with elements that stand alone: a block-quantized weight (on a linear_weights() loader) dequantized to
+  // float32 into `storage`, which the result points to. vLLM and SGLang likewise dequantize DeepSeek's kv_b_proj for
+  // MLA's absorbed projections.
+  TensorInfo plain_info(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& storage) const;
   Backend& backend() { return backend_; }
   // Loads checkpoint tensors (or host copies laid out anew from them) onto the backend, concatenated along
   // dimension 0, as Backend::load_weight; counts their bytes in the checkpoint's load progress.
   Tensor load_parts(std::span<const TensorInfo* const> parts);
+
+  // A loader of the same checkpoint for the weights of linear layers and experts, which may be block-quantized
+  // (FP8 with scales): the backend receives them in their format, scales attached, and picks the kernel. The
+  // plain loader refuses a quantized tensor, so one where the architecture has no quantized op (an embedding, a
+  // norm, a router, a bias, the lm_head) fails at load, naming it.
+  WeightLoader linear_weights() const {
+    WeightLoader linear(*this);
+    linear.takes_quantized_ = true;
+    return linear;
+  }
 
   const TensorParallelShard& shard() const { return shard_; }
   // A loader of the same checkpoint whose sharded loads give whole tensors: for layers whose weights every rank
@@ -75,6 +88,7 @@ class WeightLoader {
   const Checkpoint& checkpoint_;
   Backend& backend_;
   TensorParallelShard shard_;
+  bool takes_quantized_ = false;
 };
 
 }  // namespace tern

@@ -92,7 +92,7 @@ TEST_F(CheckpointTest, WrittenTensorsOfEveryDtypeReadBack) {
   const std::vector<int32_t> i32 = {7, -1};
   const std::vector<int64_t> i64 = {1LL << 40};
   const auto info = [&](std::string name, DType dtype, std::vector<int64_t> shape, const void* data, size_t bytes) {
-    return TensorInfo{std::move(name), {}, dtype, std::move(shape), static_cast<const std::byte*>(data), bytes};
+    return TensorInfo{std::move(name), {}, dtype, std::move(shape), static_cast<const std::byte*>(data), bytes, {}};
   };
   write_safetensors(dir / "model.safetensors", {info("a", DType::BF16, {3}, bf16.data(), 6),
                                                 info("b", DType::I32, {1, 2}, i32.data(), 8),

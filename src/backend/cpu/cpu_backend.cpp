@@ -96,13 +96,15 @@ class CpuBackend final : public Backend {
       rows += part_shape[0];
     }
     shape[0] = rows;
-    // bf16 and integer tensors keep their type; f16 and f32 become f32.
-    const DType stored = first.dtype == DType::F16 ? DType::F32 : first.dtype;
+    // bf16 and integer tensors keep their type; f16 and f32 become f32, and so do block-quantized FP8 weights,
+    // dequantized exactly (the W8A16 reference: rounding them to bf16 would lose the scales' low bits).
+    const bool to_f32 = first.dtype == DType::F16 || first.dtype == DType::F8_E4M3;
+    const DType stored = to_f32 ? DType::F32 : first.dtype;
     Tensor out = host_tensor(stored, shape);
     char* dst = out.ptr<char>();
     for (const TensorInfo* part : parts) {
-      if (part->dtype == DType::F16) {
-        convert_to_f32(DType::F16, part->data, reinterpret_cast<float*>(dst), part->numel());
+      if (to_f32) {
+        dequantize_to_f32(*part, reinterpret_cast<float*>(dst));
         dst += part->numel() * sizeof(float);
       } else {
         std::memcpy(dst, part->data, part->size_bytes);

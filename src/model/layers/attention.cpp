@@ -56,9 +56,10 @@ GqaAttention::GqaAttention(WeightLoader& checkpoint_weights, const std::string& 
                                  {prefix + ".k_proj." + kind, kv_shape, kv_begin, kv_count},
                                  {prefix + ".v_proj." + kind, kv_shape, kv_begin, kv_count}};
   };
-  qkv_weight_ = weights.load_row_ranges(qkv_ranges("weight", {q_rows, hidden}, {kv_rows, hidden}));
+  WeightLoader linear = weights.linear_weights();
+  qkv_weight_ = linear.load_row_ranges(qkv_ranges("weight", {q_rows, hidden}, {kv_rows, hidden}));
   if (config.qkv_bias) qkv_bias_ = weights.load_row_ranges(qkv_ranges("bias", {q_rows}, {kv_rows}));
-  output_weight_ = weights.load_column_shard(prefix + ".o_proj.weight", {hidden, q_rows});
+  output_weight_ = linear.load_column_shard(prefix + ".o_proj.weight", {hidden, q_rows});
   // The bias joins the sum once: rank 0 adds it before the all-reduce.
   if (config.output_bias && weights.shard().rank == 0) output_bias_ = weights.load(prefix + ".o_proj.bias", {hidden});
   if (config.qk_norm) {

@@ -7,9 +7,10 @@ GatedMlp::GatedMlp(WeightLoader& weights, const std::string& prefix, int64_t hid
     : activation_(activation) {
   // Tensor parallelism: gate/up are column-parallel (each rank keeps its share of both halves), down is
   // row-parallel and an all-reduce sums the ranks' parts.
-  gate_up_weight_ = weights.load_row_shards({{prefix + "." + names.gate + ".weight", {intermediate_size, hidden_size}},
-                                             {prefix + "." + names.up + ".weight", {intermediate_size, hidden_size}}});
-  down_weight_ = weights.load_column_shard(prefix + "." + names.down + ".weight", {hidden_size, intermediate_size});
+  WeightLoader linear = weights.linear_weights();
+  gate_up_weight_ = linear.load_row_shards({{prefix + "." + names.gate + ".weight", {intermediate_size, hidden_size}},
+                                            {prefix + "." + names.up + ".weight", {intermediate_size, hidden_size}}});
+  down_weight_ = linear.load_column_shard(prefix + "." + names.down + ".weight", {hidden_size, intermediate_size});
 }
 
 Tensor GatedMlp::forward(Backend& backend, const Tensor& x) const {

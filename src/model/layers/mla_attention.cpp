@@ -9,10 +9,12 @@ namespace tern {
 namespace {
 
 // Splits kv_b_proj [heads * (nope + v), kv_lora] into W_UK transposed ([heads, kv_lora, nope]) and W_UV
-// ([heads, v, kv_lora]) on the host; both are exact re-layouts of the checkpoint's elements.
+// ([heads, v, kv_lora]) on the host; both are exact re-layouts of the checkpoint's elements (of their float32
+// dequantization where kv_b_proj is block-quantized: the blocks do not survive the transposition).
 std::pair<Tensor, Tensor> split_kv_up(WeightLoader& weights, const std::string& name, const MlaConfig& c) {
   const int64_t nope = c.qk_nope_head_dim, v = c.v_head_dim, rank = c.kv_lora_rank, heads = c.num_heads;
-  const TensorInfo& info = weights.info(name, {heads * (nope + v), rank});
+  std::vector<float> dequantized;
+  const TensorInfo info = weights.plain_info(name, {heads * (nope + v), rank}, dequantized);
   const size_t element = dtype_size(info.dtype);
   auto source = [&](int64_t row, int64_t column) { return info.data + (row * rank + column) * element; };
   std::vector<std::byte> key(heads * rank * nope * element), value(heads * v * rank * element);
@@ -44,17 +46,18 @@ MlaAttention::MlaAttention(WeightLoader& weights, const std::string& prefix, con
     : config_(config), rope_(rope) {
   const int64_t hidden = config.hidden_size;
   const int64_t q_width = config.num_heads * (config.qk_nope_head_dim + config.qk_rope_head_dim);
+  WeightLoader linear = weights.linear_weights();
   if (config.q_lora_rank > 0) {
-    q_a_weight_ = weights.load(prefix + ".q_a_proj.weight", {config.q_lora_rank, hidden});
+    q_a_weight_ = linear.load(prefix + ".q_a_proj.weight", {config.q_lora_rank, hidden});
     q_a_norm_ = weights.load(prefix + ".q_a_layernorm.weight", {config.q_lora_rank});
-    q_b_weight_ = weights.load(prefix + ".q_b_proj.weight", {q_width, config.q_lora_rank});
+    q_b_weight_ = linear.load(prefix + ".q_b_proj.weight", {q_width, config.q_lora_rank});
   } else {
-    q_b_weight_ = weights.load(prefix + ".q_proj.weight", {q_width, hidden});
+    q_b_weight_ = linear.load(prefix + ".q_proj.weight", {q_width, hidden});
   }
-  kv_a_weight_ = weights.load(prefix + ".kv_a_proj_with_mqa.weight", {config.kv_lora_rank + config.qk_rope_head_dim, hidden});
+  kv_a_weight_ = linear.load(prefix + ".kv_a_proj_with_mqa.weight", {config.kv_lora_rank + config.qk_rope_head_dim, hidden});
   kv_a_norm_ = weights.load(prefix + ".kv_a_layernorm.weight", {config.kv_lora_rank});
-  std::tie(absorbed_key_, value_up_) = split_kv_up(weights, prefix + ".kv_b_proj.weight", config);
-  output_weight_ = weights.load(prefix + ".o_proj.weight", {hidden, config.num_heads * config.v_head_dim});
+  std::tie(absorbed_key_, value_up_) = split_kv_up(linear, prefix + ".kv_b_proj.weight", config);
+  output_weight_ = linear.load(prefix + ".o_proj.weight", {hidden, config.num_heads * config.v_head_dim});
 }
 
 Tensor MlaAttention::forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,

@@ -73,8 +73,9 @@ void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& 
       gate_up.push_back({expert + config_.expert_names.up + ".weight", {inter, hidden}});
       down.push_back({expert + config_.expert_names.down + ".weight", {hidden, inter}});
     }
-    gate_up_ = weights.load_concat(gate_up).reshape({count, 2 * inter, hidden});
-    down_ = weights.load_concat(down).reshape({count, hidden, inter});
+    WeightLoader linear = weights.linear_weights();
+    gate_up_ = linear.load_concat(gate_up).reshape({count, 2 * inter, hidden});
+    down_ = linear.load_concat(down).reshape({count, hidden, inter});
     return;
   }
   // gpt-oss stores x @ W ([E, H, 2I], gate and up alternating along 2I) and x @ D ([E, I, H]).

@@ -1,0 +1,25 @@
+#pragma once
+// config.json's quantization_config: how a checkpoint's weights are stored. Block FP8 is what loads today: DeepSeek's
+// {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+// (DeepSeek-V3's README_WEIGHTS.md; Qwen3-*-FP8 write the same), and what transformers' FineGrainedFP8Config writes
+// (utils/quantization_config.py: no "fmt", plus "scale_fmt", "dequantize" and "modules_to_not_convert"). Which
+// tensors are quantized the checkpoint's dtypes say, so modules_to_not_convert is not needed to load.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace tern {
+
+struct QuantizationConfig {
+  bool block_fp8 = false;  // e4m3 weights with `X.weight_scale_inv` per block_rows x block_columns block
+  int64_t block_rows = 0;
+  int64_t block_columns = 0;
+  // scale_fmt "ue8m0" (DeepSeek-V3.1 and later): scales are powers of two, which may be stored as F8_E8M0.
+  bool power_of_two_scales = false;
+
+  // From a parsed config.json; fails naming `origin` and the field for a method, format, activation scheme or
+  // block size that tern cannot load.
+  static QuantizationConfig from_config(const nlohmann::json& config, const std::string& origin);
+};
+
+}  // namespace tern

@@ -1,0 +1,69 @@
+// FP8 element types against the OCP 8-bit floating point spec (what PyTorch's float8_e4m3fn and float8_e8m0fnu
+// implement): e4m3fn has no infinities and one NaN pattern per sign, e8m0 is a bare power-of-two exponent.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/dtype.h"
+
+namespace tern {
+namespace {
+
+TEST(DtypeTest, E4m3DecodesZerosSubnormalsNormalsAndTheLargestValue) {
+  EXPECT_EQ(f8_e4m3_to_f32(0x00), 0.0f);
+  EXPECT_TRUE(std::signbit(f8_e4m3_to_f32(0x80)));
+  EXPECT_EQ(f8_e4m3_to_f32(0x01), 0.001953125f);  // 2^-9, the smallest subnormal
+  EXPECT_EQ(f8_e4m3_to_f32(0x07), 0.013671875f);  // 7 x 2^-9, the largest subnormal
+  EXPECT_EQ(f8_e4m3_to_f32(0x08), 0.015625f);     // 2^-6, the smallest normal
+  EXPECT_EQ(f8_e4m3_to_f32(0x38), 1.0f);
+  EXPECT_EQ(f8_e4m3_to_f32(0x3c), 1.5f);
+  EXPECT_EQ(f8_e4m3_to_f32(0xc0), -2.0f);
+  EXPECT_EQ(f8_e4m3_to_f32(0x77), 240.0f);
+  EXPECT_EQ(f8_e4m3_to_f32(0x78), 256.0f);  // exponent 15 is a normal binade: no infinity in e4m3fn
+  EXPECT_EQ(f8_e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_EQ(f8_e4m3_to_f32(0xfe), -448.0f);
+}
+
+TEST(DtypeTest, E4m3HasTwoNansNoInfinitiesAndIncreasesWithItsCode) {
+  int nans = 0;
+  for (int code = 0; code < 256; ++code) {
+    const float value = f8_e4m3_to_f32(static_cast<uint8_t>(code));
+    EXPECT_FALSE(std::isinf(value)) << code;
+    if (std::isnan(value)) ++nans;
+  }
+  EXPECT_EQ(nans, 2);
+  EXPECT_TRUE(std::isnan(f8_e4m3_to_f32(0x7f)));
+  EXPECT_TRUE(std::isnan(f8_e4m3_to_f32(0xff)));
+  for (int code = 1; code < 0x7f; ++code) {
+    EXPECT_LT(f8_e4m3_to_f32(static_cast<uint8_t>(code - 1)), f8_e4m3_to_f32(static_cast<uint8_t>(code))) << code;
+    EXPECT_EQ(f8_e4m3_to_f32(static_cast<uint8_t>(code | 0x80)), -f8_e4m3_to_f32(static_cast<uint8_t>(code)));
+  }
+}
+
+TEST(DtypeTest, E8m0IsAPowerOfTwoWithBias127) {
+  EXPECT_EQ(f8_e8m0_to_f32(127), 1.0f);
+  EXPECT_EQ(f8_e8m0_to_f32(128), 2.0f);
+  EXPECT_EQ(f8_e8m0_to_f32(120), 1.0f / 128.0f);
+  EXPECT_EQ(f8_e8m0_to_f32(0), std::ldexp(1.0f, -127));
+  EXPECT_GT(f8_e8m0_to_f32(0), 0.0f);
+  EXPECT_EQ(f8_e8m0_to_f32(254), std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isnan(f8_e8m0_to_f32(255)));
+}
+
+TEST(DtypeTest, Fp8TypesAreOneByteAndConvertElementwise) {
+  EXPECT_EQ(dtype_size(DType::F8_E4M3), 1u);
+  EXPECT_EQ(dtype_size(DType::F8_E8M0), 1u);
+  EXPECT_EQ(dtype_name(DType::F8_E4M3), "F8_E4M3");
+  EXPECT_EQ(dtype_name(DType::F8_E8M0), "F8_E8M0");
+  const uint8_t codes[] = {0x38, 0xbc, 0x7e};
+  float out[3];
+  convert_to_f32(DType::F8_E4M3, codes, out, 3);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -1.5f);
+  EXPECT_EQ(out[2], 448.0f);
+  convert_to_f32(DType::F8_E8M0, codes, out, 3);
+  EXPECT_EQ(out[0], std::ldexp(1.0f, 0x38 - 127));
+}
+
+}  // namespace
+}  // namespace tern
