@@ -34,6 +34,8 @@ using json = nlohmann::ordered_json;
 // their grammars those are under 256 KiB.
 constexpr size_t kMaxConversionSteps = 200'000;
 constexpr size_t kMaxGrammarBytes = size_t{4} << 20;
+// Lengths and counts (maxLength, maxItems, ...): large ones cost O(log) rules (SchemaConverter::repeated).
+constexpr int64_t kMaxCount = int64_t{1} << 32;
 
 // Shared JSON building blocks; a rule is emitted only when used.
 const std::vector<std::pair<std::string, std::string>> kPrimitives = {
@@ -54,9 +56,16 @@ const std::vector<std::pair<std::string, std::string>> kPrimitives = {
     {"json-array", R"("[" ws (json-value ws ("," ws json-value ws)*)? "]")"},
 };
 
-const std::set<std::string> kAnnotations = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "contentMediaType", "contentEncoding", "$anchor", "$defs", "definitions", "format", "nullable"};
+// The keywords that constrain values (format and OpenAPI's nullable included). Validators ignore every other key
+// (annotations, $defs, vendor extensions such as "x-taplo"), and so does the converter, also where two allOf parts
+// give one different values.
+const std::set<std::string> kValidationKeywords = {
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength",
+    "minLength", "pattern", "format", "items", "prefixItems", "additionalItems", "maxItems", "minItems", "uniqueItems",
+    "contains", "minContains", "maxContains", "maxProperties", "minProperties", "required", "properties",
+    "patternProperties", "additionalProperties", "dependentRequired", "dependencies", "dependentSchemas",
+    "propertyNames", "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "nullable",
+    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
 
 // allOf keeps the tightest of these bounds.
 const std::set<std::string> kLowerBounds = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"};
@@ -65,7 +74,7 @@ const std::set<std::string> kUpperBounds = {"maximum", "exclusiveMaximum", "maxL
 const std::set<std::string> kSubschemaKeywords = {"items", "additionalItems", "additionalProperties", "propertyNames", "contains"};
 
 const std::set<std::string> kUnsupported = {
-    "not", "propertyNames", "contains", "minContains", "maxContains",
+    "propertyNames", "contains", "minContains", "maxContains",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
 
 // The type a schema without "type" is generated as, from the keywords that only constrain that type (a value of
@@ -133,6 +142,13 @@ std::string repeat_suffix(uint64_t lo, std::optional<uint64_t> hi) {
   return fmt::format("{{{},{}}}", lo, *hi);
 }
 
+// A schema shown to admit no value. Where a value may be left out (an optional property, an anyOf or oneOf branch,
+// additional properties or items) the converter leaves it out instead of refusing the schema.
+class MatchesNothing : public Error {
+ public:
+  using Error::Error;
+};
+
 class SchemaConverter {
  public:
   explicit SchemaConverter(const json& root)
@@ -150,6 +166,38 @@ class SchemaConverter {
  private:
   [[noreturn]] void error(const std::string& path, const std::string& message) const {
     fail("invalid JSON schema at '{}': {}", path.empty() ? "/" : path, message);
+  }
+
+  [[noreturn]] void matches_nothing(const std::string& path, const std::string& message) const {
+    throw MatchesNothing(fmt::format("invalid JSON schema at '{}': {}", path.empty() ? "/" : path, message));
+  }
+
+  // The rules written since a checkpoint are dropped when the schema part that wrote them turns out to match
+  // nothing, with the names and shared bodies they registered (a later part must not refer to a rule that is gone).
+  struct Checkpoint {
+    size_t num_rules;
+    size_t journal_size;
+  };
+  Checkpoint checkpoint() const { return {rules_.size(), journal_.size()}; }
+  void roll_back(const Checkpoint& to) {
+    rules_.resize(to.num_rules);
+    while (journal_.size() > to.journal_size) {
+      auto& [kind, key] = journal_.back();
+      if (kind == Registered::kName) defined_.erase(key);
+      if (kind == Registered::kBody) rule_by_body_.erase(key);
+      if (kind == Registered::kRef) ref_rules_.erase(key);
+      journal_.pop_back();
+    }
+  }
+  // visit(), or nullopt where the schema matches nothing.
+  std::optional<std::string> visit_unless_empty(const json& schema, const std::string& path) {
+    Checkpoint before = checkpoint();
+    try {
+      return visit(schema, path);
+    } catch (const MatchesNothing&) {
+      roll_back(before);
+      return std::nullopt;
+    }
   }
 
   // Sticky: past the budget every later step fails too, so a caller that catches the error and tries another way
@@ -181,6 +229,7 @@ class SchemaConverter {
     for (const auto& [primitive_name, body] : kPrimitives) {
       if (primitive_name != name) continue;
       defined_.insert(name);
+      journal_.push_back({Registered::kName, name});
       rules_.push_back({name, body});
       // Pull in the primitives this one refers to.
       for (const auto& [other, unused] : kPrimitives) {
@@ -198,6 +247,7 @@ class SchemaConverter {
     std::string name = base;
     for (int k = 2; defined_.count(name) || name == "root"; ++k) name = fmt::format("{}-{}", base, k);
     defined_.insert(name);
+    journal_.push_back({Registered::kName, name});
     return name;
   }
 
@@ -209,13 +259,29 @@ class SchemaConverter {
     std::string name = fresh_name(hint);
     rules_.push_back({name, body});
     rule_by_body_.emplace(body, name);
+    journal_.push_back({Registered::kBody, body});
     return name;
+  }
+
+  // The JSON pointer of a "#..." reference: a URI fragment, so percent-encoded ("#/patternProperties/%5Ba-z%5D").
+  static json::json_pointer fragment_pointer(const std::string& ref) {
+    std::string pointer;
+    for (size_t i = 1; i < ref.size(); ++i) {
+      if (ref[i] == '%' && i + 2 < ref.size() && std::isxdigit(static_cast<unsigned char>(ref[i + 1])) &&
+          std::isxdigit(static_cast<unsigned char>(ref[i + 2]))) {
+        pointer += static_cast<char>(std::stoi(ref.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else {
+        pointer += ref[i];
+      }
+    }
+    return json::json_pointer(pointer);
   }
 
   const json& resolve_pointer(const std::string& ref, const std::string& path) {
     if (ref.empty() || ref[0] != '#') error(path, fmt::format("only local $ref (\"#...\") is supported, got '{}'", ref));
     try {
-      return root_.at(json::json_pointer(ref.substr(1)));
+      return root_.at(fragment_pointer(ref));
     } catch (const json::exception& e) {
       error(path, fmt::format("$ref '{}' does not resolve: {}", ref, e.what()));
     }
@@ -228,6 +294,7 @@ class SchemaConverter {
     std::string hint = ref.substr(ref.find_last_of('/') + 1);
     std::string name = fresh_name(hint.empty() ? "ref" : hint);
     ref_rules_.emplace(ref, name);  // before visiting: the target may refer to itself
+    journal_.push_back({Registered::kRef, ref});
     std::string body = visit(target, ref.substr(1));
     rules_.push_back({name, body});
     return name;
@@ -244,7 +311,7 @@ class SchemaConverter {
     std::function<void(const json&, const std::string&, int)> merge_in = [&](const json& part, const std::string& part_path, int hops) {
       if (hops > kMaxNestingDepth) error(part_path, "allOf through a $ref cycle");
       if (part.is_boolean()) {
-        if (!part.get<bool>()) error(part_path, "schema 'false' matches nothing");
+        if (!part.get<bool>()) matches_nothing(part_path, "schema 'false' matches nothing");
         return;
       }
       if (!part.is_object()) error(part_path, "allOf entries must be schema objects");
@@ -262,13 +329,28 @@ class SchemaConverter {
         flat.erase("nullable");
       }
       if (flat.contains("additionalProperties") && flat["additionalProperties"] != true) closed_parts.push_back(flat);
+      if (flat.contains("if") && merged.contains("if")) {
+        // (if A then B else C) and X is (if A then B and X else C and X): a second conditional joins both sides.
+        json second = json::object();
+        for (const char* key : {"if", "then", "else"}) {
+          if (flat.contains(key)) second[key] = flat[key];
+          flat.erase(key);
+        }
+        merged["then"] = both(merged.value("then", json(true)), second);
+        merged["else"] = both(merged.value("else", json(true)), second);
+      }
+      if (flat.contains("not") && merged.contains("not")) {
+        merged["not"] = json{{"anyOf", json::array({merged["not"], flat["not"]})}};  // not A and not B
+        flat.erase("not");
+      }
       for (auto& [key, value] : flat.items()) {
-        if (!merged.contains(key) || (kAnnotations.count(key) && key != "format")) {
+        if (!kValidationKeywords.count(key)) continue;
+        if (!merged.contains(key)) {
           merged[key] = value;
         } else if (key == "properties") {
           for (auto& [prop, prop_schema] : value.items()) {
             json& target = merged["properties"][prop];
-            target = target.is_null() ? prop_schema : json{{"allOf", json::array({target, prop_schema})}};
+            target = both(target, prop_schema);
           }
         } else if (key == "required") {
           for (const auto& name : value) {
@@ -287,7 +369,7 @@ class SchemaConverter {
         } else if (key == "items" && value.is_array() != merged[key].is_array()) {
           error(part_path, "allOf combines tuple and list forms of 'items', which is not supported");
         } else if (kSubschemaKeywords.count(key) && !value.is_array()) {
-          merged[key] = json{{"allOf", json::array({merged[key], value})}};
+          merged[key] = both(merged[key], value);
         } else if ((key == "anyOf" || key == "oneOf") && value.is_array() && merged[key].is_array()) {
           // (a1 | a2) & (b1 | b2) = (a1 & b1) | (a1 & b2) | ...; for oneOf too: exactly one pair matches exactly
           // when exactly one branch of each matches.
@@ -319,13 +401,23 @@ class SchemaConverter {
         } else if (part["additionalProperties"] != false) {
           properties[name] = json{{"allOf", json::array({prop_schema, part["additionalProperties"]})}};
         } else if (merged.contains("required") && std::find(merged["required"].begin(), merged["required"].end(), name) != merged["required"].end()) {
-          error(path, fmt::format("allOf requires property '{}', which a part with additionalProperties false forbids", name));
+          const std::string message = fmt::format("allOf requires property '{}', which a part with additionalProperties false forbids", name);
+          if (merged.value("type", json()) == "object") matches_nothing(path, message);  // no object has it both ways
+          error(path, message);
         }
       }
       merged["properties"] = properties;
     }
     count_step(num_json_values(merged));  // a step per value the merge copied
     return merged;
+  }
+
+  // A schema for the values both admit (null: no schema yet). Equal schemas stay one: a recursive schema whose
+  // parts repeat one another (a pattern property over a declared one, both with the same items) would otherwise
+  // double at every level it is expanded.
+  static json both(const json& a, const json& b) {
+    if (a.is_null() || json_equal(a, b)) return b;
+    return json{{"allOf", json::array({a, b})}};
   }
 
   // The types both allow (with_null: and "null").
@@ -345,7 +437,7 @@ class SchemaConverter {
       if (y.count(t) || (t == "integer" && y.count("number"))) common.push_back(t);
       else if (t == "number" && y.count("integer")) common.push_back("integer");
     }
-    if (common.empty()) error(path, fmt::format("allOf combines incompatible types {} and {}", a.dump(), b.dump()));
+    if (common.empty()) matches_nothing(path, fmt::format("allOf combines incompatible types {} and {}", a.dump(), b.dump()));
     return common.size() == 1 ? common[0] : common;
   }
 
@@ -366,11 +458,12 @@ class SchemaConverter {
   std::string visit(const json& schema, const std::string& path) {
     DepthGuard guard(*this, path);
     if (schema.is_boolean()) {
-      if (!schema.get<bool>()) error(path, "schema 'false' matches nothing");
+      if (!schema.get<bool>()) matches_nothing(path, "schema 'false' matches nothing");
       return primitive("json-value");
     }
     if (!schema.is_object()) error(path, "a schema must be an object or a boolean");
     if (schema.contains("enum") || schema.contains("const")) return literals(schema, schema, path);
+    if (schema.contains("not")) return negation(schema, path);
     for (auto& [key, value] : schema.items()) {
       if (kUnsupported.count(key)) error(path, fmt::format("keyword '{}' is not supported", key));
     }
@@ -399,7 +492,10 @@ class SchemaConverter {
     if (schema.contains("anyOf")) {
       std::vector<std::string> alternatives;
       std::vector<json> branches = branches_with_siblings(schema, "anyOf", path);
-      for (size_t i = 0; i < branches.size(); ++i) alternatives.push_back(visit(branches[i], fmt::format("{}/anyOf/{}", path, i)));
+      for (size_t i = 0; i < branches.size(); ++i) {
+        if (auto branch = visit_unless_empty(branches[i], fmt::format("{}/anyOf/{}", path, i))) alternatives.push_back(*branch);
+      }
+      if (alternatives.empty()) matches_nothing(path + "/anyOf", "no branch matches a value");
       return choice(alternatives);
     }
     if (schema.contains("oneOf")) return one_of(schema, path);
@@ -436,7 +532,7 @@ class SchemaConverter {
   json constraining_siblings(const json& schema, const char* keyword) const {
     json siblings = json::object();
     for (auto& [k, v] : schema.items()) {
-      if (k != keyword && (!kAnnotations.count(k) || k == "format" || k == "nullable")) siblings[k] = v;
+      if (k != keyword && kValidationKeywords.count(k)) siblings[k] = v;
     }
     return siblings;
   }
@@ -489,10 +585,11 @@ class SchemaConverter {
       std::string literal = ebnf_literal(value.dump());
       if (seen.insert(literal).second) alternatives.push_back(literal);
     }
+    if (alternatives.empty() && num_undecided == 0) {
+      matches_nothing(path, "no value of 'enum'/'const' satisfies the other keywords of the schema");
+    }
     if (alternatives.empty()) {
-      error(path, num_undecided == 0
-                      ? "no value of 'enum'/'const' satisfies the other keywords of the schema"
-                      : "no value of 'enum'/'const' is known to satisfy the other keywords of the schema (formats and "
+      error(path, "no value of 'enum'/'const' is known to satisfy the other keywords of the schema (formats and "
                         "anchored patterns are checked as the subsets the structured-output docs describe)");
     }
     return choice(alternatives);
@@ -575,7 +672,7 @@ class SchemaConverter {
       if (!ref.empty() && ref[0] == '#') {
         const json* target = nullptr;
         try {
-          target = &root_.at(json::json_pointer(ref.substr(1)));
+          target = &root_.at(fragment_pointer(ref));
         } catch (const json::exception&) {
         }
         if (target) kinds &= accepted_kinds(*target, depth + 1);
@@ -657,7 +754,14 @@ class SchemaConverter {
     if (!g->is_object() || !o->is_object()) return false;
     if ((common & ~(kIntegral | kFractional)) == 0) return disjoint(value_interval(*g), value_interval(*o));
     if (common == kString) {
-      return disjoint(count_interval(*g, "minLength", "maxLength"), count_interval(*o, "minLength", "maxLength"));
+      if (disjoint(count_interval(*g, "minLength", "maxLength"), count_interval(*o, "minLength", "maxLength"))) return true;
+      // The grammar writes whole matches of a pattern: none is found by a pattern that cannot occur in them.
+      if (!g->contains("pattern") || !o->contains("pattern") || !(*g)["pattern"].is_string() || !(*o)["pattern"].is_string()) return false;
+      try {
+        return !pattern_matches_may_contain((*g)["pattern"].get<std::string>(), (*o)["pattern"].get<std::string>());
+      } catch (const Error&) {
+        return false;  // a pattern the regex front end refuses is reported where it is generated
+      }
     }
     if (common == kArray) return disjoint(count_interval(*g, "minItems", "maxItems"), count_interval(*o, "minItems", "maxItems"));
     if (common == kObject) return objects_exclude(*g, *o, path, depth);
@@ -681,10 +785,14 @@ class SchemaConverter {
     };
     std::set<std::string> g_required = names(generated, "required");
     bool g_writes_extra_keys = generated.contains("additionalProperties") && generated["additionalProperties"] != false;
-    if (!g_writes_extra_keys && g_properties.is_object()) {
-      for (const auto& name : names(other, "required")) {
-        if (!g_properties.contains(name) && !g_required.count(name)) return true;
-      }
+    auto never_written = [&](const std::string& name) {
+      if (g_required.count(name) || !g_properties.is_object()) return false;
+      // Additional keys exclude the declared names, so a declared property that matches nothing is never written.
+      if (g_properties.contains(name)) return plainly_false(g_properties[name]);
+      return !g_writes_extra_keys;
+    };
+    for (const auto& name : names(other, "required")) {
+      if (never_written(name)) return true;
     }
     bool o_closed = other.contains("additionalProperties") && other["additionalProperties"] == false && !other.contains("patternProperties");
     for (const auto& name : g_required) {
@@ -698,35 +806,129 @@ class SchemaConverter {
     return false;
   }
 
-  // oneOf: exactly one branch must match. A branch is generated only when no other branch can match its values;
-  // a number branch beside integer branches is narrowed to non-integers, an integer branch inside a number branch is
-  // dropped, and any other overlap is refused (it would need the complement of a branch).
+  // oneOf: exactly one branch must match. A branch is generated only where no other branch can match its values: a
+  // number branch beside integer branches is narrowed to non-integers, an integer branch inside a number branch is
+  // dropped, an object branch is narrowed so that the other branch rejects it (object_excluding), and a branch that
+  // still overlaps another is left out (it would need the complement of that branch). The schema is refused when no
+  // branch is left.
   std::string one_of(const json& schema, const std::string& path) {
     std::vector<json> branches = branches_with_siblings(schema, "oneOf", path);
     std::vector<std::string> alternatives;
+    std::string overlap;
     for (size_t a = 0; a < branches.size(); ++a) {
+      json generated = branches[a];
       bool fractional = false;
       bool dropped = false;
       for (size_t b = 0; b < branches.size() && !dropped; ++b) {
-        if (b == a || excludes(branches[a], branches[b], fractional, path, 0)) continue;
-        std::optional<json> r = resolved(branches[a], path);
+        if (b == a || excludes(generated, branches[b], fractional, path, 0)) continue;
+        std::optional<json> r = resolved(generated, path);
         bool plain_number = r && r->is_object() && r->value("type", json()) == "number" && !r->contains("anyOf") && !r->contains("oneOf");
-        if (plain_number && !fractional && excludes(branches[a], branches[b], true, path, 0)) {
+        if (plain_number && !fractional && excludes(generated, branches[b], true, path, 0)) {
           fractional = true;
-        } else if (generated_kinds(branches[a], path) == kIntegral && (accepted_kinds(branches[b], 0) & kFractional)) {
+        } else if (generated_kinds(generated, path) == kIntegral && (accepted_kinds(branches[b], 0) & kFractional)) {
           dropped = true;
+        } else if (std::optional<json> narrowed = object_excluding(generated, branches[b], path)) {
+          generated = std::move(*narrowed);
         } else {
-          error(path + "/oneOf", fmt::format("branches {} and {} can match the same value, and oneOf allows exactly one "
-                                             "match: make them exclude each other (different types, disjoint ranges, "
-                                             "a required property with different 'const' values) or use anyOf", a, b));
+          dropped = true;
+          if (overlap.empty()) overlap = fmt::format("branches {} and {} can match the same value", a, b);
         }
       }
       if (dropped) continue;
       std::string branch_path = fmt::format("{}/oneOf/{}", path, a);
-      alternatives.push_back(fractional ? fractional_number(*resolved(branches[a], path), branch_path) : visit(branches[a], branch_path));
+      if (fractional) {
+        alternatives.push_back(fractional_number(*resolved(generated, path), branch_path));
+      } else if (auto branch = visit_unless_empty(generated, branch_path)) {
+        alternatives.push_back(*branch);
+      }
     }
-    if (alternatives.empty()) error(path + "/oneOf", "no value matches exactly one branch");
+    if (alternatives.empty() && overlap.empty()) matches_nothing(path + "/oneOf", "no value matches exactly one branch");
+    if (alternatives.empty()) {
+      error(path + "/oneOf", overlap + ", and oneOf allows exactly one match: make them exclude each other (different "
+                             "types, disjoint ranges, a required property with different 'const' values) or use anyOf");
+    }
     return choice(alternatives);
+  }
+
+  // `generated` narrowed to objects that `other` rejects, where one more keyword does it: leaving out a key that
+  // `other` requires, requiring a declared property whose values `other`'s rejects, or keeping the listed values of
+  // a property that `other` rejects (a discriminator). nullopt where none works.
+  std::optional<json> object_excluding(const json& generated, const json& other, const std::string& path) {
+    if (generated_kinds(generated, path) != kObject) return std::nullopt;
+    std::optional<json> g = resolved(generated, path);
+    std::optional<json> o = resolved(other, path);
+    if (!g || !o || !g->is_object() || !o->is_object()) return std::nullopt;
+    const std::set<std::string> g_required = required_names(*g);
+    for (const auto& name : required_names(*o)) {
+      if (g_required.count(name)) continue;
+      json narrowed = json{{"allOf", json::array({generated, json{{"properties", json{{name, false}}}}})}};
+      if (excludes(narrowed, other, false, path, 0)) return narrowed;
+    }
+    if (!g->contains("properties") || !(*g)["properties"].is_object() || !o->contains("properties") || !(*o)["properties"].is_object()) {
+      return std::nullopt;
+    }
+    for (auto& [name, property] : (*g)["properties"].items()) {
+      if (!(*o)["properties"].contains(name)) continue;
+      const json& rejected_by = (*o)["properties"][name];
+      json narrowed;
+      if (excludes(property, rejected_by, false, path, 0)) {
+        if (g_required.count(name)) continue;  // then the key already decides, and excludes() saw it
+        narrowed = json{{"allOf", json::array({generated, json{{"required", json::array({name})}}})}};
+      } else if (std::optional<json> p = resolved(property, path); p && p->is_object() && (p->contains("enum") || p->contains("const"))) {
+        // A discriminator: keep the listed values the other branch rejects.
+        json kept = json::array();
+        for (const auto& value : admitted_literals(*p, property, path, nullptr)) {
+          if (check(value, rejected_by, path) == Verdict::kInvalid) kept.push_back(value);
+        }
+        if (kept.empty()) continue;
+        narrowed = json{{"allOf", json::array({generated, json{{"properties", json{{name, json{{"enum", kept}}}}},
+                                                                {"required", json::array({name})}}})}};
+      } else {
+        continue;
+      }
+      if (excludes(narrowed, other, false, path, 0)) return narrowed;
+    }
+    return std::nullopt;
+  }
+
+  static std::set<std::string> required_names(const json& schema) {
+    std::set<std::string> out;
+    if (schema.contains("required") && schema["required"].is_array()) {
+      for (const auto& n : schema["required"]) {
+        if (n.is_string()) out.insert(n.get<std::string>());
+      }
+    }
+    return out;
+  }
+
+  // Whether a schema is false as written (directly or as a part of its allOf): one that narrowing wrote.
+  static bool plainly_false(const json& schema) {
+    if (schema.is_boolean()) return !schema.get<bool>();
+    if (!schema.is_object() || !schema.contains("allOf") || !schema["allOf"].is_array()) return false;
+    return std::any_of(schema["allOf"].begin(), schema["allOf"].end(), [](const json& part) { return plainly_false(part); });
+  }
+
+  // not: the rest of the schema, where its values provably fail the negated schema; where the negated schema
+  // requires an object key the rest does not, objects of the rest without that key. Refused otherwise.
+  std::string negation(const json& schema, const std::string& path) {
+    json rest = schema;
+    rest.erase("not");
+    const json& negated = schema["not"];
+    if (negated.is_boolean() || (negated.is_object() && constraining_siblings(negated, "").empty())) {
+      if (negated != false) matches_nothing(path + "/not", "'not' of a schema that matches everything matches nothing");
+      return visit(rest, path);
+    }
+    if (excludes(rest, negated, false, path, 0)) return visit(rest, path);
+    if (std::optional<json> n = resolved(negated, path); n && n->is_object()) {
+      std::optional<json> r = resolved(rest, path);
+      const std::set<std::string> rest_required = r && r->is_object() ? required_names(*r) : std::set<std::string>();
+      for (const auto& name : required_names(*n)) {
+        if (rest_required.count(name)) continue;
+        return visit(json{{"allOf", json::array({rest, json{{"type", "object"}, {"properties", json{{name, false}}}}})}}, path);
+      }
+    }
+    error(path + "/not", "'not' is supported where the rest of the schema excludes its values (another type, disjoint "
+                         "ranges or lengths) or where it requires an object key the rest of the schema leaves out");
   }
 
   // Numbers that are not integers (a oneOf beside an integer branch). Integer parts of at most 8 digits and fractions
@@ -804,17 +1006,26 @@ class SchemaConverter {
     std::optional<int64_t> lo, hi;
     integer_bounds(schema, path, lo, hi);
     if (!lo && !hi) return primitive("json-number");
+    const auto max_magnitude = static_cast<double>(kMaxJsonIntegerMagnitude);
     int64_t low = lo ? std::max(*lo, -kMaxJsonIntegerMagnitude) : -kMaxJsonIntegerMagnitude;
     int64_t high = hi ? std::min(*hi, kMaxJsonIntegerMagnitude) : kMaxJsonIntegerMagnitude;
-    if (low > high) error(path, fmt::format("no number lies in [{}, {}] (bounds rounded to integers)", low, high));
-    std::vector<std::string> alternatives{integer_range_ebnf(low, high)};
-    // I.F lies strictly between I and I + 1; -I.F strictly between -(I + 1) and -I.
-    if (std::max<int64_t>(low, 0) <= high - 1) {
-      alternatives.push_back(unsigned_range_ebnf(std::max<int64_t>(low, 0), high - 1) + " \".\" [0-9]+");
+    std::vector<std::string> alternatives;
+    if (low <= high) alternatives.push_back(integer_range_ebnf(low, high));
+    // I.F with a fraction ending in a non-zero digit lies strictly between I and I + 1 (-I.F between -(I + 1) and
+    // -I), so it is valid where I and I + 1 are within the bounds, exclusive or not: (0, 1) holds 0.5.
+    const Interval bounds = value_interval(schema);
+    auto whole_part = [&](double v) { return static_cast<int64_t>(std::clamp(v, -max_magnitude, max_magnitude)); };
+    int64_t positive_lo = std::max<int64_t>(0, whole_part(std::ceil(bounds.lo)));
+    int64_t positive_hi = whole_part(std::floor(bounds.hi)) - 1;
+    int64_t negative_lo = std::max<int64_t>(0, whole_part(std::ceil(-bounds.hi)));
+    int64_t negative_hi = whole_part(std::floor(-bounds.lo)) - 1;
+    if (positive_lo <= positive_hi) {
+      alternatives.push_back(unsigned_range_ebnf(positive_lo, positive_hi) + " \".\" [0-9]* [1-9]");
     }
-    if (std::max<int64_t>(0, -high) <= -low - 1) {
-      alternatives.push_back("\"-\" " + unsigned_range_ebnf(std::max<int64_t>(0, -high), -low - 1) + " \".\" [0-9]+");
+    if (negative_lo <= negative_hi) {
+      alternatives.push_back("\"-\" " + unsigned_range_ebnf(negative_lo, negative_hi) + " \".\" [0-9]* [1-9]");
     }
+    if (alternatives.empty()) matches_nothing(path, fmt::format("no number lies within the bounds [{}, {}]", bounds.lo, bounds.hi));
     return rule("number", choice(alternatives));
   }
 
@@ -822,7 +1033,7 @@ class SchemaConverter {
     if (!schema.contains(key)) return std::nullopt;
     const json& v = schema[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0) error(path + "/" + key, "must be a non-negative integer");
-    if (v.get<int64_t>() > 100000) error(path + "/" + key, "is too large (limit 100000)");
+    if (v.get<int64_t>() > kMaxCount) error(path + "/" + key, fmt::format("is too large (limit {})", kMaxCount));
     return v.get<uint64_t>();
   }
 
@@ -845,8 +1056,8 @@ class SchemaConverter {
         error(path + "/pattern", e.what());
       }
       if (!bounded) {
-        error(path, "'pattern' together with 'minLength'/'maxLength' is supported where one part of the pattern "
-                    "varies in length (as in \"^[a-z]+$\"); this pattern has several");
+        error(path, "'pattern' together with 'minLength'/'maxLength' is supported where the parts of the pattern "
+                    "that vary in length repeat something of fixed length (as in \"^[a-z]+-[0-9]*$\")");
       }
       return rule("pattern", "\"\\\"\" " + to_ebnf(*bounded) + " \"\\\"\"");
     }
@@ -862,7 +1073,53 @@ class SchemaConverter {
     uint64_t lo = min_len.value_or(0);
     if (max_len && *max_len < lo) error(path, "maxLength is smaller than minLength");
     primitive("json-char");
-    return rule("string", "\"\\\"\" json-char" + repeat_suffix(lo, max_len) + " \"\\\"\"");
+    return rule("string", "\"\\\"\" " + repeated("json-char", lo, max_len) + " \"\\\"\"");
+  }
+
+  // item{lo,hi}. Counts up to kMaxInlineRepeat are written as they are; larger ones would make as many automaton
+  // states (maxLength 65535 is common), so they are built from rules that double: power(j) is 2^j items, and
+  // up_to_power(k) 0 to 2^k - 1 of them, as up_to_power(k - 1) or power(k - 1) followed by up_to_power(k - 1) (the
+  // two alternatives differ in length, so a matcher keeps at most one live path per level). O(log hi) rules.
+  std::string repeated(const std::string& item, uint64_t lo, std::optional<uint64_t> hi) {
+    if (lo <= kMaxInlineRepeat && (!hi || *hi <= kMaxInlineRepeat)) return item + repeat_suffix(lo, hi);
+    std::string rest = hi ? up_to(item, *hi - lo) : item + "*";
+    return lo == 0 ? rest : exactly(item, lo) + (rest.empty() ? "" : " " + rest);
+  }
+
+  // Up to 1023 the automaton keeps one state per position, which token masks handle best (a bounded string's
+  // positions share their region walks); larger counts would pass the automaton's size limits.
+  static constexpr uint64_t kMaxInlineRepeat = 1023;
+  static constexpr int kInlineRepeatBits = 9;  // power(9) = 512 items is the smallest power written as a rule
+
+  std::string power(const std::string& item, int j) {
+    if (j == kInlineRepeatBits) return rule("repeat", fmt::format("{}{{{}}}", item, uint64_t{1} << j));
+    std::string half = power(item, j - 1);
+    return rule("repeat", half + " " + half);
+  }
+
+  std::string exactly(const std::string& item, uint64_t n) {
+    if (n <= kMaxInlineRepeat) return fmt::format("{}{{{}}}", item, n);
+    const uint64_t below = n % (uint64_t{1} << kInlineRepeatBits);
+    std::string out = below ? fmt::format("{}{{{}}}", item, below) : "";
+    for (int j = kInlineRepeatBits; (n >> j) != 0; ++j) {
+      if ((n >> j) & 1) out += (out.empty() ? "" : " ") + power(item, j);
+    }
+    return out;
+  }
+
+  std::string up_to_power(const std::string& item, int k) {
+    if ((uint64_t{1} << k) - 1 <= kMaxInlineRepeat) return fmt::format("{}{{0,{}}}", item, (uint64_t{1} << k) - 1);
+    std::string shorter = up_to_power(item, k - 1);
+    return rule("repeat", shorter + " | " + power(item, k - 1) + " " + shorter);
+  }
+
+  // Empty for n = 0.
+  std::string up_to(const std::string& item, uint64_t n) {
+    if (n == 0) return "";
+    if (n <= kMaxInlineRepeat) return fmt::format("{}{{0,{}}}", item, n);
+    int k = 63 - __builtin_clzll(n);  // 2^k <= n < 2^(k+1)
+    if (n == (uint64_t{1} << (k + 1)) - 1) return up_to_power(item, k + 1);
+    return "(" + up_to_power(item, k) + " | " + power(item, k) + " " + up_to(item, n - (uint64_t{1} << k)) + ")";
   }
 
   std::string pattern_ebnf(const std::string& pattern, const std::string& path) {
@@ -883,11 +1140,19 @@ class SchemaConverter {
 
   // uniqueItems over a small domain of literals (enum/const items, booleans, null): the elements are distinct
   // values in the domain's order, as many as minItems/maxItems allow. Other item schemas would need every pair of
-  // elements compared, which a grammar cannot do, and are refused.
+  // elements compared, which a grammar cannot do: there arrays of at most one element (distinct by themselves) are
+  // generated where minItems allows, and the schema is refused where it does not.
   std::string unique_array(const json& schema, const std::string& path) {
     constexpr size_t kMaxDomain = 32;
+    auto at_most_one_element = [&](const std::string& why) {
+      if (count_at(schema, "minItems", path).value_or(0) > 1) error(path, why + " (with minItems at most 1, arrays of one element are generated)");
+      json single = schema;
+      single.erase("uniqueItems");
+      single["maxItems"] = 1;
+      return array(single, path);
+    };
     if (schema.contains("prefixItems") || (schema.contains("items") && schema["items"].is_array())) {
-      error(path, "'uniqueItems' together with tuple items is not supported");
+      return at_most_one_element("'uniqueItems' together with tuple items is not supported");
     }
     json items = schema.contains("items") ? schema["items"] : json(true);
     std::vector<json> domain;
@@ -902,10 +1167,10 @@ class SchemaConverter {
     } else if (r && r->is_object() && r->size() == 1 && r->contains("type") && kinds_of_type((*r)["type"]) == kNull) {
       domain = {json(nullptr)};
     } else {
-      error(path, fmt::format("'uniqueItems' is enforced only for items that are at most {} enum/const values, "
-                              "booleans or null", kMaxDomain));
+      return at_most_one_element(fmt::format("'uniqueItems' is enforced only for items that are at most {} enum/const "
+                                             "values, booleans or null", kMaxDomain));
     }
-    if (domain.size() > kMaxDomain) error(path, fmt::format("'uniqueItems' over more than {} item values is not supported", kMaxDomain));
+    if (domain.size() > kMaxDomain) return at_most_one_element(fmt::format("'uniqueItems' over more than {} item values is not supported", kMaxDomain));
     uint64_t lo = count_at(schema, "minItems", path).value_or(0);
     uint64_t hi = std::min<uint64_t>(count_at(schema, "maxItems", path).value_or(domain.size()), domain.size());
     if (lo > hi) error(path, fmt::format("no array of distinct items has minItems {} (the items have {} values)", lo, domain.size()));
@@ -954,17 +1219,27 @@ class SchemaConverter {
         return rule("multiple", choice(alternatives));
       }
     }
+    const bool by_digits = integral_step && step <= 1000 && !(lo && hi) && !(lo && *lo > step) && !(hi && *hi < -step);
+    if (!by_digits && (lo || hi)) {
+      // The kMaxMultiples multiples nearest to the lower bound (or to the upper one): a subset of the valid values.
+      json nearest = schema;
+      if (lo) {
+        nearest["maximum"] = static_cast<double>(*lo) + static_cast<double>(kMaxMultiples - 1) * step;
+        nearest.erase("exclusiveMaximum");
+      } else {
+        nearest["minimum"] = static_cast<double>(*hi) - static_cast<double>(kMaxMultiples - 1) * step;
+        nearest.erase("exclusiveMinimum");
+      }
+      return multiple_of(nearest, path, integers_only);
+    }
     if (!integral_step || step > 1000) {
-      error(path, "'multipleOf' is supported for integer steps up to 1000, or where the bounds leave at most 1000 values");
+      error(path, "'multipleOf' is supported for integer steps up to 1000, or where a bound gives the multiples to list");
     }
     // Sides: a bound at or inside the first multiple away from zero keeps that side (and excludes zero if past it).
     auto m = static_cast<int64_t>(step);
     bool positive = !hi || *hi >= m;
     bool negative = !lo || *lo <= -m;
     bool zero = (!lo || *lo <= 0) && (!hi || *hi >= 0);
-    if ((lo && *lo > m) || (hi && *hi < -m) || (lo && hi)) {
-      error(path, "'multipleOf' is supported with bounds that leave at most 1000 values, or only a sign");
-    }
     // digits(r, k): the rest of a number whose digits so far leave remainder r, after k of at most 15 digits; empty
     // where no rest makes a multiple.
     std::map<std::pair<int64_t, int>, std::string> names;
@@ -1010,11 +1285,38 @@ class SchemaConverter {
     } catch (const Error& e) {
       then_error = e.what();
     }
-    if (excludes(else_branch, schema["if"], false, path, 0)) alternatives.push_back(visit(else_branch, path + "/else"));
+    bool else_fails_if = excludes(else_branch, schema["if"], false, path, 0);
+    if (!else_fails_if) {
+      if (std::optional<json> narrowed = object_excluding(else_branch, schema["if"], path)) {
+        else_branch = std::move(*narrowed);
+        else_fails_if = true;
+      }
+    }
+    if (else_fails_if) alternatives.push_back(visit(else_branch, path + "/else"));
     if (alternatives.empty()) {
       error(path, fmt::format("no value satisfies 'if' and 'then' ({}), and values of 'else' cannot be shown to fail 'if'", then_error));
     }
     return choice(alternatives);
+  }
+
+  // The element grammars of a tuple, up to the first element that matches nothing (an array cannot go past it):
+  // false when the tuple stops there. Elements before minItems must exist, so there it is the array that matches
+  // nothing.
+  bool tuple_prefix(const json& elements, const char* keyword, const json& schema, const std::string& path,
+                    std::vector<std::string>& prefix) {
+    if (!elements.is_array()) error(path + "/" + keyword, "must be an array");
+    uint64_t lo = count_at(schema, "minItems", path).value_or(0);
+    for (size_t i = 0; i < elements.size(); ++i) {
+      std::string element_path = fmt::format("{}/{}/{}", path, keyword, i);
+      if (i < lo) {
+        prefix.push_back(visit(elements[i], element_path));
+      } else if (auto element = visit_unless_empty(elements[i], element_path)) {
+        prefix.push_back(*element);
+      } else {
+        return false;
+      }
+    }
+    return true;
   }
 
   std::string array(const json& schema, const std::string& path) {
@@ -1024,24 +1326,24 @@ class SchemaConverter {
     std::vector<std::string> prefix;
     json items = json(true);
     if (schema.contains("prefixItems")) {
-      const json& p = schema["prefixItems"];
-      if (!p.is_array()) error(path + "/prefixItems", "must be an array");
-      for (size_t i = 0; i < p.size(); ++i) prefix.push_back(visit(p[i], fmt::format("{}/prefixItems/{}", path, i)));
-      if (schema.contains("items")) items = schema["items"];
+      bool open = tuple_prefix(schema["prefixItems"], "prefixItems", schema, path, prefix);
+      if (!open) items = json(false);
+      if (open && schema.contains("items")) items = schema["items"];
     } else if (schema.contains("items") && schema["items"].is_array()) {  // draft 4 tuples
-      const json& p = schema["items"];
-      for (size_t i = 0; i < p.size(); ++i) prefix.push_back(visit(p[i], fmt::format("{}/items/{}", path, i)));
-      if (schema.contains("additionalItems")) items = schema["additionalItems"];
+      bool open = tuple_prefix(schema["items"], "items", schema, path, prefix);
+      if (!open) items = json(false);
+      if (open && schema.contains("additionalItems")) items = schema["additionalItems"];
     } else if (schema.contains("items")) {
       items = schema["items"];
     }
     uint64_t lo = count_at(schema, "minItems", path).value_or(0);
     std::optional<uint64_t> hi = count_at(schema, "maxItems", path);
-    bool items_allowed = !(items.is_boolean() && !items.get<bool>());
+    std::optional<std::string> item;
+    if (!(items.is_boolean() && !items.get<bool>())) item = visit_unless_empty(items, path + "/items");
+    const bool items_allowed = item.has_value();
     if (!items_allowed) hi = std::min<uint64_t>(hi.value_or(prefix.size()), prefix.size());
-    if (hi && *hi < lo) error(path, fmt::format("no array satisfies minItems {} and maxItems {} (with the item schemas)", lo, *hi));
+    if (hi && *hi < lo) matches_nothing(path, fmt::format("no array satisfies minItems {} and maxItems {} (with the item schemas)", lo, *hi));
     if (hi && *hi < prefix.size()) prefix.resize(*hi);  // maxItems cuts the tuple short
-    std::string item = items_allowed ? visit(items, path + "/items") : "";
     std::string ws = primitive("ws");
 
     // Slot i is the i-th element; all slots after minItems are optional, nested so elements stay in order:
@@ -1060,14 +1362,14 @@ class SchemaConverter {
       uint64_t rest_lo = lo > i ? lo - i : 0;
       std::optional<uint64_t> rest_hi;
       if (hi) rest_hi = *hi - i;
-      std::string sep = "\",\" " + ws + " " + item + " " + ws;
+      std::string sep = "\",\" " + ws + " " + *item + " " + ws;
       if (i > 0) {
-        slots += "(" + sep + ")" + repeat_suffix(rest_lo, rest_hi);
+        slots += repeated("(" + sep + ")", rest_lo, rest_hi);
       } else {
-        std::string first = item + " " + ws;
+        std::string first = *item + " " + ws;
         std::optional<uint64_t> more_hi;
         if (rest_hi) more_hi = *rest_hi - 1;
-        std::string list = first + " (" + sep + ")" + repeat_suffix(rest_lo > 0 ? rest_lo - 1 : 0, more_hi);
+        std::string list = first + " " + repeated("(" + sep + ")", rest_lo > 0 ? rest_lo - 1 : 0, more_hi);
         slots += rest_lo > 0 ? list : "(" + list + ")?";
       }
     }
@@ -1217,7 +1519,7 @@ class SchemaConverter {
         if (!may_match(pattern, name)) continue;
         matches_a_name = true;
         json& target = properties[name];
-        target = target.is_null() ? pattern_schema : json{{"allOf", json::array({target, pattern_schema})}};
+        target = both(target, pattern_schema);
       }
       if (matches_a_name) continue;
       json value = json{{"allOf", json::array({pattern_schema})}};
@@ -1225,14 +1527,15 @@ class SchemaConverter {
         if (other != pattern && pattern_matches_may_contain(pattern, other)) value["allOf"].push_back(other_schema);
       }
       std::string key_path = path + "/patternProperties/" + pattern;
+      std::optional<std::string> member_value = visit_unless_empty(value["allOf"].size() == 1 ? pattern_schema : value, key_path);
+      if (!member_value) continue;
       std::string key_ebnf;
       try {
         key_ebnf = to_ebnf(schema_pattern_found_expr(pattern, true));
       } catch (const Error& e) {
         error(key_path, e.what());
       }
-      std::string key = rule("pattern-key", "\"\\\"\" " + key_ebnf + " \"\\\"\"");
-      members.extras.push_back({key, visit(value["allOf"].size() == 1 ? pattern_schema : value, key_path)});
+      members.extras.push_back({rule("pattern-key", "\"\\\"\" " + key_ebnf + " \"\\\"\""), *member_value});
     }
     return members;
   }
@@ -1264,9 +1567,13 @@ class SchemaConverter {
     if (schema.contains("properties")) {
       if (!schema["properties"].is_object()) error(path + "/properties", "must be an object");
       for (auto& [name, sub] : schema["properties"].items()) {
-        std::string value = visit(sub, path + "/properties/" + name);
-        properties.push_back({name, value, required.count(name) > 0});
-        declared.insert(name);
+        declared.insert(name);  // a property that matches nothing is never written, also not as an additional one
+        const std::string property_path = path + "/properties/" + name;
+        if (required.count(name)) {
+          properties.push_back({name, visit(sub, property_path), true});
+        } else if (auto value = visit_unless_empty(sub, property_path)) {
+          properties.push_back({name, *value, false});
+        }
       }
     }
     for (const auto& name : required) {
@@ -1275,10 +1582,11 @@ class SchemaConverter {
     std::string ws = primitive("ws");
     if (extra_members.empty() && schema.contains("additionalProperties") &&
         !(schema["additionalProperties"].is_boolean() && !schema["additionalProperties"].get<bool>())) {
-      std::vector<std::string> names;
-      for (const auto& p : properties) names.push_back(p.name);
-      extra_members.push_back({names.empty() ? primitive("json-string") : key_excluding(names, path),
-                               visit(schema["additionalProperties"], path + "/additionalProperties")});
+      if (auto value = visit_unless_empty(schema["additionalProperties"], path + "/additionalProperties")) {
+        std::vector<std::string> names(declared.begin(), declared.end());
+        for (const auto& name : required) names.push_back(name);
+        extra_members.push_back({names.empty() ? primitive("json-string") : key_excluding(names, path), *value});
+      }
     }
     auto member = [&](const std::string& key, const std::string& value) {
       return key + " " + ws + " \":\" " + ws + " " + value + " " + ws;
@@ -1334,6 +1642,8 @@ class SchemaConverter {
   std::set<std::string> defined_;
   std::unordered_map<std::string, std::string> rule_by_body_;
   std::unordered_map<std::string, std::string> ref_rules_;
+  enum class Registered { kName, kBody, kRef };
+  std::vector<std::pair<Registered, std::string>> journal_;  // what rules_' entries registered, in order
   int depth_ = 0;
   size_t num_steps_ = 0;
   size_t grammar_bytes_ = 0;  // of the named rules and the root

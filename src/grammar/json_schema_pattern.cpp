@@ -131,28 +131,54 @@ Restricted restrict_length(const Expr& e, uint64_t lo, uint64_t hi) {
     return {true, kept.size() == 1 ? std::move(kept[0]) : Expr::choice(std::move(kept))};
   }
   if (e.kind == ExprKind::kSequence) {
-    size_t variable = e.children.size();
+    std::vector<size_t> variable;
+    std::vector<LengthRange> ranges;
     uint64_t fixed = 0;
     for (size_t i = 0; i < e.children.size(); ++i) {
-      LengthRange c = length_range(e.children[i]);
-      if (c.lo == c.hi) {
-        fixed = saturating_add(fixed, c.lo);
-      } else if (variable == e.children.size()) {
-        variable = i;
+      ranges.push_back(length_range(e.children[i]));
+      if (ranges[i].lo == ranges[i].hi) {
+        fixed = saturating_add(fixed, ranges[i].lo);
       } else {
-        return {false, std::nullopt};
+        variable.push_back(i);
       }
     }
-    if (variable == e.children.size() || fixed > hi) return {true, std::nullopt};
-    Restricted sub = restrict_length(e.children[variable], lo > fixed ? lo - fixed : 0,
-                                     hi == kUnboundedLength ? hi : hi - fixed);
-    if (!sub.expressible || !sub.expr) return sub;
+    if (variable.empty() || fixed > hi) return {true, std::nullopt};
+    const uint64_t want_lo = lo > fixed ? lo - fixed : 0;
+    const uint64_t want_hi = hi == kUnboundedLength ? hi : hi - fixed;
+    // Several parts vary: each gets a share of the lengths (a subset of the strings whose length fits). Minimums
+    // are raised front to back until they add up to want_lo; the room above them is split evenly.
+    std::vector<uint64_t> part_lo, part_hi;
+    uint64_t sum_lo = 0;
+    for (size_t v : variable) part_lo.push_back(ranges[v].lo), sum_lo = saturating_add(sum_lo, ranges[v].lo);
+    for (size_t k = 0; k < variable.size() && sum_lo < want_lo; ++k) {
+      uint64_t add = std::min(want_lo - sum_lo, ranges[variable[k]].hi - part_lo[k]);
+      part_lo[k] += add;
+      sum_lo += add;
+    }
+    if (sum_lo < want_lo || sum_lo > want_hi) return {true, std::nullopt};
+    const uint64_t room = want_hi == kUnboundedLength ? 0 : want_hi - sum_lo;
+    for (size_t k = 0; k < variable.size(); ++k) {
+      uint64_t share = room / variable.size() + (k < room % variable.size() ? 1 : 0);
+      part_hi.push_back(want_hi == kUnboundedLength ? ranges[variable[k]].hi
+                                                    : std::min(ranges[variable[k]].hi, part_lo[k] + share));
+    }
+    if (variable.size() == 1) part_lo[0] = want_lo, part_hi[0] = want_hi;  // one part: exactly the lengths that fit
     std::vector<Expr> items = e.children;
-    items[variable] = std::move(*sub.expr);
+    for (size_t k = 0; k < variable.size(); ++k) {
+      Restricted sub = restrict_length(e.children[variable[k]], part_lo[k], part_hi[k]);
+      if (!sub.expressible) return sub;
+      if (!sub.expr) return {variable.size() == 1, std::nullopt};  // a share no string has: not this way
+      items[variable[k]] = std::move(*sub.expr);
+    }
     return {true, Expr::sequence(std::move(items))};
   }
   if (e.kind == ExprKind::kRepeat) {
     LengthRange body = length_range(e.children[0]);
+    if (body.lo != body.hi && e.min_repeat == 0 && e.max_repeat == 1) {  // an optional part of varying length
+      Restricted sub = restrict_length(e.children[0], lo, hi);
+      if (!sub.expressible || lo > 0) return sub;
+      return {true, sub.expr ? Expr::repeat(std::move(*sub.expr), 0, 1) : Expr::empty()};
+    }
     if (body.lo != body.hi || body.lo == 0) return {false, std::nullopt};
     uint64_t min_count = std::max<uint64_t>(e.min_repeat, (lo + body.lo - 1) / body.lo);
     uint64_t max_count = e.max_repeat == kUnboundedRepeat ? kUnboundedLength : e.max_repeat;

@@ -17,9 +17,10 @@ namespace tern::grammar {
 Expr schema_pattern_expr(std::string_view pattern, bool json_string_escaping);
 
 // Whole matches of the pattern whose length in code points lies in [min_len, max_len] (minLength/maxLength beside
-// a pattern), JSON-escaped. Lengths are imposed by narrowing repetition counts, so this works where at most one part
-// of each alternative varies in length and that part repeats something of fixed length ("[a-z]+", "x{2,}"); nullopt
-// otherwise. Throws tern::Error when no whole match has such a length.
+// a pattern), JSON-escaped. Lengths are imposed by narrowing repetition counts, so this works where the parts that
+// vary in length repeat something of fixed length ("[a-z]+", "x{2,}") or are optional; where several parts of an
+// alternative vary, each gets a share of the lengths (a subset of the whole matches that fit). nullopt otherwise.
+// Throws tern::Error when no whole match has such a length.
 std::optional<Expr> schema_pattern_expr_with_length(std::string_view pattern, uint64_t min_len,
                                                     std::optional<uint64_t> max_len);
 

@@ -85,12 +85,22 @@ struct NfaEdge {
 class PdaBuilder {
  public:
   PdaBuilder(const Grammar& grammar, const PdaLimits& limits)
-      : grammar_(grammar), limits_(limits), inline_size_(grammar.rules.size(), 0) {
+      : grammar_(grammar), limits_(limits), inline_size_(grammar.rules.size(), 0), kept_called_(grammar.rules.size(), false) {
     std::vector<uint32_t> callee_first;
     recursive_ = find_recursive_rules(grammar, callee_first);
     // Callees first, so that sizing a rule reads its callees' sizes instead of recursing into them: a chain of
     // thousands of rules, each referring to the next, would otherwise recurse once per rule.
-    for (uint32_t rule : callee_first) inline_size_[rule] = expanded_size(grammar_.rules[rule].body);
+    for (uint32_t rule : callee_first) {
+      inline_size_[rule] = expanded_size(grammar_.rules[rule].body);
+      // A rule that would expand past rule_max_states (an object with a hundred long strings, an array of up to 64
+      // such objects) calls its largest callees instead of copying them: each is then built once, for all callers.
+      while (inline_size_[rule] > limits_.rule_max_states) {
+        uint32_t largest = largest_inlined_callee(grammar_.rules[rule].body);
+        if (largest == kNoRule) break;
+        kept_called_[largest] = true;
+        inline_size_[rule] = expanded_size(grammar_.rules[rule].body);
+      }
+    }
   }
 
   PushdownAutomaton build() {
@@ -124,7 +134,32 @@ class PdaBuilder {
     return 1;
   }
 
-  bool inlines(uint32_t rule) { return !recursive_[rule] && inline_size_[rule] <= limits_.inline_rule_max_states; }
+  bool inlines(uint32_t rule) {
+    return !recursive_[rule] && !kept_called_[rule] && inline_size_[rule] <= limits_.inline_rule_max_states;
+  }
+
+  static constexpr uint32_t kNoRule = UINT32_MAX;
+
+  // The inlined rule referenced in `expr` (not through other rules: those are sized already) with the largest
+  // expansion; kNoRule where none is worth a call.
+  uint32_t largest_inlined_callee(const Expr& expr) {
+    constexpr size_t kMinCalledStates = 64;
+    uint32_t largest = kNoRule;
+    std::vector<const Expr*> work{&expr};
+    while (!work.empty()) {
+      const Expr* e = work.back();
+      work.pop_back();
+      if (e->kind == ExprKind::kRuleRef) {
+        if (inlines(e->rule) && inline_size_[e->rule] >= kMinCalledStates &&
+            (largest == kNoRule || inline_size_[e->rule] > inline_size_[largest])) {
+          largest = e->rule;
+        }
+        continue;
+      }
+      for (const auto& child : e->children) work.push_back(&child);
+    }
+    return largest;
+  }
 
   uint32_t pda_rule_of(uint32_t grammar_rule) {
     auto [it, inserted] = pda_rule_ids_.emplace(grammar_rule, static_cast<uint32_t>(pda_rules_.size()));
@@ -465,6 +500,7 @@ class PdaBuilder {
   PdaLimits limits_;
   std::vector<bool> recursive_;
   std::vector<size_t> inline_size_;
+  std::vector<bool> kept_called_;  // rules that stay calls so that a caller stays within rule_max_states
   std::unordered_map<uint32_t, uint32_t> pda_rule_ids_;
   std::vector<uint32_t> pda_rules_;  // PDA rule -> grammar rule
   std::vector<std::vector<NfaEdge>> nfa_;

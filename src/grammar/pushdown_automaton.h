@@ -60,6 +60,7 @@ struct PdaLimits {
   size_t max_nfa_states = 2'000'000;
   size_t max_dfa_states = 500'000;
   size_t inline_rule_max_states = 20'000;  // rules larger than this (after expansion) stay called
+  size_t rule_max_states = 100'000;        // a rule whose expansion passes this calls its largest callees instead
 };
 
 // Throws tern::Error for left recursion, grammars that match nothing, or automata over the limits.

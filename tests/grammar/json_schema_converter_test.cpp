@@ -56,7 +56,7 @@ TEST(JsonSchemaLiterals, EnumRespectsStringAndNumberKeywords) {
 }
 
 TEST(JsonSchemaLiterals, ConstMustSatisfyItsSiblings) {
-  std::string error = error_of(R"({"properties": {"v": {"const": "x", "type": "integer"}}})");
+  std::string error = error_of(R"({"properties": {"v": {"const": "x", "type": "integer"}}, "required": ["v"]})");
   EXPECT_NE(error.find("/properties/v"), std::string::npos) << error;
   EXPECT_NE(error.find("no value of 'enum'/'const' satisfies"), std::string::npos) << error;
   EXPECT_TRUE(matches(R"({"const": 3, "enum": [1, 3]})", "3"));
@@ -206,7 +206,10 @@ TEST(JsonSchemaPattern, LengthsNarrowTheRepetition) {
   EXPECT_TRUE(matches(choice, R"("bc")"));
   EXPECT_FALSE(matches(choice, R"("aaa")"));
   EXPECT_TRUE(matches(R"({"type": "string", "pattern": "^é+\"$", "maxLength": 2})", R"("é\"")"));
-  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^a+b+$", "maxLength": 3})").find("several"), std::string::npos);
+  // Two varying parts share the length: a{1,2} b{1,1} within maxLength 3.
+  EXPECT_TRUE(matches(R"({"type": "string", "pattern": "^a+b+$", "maxLength": 3})", R"("aab")"));
+  EXPECT_FALSE(matches(R"({"type": "string", "pattern": "^a+b+$", "maxLength": 3})", R"("abbb")"));
+  EXPECT_NE(error_of(R"({"type": "string", "pattern": "^(ab|c)+$", "maxLength": 3})").find("fixed length"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "string", "pattern": "^abcd$", "maxLength": 3})").find("no whole match"), std::string::npos);
 }
 
@@ -253,8 +256,116 @@ TEST(JsonSchemaArrays, UniqueItemsOverSmallDomains) {
   EXPECT_TRUE(matches(R"({"type": "array", "items": {"type": "boolean"}, "uniqueItems": true})", "[false,true]"));
   EXPECT_FALSE(matches(R"({"type": "array", "items": {"type": "boolean"}, "uniqueItems": true})", "[true,true]"));
   EXPECT_TRUE(matches(R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true, "maxItems": 1})", R"(["x"])"));
-  std::string error = error_of(R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})");
+  // Distinct strings cannot be compared in a grammar: arrays of at most one element are distinct by themselves.
+  const char* strings = R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true})";
+  EXPECT_TRUE(matches(strings, "[]"));
+  EXPECT_TRUE(matches(strings, R"(["x"])"));
+  EXPECT_FALSE(matches(strings, R"(["x","y"])"));
+  std::string error = error_of(R"({"type": "array", "items": {"type": "string"}, "uniqueItems": true, "minItems": 2})");
   EXPECT_NE(error.find("'uniqueItems' is enforced only"), std::string::npos) << error;
+}
+
+// A part of a schema that matches nothing is left out where the value may be absent, and refuses the schema where
+// it must be present.
+TEST(JsonSchemaEmptyParts, AreLeftOutWhereOptional) {
+  const char* optional = R"({"properties": {"a": {"type": "integer"}, "never": {"enum": ["x"], "type": "object"},
+                                            "gone": false}, "required": ["a"], "additionalProperties": true})";
+  EXPECT_TRUE(matches(optional, R"({"a":1})"));
+  EXPECT_FALSE(matches(optional, R"({"a":1,"never":"x"})"));
+  EXPECT_FALSE(matches(optional, R"({"a":1,"gone":1})"));  // declared, so not an additional property either
+  EXPECT_TRUE(matches(optional, R"({"a":1,"other":2})"));
+  const char* closed = R"({"type": "object", "additionalProperties": {"allOf": [false, {"type": "string"}]}})";
+  EXPECT_TRUE(matches(closed, "{}"));
+  EXPECT_FALSE(matches(closed, R"({"k":"v"})"));
+  EXPECT_TRUE(matches(R"({"anyOf": [{"type": "integer", "enum": ["x"]}, {"type": "boolean"}]})", "true"));
+  const char* tuple = R"({"type": "array", "prefixItems": [{"type": "integer"}, false, {"type": "string"}]})";
+  EXPECT_TRUE(matches(tuple, "[1]"));
+  EXPECT_FALSE(matches(tuple, R"([1,"x"])"));
+  EXPECT_TRUE(matches(R"({"type": "array", "items": {"allOf": [false]}})", "[]"));
+  EXPECT_FALSE(matches(R"({"type": "array", "items": {"allOf": [false]}})", "[1]"));
+  EXPECT_NE(error_of(R"({"type": "array", "items": false, "minItems": 1})").find("no array satisfies"), std::string::npos);
+  // A $ref whose target matches nothing, left out once, must not leave the next reference to it dangling.
+  const char* refs = R"({"$defs": {"none": {"type": "string", "enum": [1]}}, "properties": {
+                          "a": {"$ref": "#/$defs/none"}, "b": {"$ref": "#/$defs/none"}, "c": {"type": "null"}}})";
+  EXPECT_TRUE(matches(refs, R"({"c":null})"));
+  EXPECT_FALSE(matches(refs, R"({"a":1})"));
+}
+
+TEST(JsonSchemaOneOf, ObjectBranchesAreNarrowedToExcludeEachOther) {
+  // Each branch leaves out the keys the others require: an object with two of them would match two branches.
+  const char* required = R"({"type": "object", "properties": {"radius": {"type": "number"}, "length": {"type": "number"}},
+                             "oneOf": [{"required": ["radius"]}, {"required": ["length"]}]})";
+  EXPECT_TRUE(matches(required, R"({"radius":1})"));
+  EXPECT_TRUE(matches(required, R"({"length":2})"));
+  EXPECT_FALSE(matches(required, R"({"radius":1,"length":2})"));
+  // A discriminator that is optional in the branches is made required, so the other branch's enum rejects it.
+  const char* discriminated = R"({"oneOf": [
+      {"type": "object", "properties": {"kind": {"enum": ["a"]}, "x": {"type": "integer"}}, "required": ["x"]},
+      {"type": "object", "properties": {"kind": {"enum": ["b"]}, "x": {"type": "integer"}}, "required": ["x"]}]})";
+  EXPECT_TRUE(matches(discriminated, R"({"kind":"a","x":1})"));
+  EXPECT_TRUE(matches(discriminated, R"({"kind":"b","x":1})"));
+  EXPECT_FALSE(matches(discriminated, R"({"x":1})"));
+  // Overlapping branches that cannot be narrowed are left out; the schema is refused when none is left.
+  const char* partly = R"({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}, {"type": "integer"}]})";
+  EXPECT_TRUE(matches(partly, "7"));
+  EXPECT_FALSE(matches(partly, R"("a")"));
+  EXPECT_NE(error_of(R"({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]})")
+                .find("branches 0 and 1 can match the same value"), std::string::npos);
+}
+
+// Real schemas from JSON Schema Store and GitHub (tests/grammar/jsonschemabench) that were refused before.
+TEST(JsonSchemaRealWorld, ShapesFromJsonSchemaBench) {
+  // Fractions between two exclusive integer bounds (a rollout fraction).
+  const char* fraction = R"({"exclusiveMinimum": 0, "exclusiveMaximum": 1})";
+  EXPECT_TRUE(matches(fraction, "0.25"));
+  EXPECT_FALSE(matches(fraction, "0"));
+  EXPECT_FALSE(matches(fraction, "0.0"));
+  EXPECT_FALSE(matches(fraction, "1"));
+  // A step with one bound far from zero: the multiples nearest the bound.
+  const char* key_size = R"({"type": "number", "minimum": 1024, "multipleOf": 256})";
+  EXPECT_TRUE(matches(key_size, "2048"));
+  EXPECT_FALSE(matches(key_size, "2000"));
+  EXPECT_FALSE(matches(key_size, "768"));
+  // A $ref fragment is percent-encoded.
+  EXPECT_TRUE(matches(R"({"patternProperties": {"[a-z]+": {"type": "integer"}},
+                          "properties": {"n": {"$ref": "#/patternProperties/%5Ba-z%5D%2B"}}, "required": ["n"]})", R"({"n":1})"));
+  // Keys that are not JSON Schema keywords are ignored, also where allOf parts disagree on them.
+  EXPECT_TRUE(matches(R"({"allOf": [{"x-taplo": 1, "type": "string"}, {"x-taplo": 2}]})", R"("s")"));
+  // Two conditionals in one allOf (JSON Schema Store's per-kind configurations).
+  const char* conditionals = R"({"type": "object", "properties": {"kind": {"enum": ["a", "b"]}, "x": {"type": "integer"}},
+      "required": ["kind", "x"], "allOf": [
+        {"if": {"properties": {"kind": {"const": "a"}}}, "then": {"properties": {"x": {"minimum": 10}}}},
+        {"if": {"properties": {"kind": {"const": "b"}}}, "then": {"properties": {"x": {"maximum": -10}}}}]})";
+  EXPECT_TRUE(matches(conditionals, R"({"kind":"a","x":12})"));
+  EXPECT_TRUE(matches(conditionals, R"({"kind":"b","x":-12})"));
+  EXPECT_FALSE(matches(conditionals, R"({"kind":"a","x":-12})"));
+  EXPECT_FALSE(matches(conditionals, R"({"kind":"b","x":12})"));
+  // A pattern with several parts of varying length beside maxLength: each part gets a share of the length.
+  const char* version = R"({"type": "string", "pattern": "^(\\d+\\.\\d+\\.\\d+.*)$", "maxLength": 12})";
+  EXPECT_TRUE(matches(version, R"("1.22.333")"));
+  EXPECT_TRUE(matches(version, R"("1.2.3-")"));
+  EXPECT_FALSE(matches(version, R"("1.2")"));
+  EXPECT_FALSE(matches(version, R"("1.2.3-abcdefghij")"));  // 16 characters
+  const char* curie = R"({"type": "string", "pattern": "^([a-z]+):([a-z]+)?:([a-z]+)$", "minLength": 7, "maxLength": 9})";
+  EXPECT_TRUE(matches(curie, R"("abcd::x")"));   // minLength raises the first part to 4 letters
+  EXPECT_TRUE(matches(curie, R"("abcde:f:g")"));
+  EXPECT_FALSE(matches(curie, R"("a::b")"));
+  // oneOf branches whose patterns cannot occur in each other's matches (the grammar writes whole matches).
+  const char* urls = R"({"oneOf": [{"type": "string", "pattern": "^https?://[a-z]+$"}, {"type": "string", "pattern": "^git://"}]})";
+  EXPECT_TRUE(matches(urls, R"("git://")"));
+  EXPECT_TRUE(matches(urls, R"("https://x")"));
+  EXPECT_FALSE(matches(urls, R"("ftp://x")"));
+}
+
+TEST(JsonSchemaNot, IsSupportedWhereTheRestExcludesItOrLeavesOutAKey) {
+  EXPECT_TRUE(matches(R"({"type": "integer", "not": {"type": "string"}})", "3"));
+  EXPECT_TRUE(matches(R"({"type": "integer", "minimum": 10, "not": {"maximum": 5}})", "12"));
+  const char* key = R"({"properties": {"image": {"type": "string"}, "build": {"type": "string"}}, "required": ["image"],
+                        "not": {"required": ["build"]}})";
+  EXPECT_TRUE(matches(key, R"({"image":"x"})"));
+  EXPECT_FALSE(matches(key, R"({"image":"x","build":"y"})"));
+  EXPECT_NE(error_of(R"({"type": "string", "not": {"pattern": "x"}})").find("'not' is supported where"), std::string::npos);
+  EXPECT_NE(error_of(R"({"not": true})").find("matches nothing"), std::string::npos);
 }
 
 TEST(JsonSchemaNumbers, MultipleOf) {
