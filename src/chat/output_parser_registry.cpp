@@ -66,12 +66,16 @@ constexpr ToolCallParserEntry kToolCallParsers[] = {
     {"qwen3_coder", make_qwen3_coder_tool_call_parser, false, &kQwen3CoderSyntax},
 };
 
+constexpr ReasoningEndSyntax kThinkBlockEnd{"</think>", "", 0, true};
+// vLLM's gpt_oss parser allows up to 20 tokens between the two parts.
+constexpr ReasoningEndSyntax kHarmonyFinalMessage{"<|channel|>final", "<|message|>", 20, false};
+
 constexpr ReasoningParserEntry kReasoningParsers[] = {
-    {"deepseek_r1", make_deepseek_r1_reasoning_parser, false},
-    {"deepseek_v3", make_deepseek_v3_reasoning_parser, false},
-    {"gpt_oss", make_gpt_oss_reasoning_parser, true},
-    {"kimi_k2", make_kimi_k2_reasoning_parser, true},
-    {"qwen3", make_qwen3_reasoning_parser, false},
+    {"deepseek_r1", make_deepseek_r1_reasoning_parser, false, kThinkBlockEnd},
+    {"deepseek_v3", make_deepseek_v3_reasoning_parser, false, kThinkBlockEnd},
+    {"gpt_oss", make_gpt_oss_reasoning_parser, true, kHarmonyFinalMessage},
+    {"kimi_k2", make_kimi_k2_reasoning_parser, true, kThinkBlockEnd},
+    {"qwen3", make_qwen3_reasoning_parser, false, kThinkBlockEnd},
 };
 
 template <typename Entry>

@@ -1,6 +1,7 @@
 #pragma once
 // The output parsers by name, as vLLM's --tool-call-parser and --reasoning-parser pick them. One table each in
 // output_parser_registry.cpp, one line per parser.
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,12 +63,24 @@ struct ToolCallParserEntry {
   const ForcedToolCallSyntax* forced_syntax;
 };
 
+// Where a format's reasoning ends, as text, for structured outputs that start after it (vLLM's reasoning parsers'
+// is_reasoning_end): `end`, then, when `end_suffix` is not empty, `end_suffix` at most `max_tokens_between` tokens
+// after it (harmony's <|channel|>final ... <|message|>, with <|constrain|>json or the like between).
+// `think_block`: the reasoning is a <think> block, which a prompt may have closed already (thinking switched off).
+struct ReasoningEndSyntax {
+  std::string_view end;
+  std::string_view end_suffix;
+  int32_t max_tokens_between = 0;
+  bool think_block = false;
+};
+
 struct ReasoningParserEntry {
   std::string_view name;
   // `prompt_opens_think`: the rendered prompt ends inside an open <think> block (ThinkTagReasoningParser::
   // prompt_opens_reasoning); formats that always start in reasoning, or do not use <think>, ignore it.
   std::unique_ptr<ReasoningParser> (*make)(bool prompt_opens_think);
   bool keeps_special_tokens;
+  ReasoningEndSyntax reasoning_end;
 };
 
 std::span<const ToolCallParserEntry> tool_call_parsers();

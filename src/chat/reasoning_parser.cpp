@@ -24,6 +24,13 @@ bool ThinkTagReasoningParser::prompt_opens_reasoning(std::string_view prompt, co
   return end == std::string_view::npos || end < start;
 }
 
+bool ThinkTagReasoningParser::prompt_closes_reasoning(std::string_view prompt, const ThinkTags& tags) {
+  size_t end = prompt.rfind(tags.end);
+  if (end == std::string_view::npos) return false;
+  size_t start = prompt.rfind(tags.start);
+  return start == std::string_view::npos || start < end;
+}
+
 ReasoningDelta ThinkTagReasoningParser::feed(std::string_view text) {
   buffer_ += text;
   ReasoningDelta delta;

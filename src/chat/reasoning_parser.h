@@ -41,6 +41,9 @@ class ThinkTagReasoningParser : public ReasoningParser {
 
   // True when the prompt ends inside an open reasoning block (its last start tag is not closed).
   static bool prompt_opens_reasoning(std::string_view prompt, const ThinkTags& tags = {});
+  // True when the prompt's last tag is an end tag: the template closed the reasoning block (thinking switched off,
+  // "<think>\n\n</think>"), as vLLM's is_reasoning_end reads the prompt's ids.
+  static bool prompt_closes_reasoning(std::string_view prompt, const ThinkTags& tags = {});
 
  private:
   enum class State { kBeforeReasoning, kReasoningStart, kReasoning, kAfterReasoning };

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cli/bench_prompts.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -38,19 +39,13 @@ nlohmann::json summary(std::vector<double> values, double scale) {
           {"max", values.back() * scale}};
 }
 
-std::vector<int32_t> random_prompt(std::mt19937& rng, int64_t len, int64_t vocab) {
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> prompt(len);
-  for (auto& id : prompt) id = token(rng);
-  return prompt;
-}
-
 struct BenchOptions {
   ModelFlags model;
   int64_t num_prompts = 32;
   int64_t input_len = 128;
   int64_t output_len = 32;
   uint32_t seed = 0;
+  BenchDatasetFlags dataset;
   bool scheduler_only = false;
   int64_t scheduler_steps = 200;
   int64_t vocab_size = 32000;
@@ -59,17 +54,25 @@ struct BenchOptions {
 };
 
 nlohmann::json run_engine_bench(const BenchOptions& options) {
+  // The text is read and tokenized before the model loads, so that a wrong path fails at once.
+  BenchPrompts prompts;
+  if (options.dataset.name == "text") {
+    prompts = text_prompts(options.dataset, Tokenizer::load(options.model.model_dir()), options.num_prompts,
+                           options.input_len, options.seed);
+  }
   const auto load_start = Clock::now();
   auto model = options.model.load(options.engine.parallel);
   const double load_s = seconds_since(load_start);
   EngineCore core(*model, options.engine.to_config());
   const double ready_s = seconds_since(load_start);  // weights, KV pool sizing and allocation, recorded steps
 
-  std::mt19937 rng(options.seed);
+  if (options.dataset.name == "random") {
+    prompts = random_prompts(options.num_prompts, options.input_len, model->config().vocab_size, options.seed);
+  }
   const auto start = Clock::now();
   for (int64_t i = 0; i < options.num_prompts; ++i) {
     GenerateRequest request;
-    request.prompt_token_ids = random_prompt(rng, options.input_len, model->config().vocab_size);
+    request.prompt_token_ids = std::move(prompts.token_ids[i]);
     request.sampling = options.sampling.to_params();
     if (request.sampling.seed) request.sampling.seed = *request.sampling.seed + static_cast<uint64_t>(i);
     request.stop.max_tokens = static_cast<int32_t>(options.output_len);
@@ -99,7 +102,7 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
   const double duration_s = seconds_since(start);
   const auto stats = core.stats();
   const auto& budget = core.kv_budget();
-  return {
+  nlohmann::json report = {
       {"mode", "offline"},
       {"model", options.model.model},
       {"backend", model->backend(0).name()},
@@ -108,6 +111,7 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
       {"decode_context_parallel_size", model->backend(0).kv_context_shard().size},
       {"threads",
        options.model.threads == 0 ? static_cast<int>(std::thread::hardware_concurrency()) : options.model.threads},
+      {"dataset", prompts.dataset},
       {"num_prompts", options.num_prompts},
       {"input_len", options.input_len},
       {"output_len", options.output_len},
@@ -128,6 +132,17 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
       {"preemptions", stats.num_preemptions},
       {"prefix_hit_rate", stats.prefix_hit_rate},
   };
+  if (stats.num_speculative_tokens > 0) {
+    report["speculative_decoding"] = {
+        {"config", options.engine.speculative_config},
+        {"num_drafts", stats.num_spec_drafts},
+        {"num_draft_tokens", stats.num_spec_draft_tokens},
+        {"num_accepted_tokens", stats.num_spec_accepted_tokens},
+        {"accepted_tokens_per_position", stats.num_spec_accepted_tokens_per_pos},
+        {"mean_acceptance_length", stats.mean_acceptance_length()},
+    };
+  }
+  return report;
 }
 
 // The scheduler alone: `num_prompts` requests decode with a stand-in for the model that returns a token per
@@ -203,10 +218,11 @@ void add_bench_command(CLI::App& app) {
       "bench", "Offline engine benchmark: N prompts at once; prints throughput and latency percentiles as JSON");
   options->model.add_to(*cmd, /*model_required=*/false);  // not needed with --scheduler-only
   cmd->add_option("--num-prompts", options->num_prompts, "Requests submitted at once")->check(CLI::PositiveNumber);
-  cmd->add_option("--input-len", options->input_len, "Prompt tokens (random ids)")->check(CLI::PositiveNumber);
+  cmd->add_option("--input-len", options->input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);
   cmd->add_option("--output-len", options->output_len, "Generated tokens per request")->check(CLI::PositiveNumber);
   // --seed is the sampling seed (SamplingFlags); the prompts have their own.
-  cmd->add_option("--prompt-seed", options->seed, "Seed of the random prompts");
+  cmd->add_option("--prompt-seed", options->seed, "Seed of the random prompts, or of the text windows' offsets");
+  options->dataset.add_to(*cmd);
   cmd->add_flag("--scheduler-only", options->scheduler_only,
                 "Measure the scheduler's host time per step with no model (use --num-prompts 256)");
   cmd->add_option("--scheduler-steps", options->scheduler_steps, "Decode steps measured with --scheduler-only")
@@ -216,6 +232,10 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([options] {
     if (!options->scheduler_only && options->model.model.empty()) {
       fail("bench: --model is required (or --scheduler-only)");
+    }
+    options->dataset.validate();
+    if (options->scheduler_only && options->dataset.name != "random") {
+      fail("bench: --scheduler-only runs no model; its prompts are random ids (leave out --dataset-name)");
     }
     const auto report = options->scheduler_only ? run_scheduler_bench(*options) : run_engine_bench(*options);
     std::printf("%s\n", report.dump(2).c_str());

@@ -1,5 +1,6 @@
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "chat/output_parser_registry.h"
@@ -57,6 +58,27 @@ struct OutputParserFlags {
   }
 };
 
+// vLLM's --structured-outputs-config, a JSON object; tern reads its enable_in_reasoning (a boolean: constrain the
+// reasoning too, the grammar applying from the first token) and refuses other keys, which it does not implement.
+bool structured_outputs_enable_in_reasoning(const std::string& text) {
+  const auto config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    fail("--structured-outputs-config: '{}' is not a JSON object (expected e.g. '{{\"enable_in_reasoning\": true}}')",
+         text);
+  }
+  bool enable_in_reasoning = false;
+  for (const auto& [key, value] : config.items()) {
+    if (key != "enable_in_reasoning") {
+      fail("--structured-outputs-config: unknown key '{}'; the only key tern reads is enable_in_reasoning", key);
+    }
+    if (!value.is_boolean()) {
+      fail("--structured-outputs-config: enable_in_reasoning must be true or false, got {}", value.dump());
+    }
+    enable_in_reasoning = value.get<bool>();
+  }
+  return enable_in_reasoning;
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
@@ -72,6 +94,7 @@ void add_serve_command(CLI::App& app) {
     bool disable_log_requests = false;
     disagg::DisaggConfig disagg;
     OutputParserFlags output_parsers;
+    std::string structured_outputs_config;
   };
   auto options = std::make_shared<Options>();
   auto& config = options->config;
@@ -103,6 +126,11 @@ void add_serve_command(CLI::App& app) {
                   "MiB of compiled structured-output grammars kept for reuse (least recently used evicted past it)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  CLI::Option* structured_outputs_option = cmd->add_option(
+      "--structured-outputs-config", options->structured_outputs_config,
+      "Structured outputs, as vLLM's JSON object: {\"enable_in_reasoning\": true} applies a chat output's JSON "
+      "constraint from the first token, over the model's reasoning too (default: after the reasoning, where a "
+      "reasoning parser reads it)");
   cmd->add_option("--max-body-size", options->max_body_mib, "Largest request body in MiB (larger: 413)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-sequences-per-request", config.max_sequences_per_request,
@@ -128,7 +156,7 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a prefill instance waits to connect to a decode instance, to send a chunk or for its "
                   "answer, before it gives up on the transfer (the decode instance then prefills itself)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->callback([options, api_key_option] {
+  cmd->callback([options, api_key_option, structured_outputs_option] {
     auto& config = options->config;
     config.api_key = api_key_setting(api_key_option->count() > 0, options->api_key, "--api-key", "TERN_API_KEY");
     config.model.model_dir = options->model.model_dir();
@@ -139,6 +167,10 @@ void add_serve_command(CLI::App& app) {
     config.model.on_load_progress = load_progress_display();
     config.model.grammar_cache_bytes = static_cast<size_t>(options->grammar_cache_mib) << 20;
     options->output_parsers.apply(config.model);
+    if (structured_outputs_option->count() > 0) {
+      config.structured_outputs_in_reasoning =
+          structured_outputs_enable_in_reasoning(options->structured_outputs_config);
+    }
     if (config.served_model_name.empty()) config.served_model_name = options->model.model;
     config.http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->header_timeout_s * 1e3));
     config.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(options->drain_timeout_s * 1e3));

@@ -53,6 +53,11 @@ void EngineFlags::add_to(CLI::App& cmd) {
                  "on (the default): schedule and launch each step before reading the previous step's tokens (the "
                  "host's work hides behind the device's); off: one step at a time")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  cmd.add_option("--speculative-config", speculative_config,
+                 "Speculative decoding, as vLLM's JSON object: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                 "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (prompt lookup) or '{\"model\": DIR, "
+                 "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer); greedy outputs are unchanged, "
+                 "sampled ones keep their distribution. Turns --overlap-schedule off");
 }
 
 EngineConfig EngineFlags::to_config() const {
@@ -73,6 +78,7 @@ EngineConfig EngineFlags::to_config() const {
   config.policy = policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, parallel.num_redundant_experts);
   config.overlap_schedule = overlap_schedule == "on";
+  if (!speculative_config.empty()) config.speculative = parse_speculative_config(speculative_config);
   return config;
 }
 

@@ -42,6 +42,7 @@ struct EngineFlags {
   bool no_chunked_prefill = false;
   std::string policy = "fcfs";
   std::string overlap_schedule = "on";
+  std::string speculative_config;  // vLLM's JSON object; empty: no speculative decoding
 
   void add_to(CLI::App& cmd);
   EngineConfig to_config() const;

@@ -1,8 +1,11 @@
 #pragma once
 // Engine settings: KV pool size, batching limits, policies.
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "engine/scheduler.h"
+#include "engine/speculative_config.h"
 
 namespace tern {
 
@@ -29,6 +32,10 @@ struct EngineConfig {
   // Expert-parallel load balancing (EPLB): every this many steps the MoE experts are placed again by the load
   // measured since the last placement (ShardedModel::rebalance_experts); 0: never. Needs expert parallelism.
   int64_t eplb_interval_steps = 0;
+  // Speculative decoding (vLLM's --speculative-config); nullopt: one token per decode step. Turns overlap
+  // scheduling off (a step's token count is known only once its drafts are verified) and, with a draft model,
+  // recorded decode steps (the draft's eager steps share the backend).
+  std::optional<SpeculativeConfig> speculative;
 };
 
 struct EngineStats {
@@ -45,6 +52,16 @@ struct EngineStats {
   int64_t num_generated_tokens = 0;
   int64_t num_finished_requests = 0;
   int64_t num_steps = 0;
+  // Speculative decoding (SchedulerCounters): k, and the drafts verified and kept so far.
+  int32_t num_speculative_tokens = 0;
+  int64_t num_spec_drafts = 0;
+  int64_t num_spec_draft_tokens = 0;
+  int64_t num_spec_accepted_tokens = 0;
+  std::vector<int64_t> num_spec_accepted_tokens_per_pos;
+  // Tokens a verify step yields on average: 1 + kept drafts per verification (0 before any).
+  double mean_acceptance_length() const {
+    return num_spec_drafts ? 1.0 + static_cast<double>(num_spec_accepted_tokens) / num_spec_drafts : 0.0;
+  }
 };
 
 }  // namespace tern

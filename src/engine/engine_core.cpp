@@ -7,6 +7,8 @@
 
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
+#include "engine/draft_model_proposer.h"
+#include "engine/ngram_proposer.h"
 #include "engine/request_field_error.h"
 #include "model/sequence_runner.h"
 
@@ -86,6 +88,20 @@ KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model
   return budget;
 }
 
+// The draft model of speculative decoding, on the target's backend; it must read and write the target's token ids.
+std::unique_ptr<Model> load_draft_model(const std::filesystem::path& dir, const Model& target, Backend& backend) {
+  if (!std::filesystem::is_directory(dir)) {
+    fail("--speculative-config: the draft model '{}' is not a directory", dir.string());
+  }
+  auto draft = load_model(dir, backend);
+  if (draft->config().vocab_size != target.config().vocab_size) {
+    fail("--speculative-config: the draft model '{}' has a vocabulary of {} tokens and the target one of {}; a "
+         "draft model must share the target's tokenizer", dir.string(), draft->config().vocab_size,
+         target.config().vocab_size);
+  }
+  return draft;
+}
+
 }  // namespace
 
 int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size) {
@@ -123,15 +139,30 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     fail("engine: max_model_len {} exceeds the model's context of {}", max_model_len_, model_len);
   }
   const int num_ranks = model_.size();
+  std::unique_ptr<Model> draft_model;
+  if (config.speculative) {
+    if (num_ranks != 1) {
+      fail("--speculative-config: speculative decoding runs on one rank (tensor, data and context parallel size 1); "
+           "this engine has {} ranks", num_ranks);
+    }
+    // Loaded before the KV pool is sized, so that its weights count as used memory.
+    if (config.speculative->method == SpeculativeMethod::kDraftModel) {
+      draft_model = load_draft_model(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
+    }
+  }
   std::vector<KvCacheBudget> budgets(static_cast<size_t>(num_ranks));
   bool on_device = false;
   model_.run_on_ranks([&](int rank) {
     Backend& backend = model_.backend(rank);
     Model& model = model_.model(rank);
     if (rank == 0) on_device = backend.device_memory().has_value();
-    budgets[rank] = resolve_budget(config, backend, model,
-                                   measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size),
-                                   max_model_len_);
+    // A draft model's pool has as many blocks as the target's: a block of the budget pays for both.
+    const int64_t draft_bytes_per_token =
+        draft_model ? measure_kv_bytes_per_token(backend, draft_model->kv_layers(), config.block_size) : 0;
+    budgets[rank] = resolve_budget(
+        config, backend, model,
+        measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size) + draft_bytes_per_token,
+        max_model_len_);
   });
   budget_ = *std::min_element(budgets.begin(), budgets.end(),
                               [](const auto& a, const auto& b) { return a.num_blocks < b.num_blocks; });
@@ -176,7 +207,22 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   scheduler_config.policy = config.policy;
   scheduler_config.eos_token_ids = model_.config().eos_token_ids;
   scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), std::move(rank_kvs), std::move(text_streams));
-  overlap_schedule_ = config.overlap_schedule;
+  overlap_schedule_ = config.overlap_schedule && !config.speculative;
+  const bool draft_model_runs = draft_model != nullptr;
+  if (config.speculative) {
+    const SpeculativeConfig& speculative = *config.speculative;
+    num_speculative_tokens_ = speculative.num_speculative_tokens;
+    if (draft_model) {
+      proposer_ = std::make_unique<DraftModelProposer>(std::move(draft_model), model_.backend(0), budget_.num_blocks,
+                                                       budget_.block_size);
+    } else {
+      proposer_ = std::make_unique<NgramProposer>(speculative.prompt_lookup_min, speculative.prompt_lookup_max);
+    }
+    if (config.log_kv_cache) {
+      std::fprintf(stderr, "tern: speculative decoding: %s, %d tokens per step\n",
+                   std::string(speculative_method_name(speculative.method)).c_str(), num_speculative_tokens_);
+    }
+  }
   runners_.resize(static_cast<size_t>(num_ranks));
   const auto record_start = std::chrono::steady_clock::now();
   std::vector<int> recorded(static_cast<size_t>(num_ranks));
@@ -187,7 +233,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     // sequences.
     const bool samples = rank == 0 || data_parallel;
     const int32_t data_parallel_rank = data_parallel ? rank : -1;
-    if (on_device) {
+    if (on_device && !draft_model_runs) {
       // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size),
@@ -277,7 +323,10 @@ std::vector<PendingStep> EngineCore::launch(const StepPlan& plan) {
 std::vector<RequestOutput> EngineCore::step() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  StepPlan plan = scheduler_->schedule();
+  DraftTokens drafts;
+  if (proposer_) drafts = proposer_->propose(scheduler_->draft_requests(num_speculative_tokens_));
+  StepPlan plan = scheduler_->schedule(drafts);
+  if (proposer_) proposer_->forget(plan.finished_sequence_ids);
   const auto scheduled = Clock::now();
   // Running ahead needs the step's input only on the device: every row sampled there. The leader decides for all
   // ranks (their samplers are alike).
@@ -439,6 +488,12 @@ EngineStats EngineCore::stats() const {
   s.num_generated_tokens = c.num_generated_tokens;
   s.num_finished_requests = c.num_finished_requests;
   s.num_steps = c.num_steps;
+  s.num_speculative_tokens = num_speculative_tokens_;
+  s.num_spec_drafts = c.num_spec_drafts;
+  s.num_spec_draft_tokens = c.num_spec_draft_tokens;
+  s.num_spec_accepted_tokens = c.num_spec_accepted_tokens;
+  s.num_spec_accepted_tokens_per_pos = c.num_spec_accepted_tokens_per_pos;
+  s.num_spec_accepted_tokens_per_pos.resize(static_cast<size_t>(num_speculative_tokens_), 0);
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/draft_proposer.h"
 #include "engine/engine_config.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -118,6 +119,10 @@ class EngineCore {
   bool overlap_schedule_ = true;
   std::optional<InFlightStep> in_flight_;  // after runners_: destroyed (its copies waited for) first
   StepTiming last_step_timing_;
+  // Speculative decoding's drafts. Made in start() before the runners, so that a draft model's runner, which
+  // discards the backend's recorded steps when made, comes first.
+  std::unique_ptr<DraftProposer> proposer_;
+  int32_t num_speculative_tokens_ = 0;
   int64_t eplb_interval_steps_ = 0;
   int64_t steps_since_placement_ = 0;
 };

@@ -102,9 +102,36 @@ bool ModelRunner::samples_on_device(const StepPlan& plan) {
   for (const auto& chunk : plan.chunks) {
     if (!chunk.sample) continue;
     const auto it = samplers_.find(chunk.sequence_id);
-    if (it == samplers_.end() || !samples_on_device(it->second)) return false;
+    if (it == samplers_.end() || chunk.num_draft_tokens > 0 || !samples_on_device(it->second)) return false;
   }
   return true;
+}
+
+PendingStep ModelRunner::launch_verify(const StepPlan& plan, const ForwardBatch& batch,
+                                       std::span<SequenceSampler* const> chunk_samplers) {
+  // No row samples on the device, so no later step takes an in-flight token from this one.
+  previous_ids_ = Tensor{};
+  previous_rows_.clear();
+  const auto step = backend_.begin_step(batch);
+  const Tensor logits = model_.forward(*step, cache_);
+  PendingStep pending;
+  if (!samples_tokens_) return pending;
+  std::vector<float> host = backend_.to_host_f32(logits);
+  const size_t vocab = host.size() / batch.logit_rows.size();
+  size_t first_row = 0;
+  size_t next_sampler = 0;
+  for (const auto& chunk : plan.chunks) {
+    if (!chunk.sample) continue;
+    SequenceSampler& sampler = *chunk_samplers[next_sampler++];
+    const auto num_rows = static_cast<size_t>(chunk.num_draft_tokens) + 1;
+    const std::span<float> rows(host.data() + first_row * vocab, num_rows * vocab);
+    first_row += num_rows;
+    const auto draft_ids = std::span<const int32_t>(chunk.token_ids).last(static_cast<size_t>(chunk.num_draft_tokens));
+    for (auto& outcome : sampler.verify(rows, draft_ids)) {
+      pending.result.tokens.push_back({chunk.sequence_id, outcome.token_id, std::move(outcome.logprob)});
+    }
+  }
+  return pending;
 }
 
 PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
@@ -132,6 +159,7 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
   batch.sequences.reserve(plan.chunks.size());
   std::vector<SequenceSampler*> row_samplers;
   bool all_plain_greedy = true;
+  bool verifies_drafts = false;
   for (const auto& chunk : plan.chunks) {
     batch.token_ids.insert(batch.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
     if (!chunk.token_ids.empty() && chunk.token_ids.back() == kTokenInFlight) {
@@ -148,11 +176,15 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
     if (!chunk.sample) continue;
     const auto it = samplers_.find(chunk.sequence_id);
     if (it == samplers_.end()) fail("model runner: sequence {} was scheduled before it was announced", chunk.sequence_id);
-    batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size() - 1));
+    // A verify chunk's logits: after its last token and after each of its drafts.
+    const auto end = static_cast<int32_t>(batch.token_ids.size());
+    for (int32_t row = end - 1 - chunk.num_draft_tokens; row < end; ++row) batch.logit_rows.push_back(row);
+    verifies_drafts = verifies_drafts || chunk.num_draft_tokens > 0;
     row_samplers.push_back(&it->second);
     all_plain_greedy = all_plain_greedy && it->second.is_plain_greedy();
   }
   if (!batch.deferred_tokens.empty()) batch.previous_sampled_ids = previous_ids_;
+  if (verifies_drafts) return launch_verify(plan, batch, row_samplers);
 
   const size_t num_rows = row_samplers.size();
   std::vector<uint64_t> row_sequence_ids;

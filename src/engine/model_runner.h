@@ -40,7 +40,8 @@ class ModelRunner {
   // Launches the plan's step and returns without waiting for its sampled ids when every sampled row samples on
   // the device (else the host samples its rows before returning). A chunk whose last token is kTokenInFlight gets
   // the id this runner's previous step sampled for that sequence, filled in on the device (ForwardBatch's deferred
-  // tokens); that step must have sampled the sequence on the device.
+  // tokens); that step must have sampled the sequence on the device. A chunk with drafts gets a logit row per
+  // draft too, and its result tokens are the drafts kept and one more (StepResult).
   PendingStep launch(const StepPlan& plan);
   // Waits for the step's ids and returns its result.
   StepResult finish(PendingStep step);
@@ -68,6 +69,11 @@ class ModelRunner {
   // Pads a batch of one-token decode sequences to `bucket` with scratch sequences and runs it recorded; nullopt
   // where the backend does not record.
   std::optional<Tensor> run_recorded_decode(const ForwardBatch& unpadded, int32_t bucket);
+  // A step with drafts to verify (ScheduledChunk::num_draft_tokens): every row goes to the host, where each
+  // sequence's sampler keeps a prefix of its drafts (SequenceSampler::verify). Runs eagerly: recorded decode steps
+  // and device sampling assume one token per sequence. `chunk_samplers`: one per sampled chunk, in plan order.
+  PendingStep launch_verify(const StepPlan& plan, const ForwardBatch& batch,
+                            std::span<SequenceSampler* const> chunk_samplers);
   void apply_sequence_changes(const StepPlan& plan);
   bool samples_on_device(const SequenceSampler& sampler) const;
 

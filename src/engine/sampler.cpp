@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "engine/rejection_sampler.h"
 
 namespace tern {
 
@@ -98,15 +99,24 @@ uint64_t derive_seed(uint64_t seed, uint64_t index) {
   return z ^ (z >> 31);
 }
 
+namespace {
+
+// The distribution draw() samples from, over the whole vocabulary.
+std::vector<double> scaled_distribution(std::span<const float> scaled, const SamplingParams& params) {
+  const auto c = filter(scaled, params);
+  std::vector<double> probs(scaled.size(), 0.0);
+  const double total = std::accumulate(c.weights.begin(), c.weights.end(), 0.0);
+  for (size_t i = 0; i < c.ids.size(); ++i) probs[c.ids[i]] = c.weights[i] / total;
+  return probs;
+}
+
+}  // namespace
+
 std::vector<double> sampling_distribution(std::span<const float> logits, const SamplingParams& params) {
   if (params.is_greedy()) fail("sampling_distribution: greedy sampling has no distribution");
   std::vector<float> scaled;
   scale(logits, params.temperature, scaled);
-  const auto c = filter(scaled, params);
-  std::vector<double> probs(logits.size(), 0.0);
-  const double total = std::accumulate(c.weights.begin(), c.weights.end(), 0.0);
-  for (size_t i = 0; i < c.ids.size(); ++i) probs[c.ids[i]] = c.weights[i] / total;
-  return probs;
+  return scaled_distribution(scaled, params);
 }
 
 SequenceSampler::SequenceSampler(SamplingParams params, uint64_t seed, std::span<const int32_t> prompt_token_ids)
@@ -117,9 +127,11 @@ SequenceSampler::SequenceSampler(SamplingParams params, uint64_t seed, std::span
     prompt_token_ids_.erase(std::unique(prompt_token_ids_.begin(), prompt_token_ids_.end()), prompt_token_ids_.end());
   }
   if (params_.constraint) {
-    // No rollback: outputs only grow (a preempted sequence keeps its sampler and recomputes only its KV).
+    // No rollback: outputs only grow (a preempted sequence keeps its sampler, with the grammar state and the watch
+    // for the end of the reasoning, and recomputes only its KV).
     matcher_ = std::make_unique<grammar::GrammarMatcher>(params_.constraint, 0);
     mask_.resize(params_.constraint->vocabulary().bitmask_words());
+    if (params_.constraint_after) reasoning_end_.emplace(*params_.constraint_after);
   }
 }
 
@@ -149,6 +161,12 @@ void SequenceSampler::record(int32_t token_id) {
   ++output_counts_[token_id];
   if (!matcher_) return;
   mask_ready_ = false;
+  if (reasoning_end_) {
+    // Reasoning tokens, the marker's last one included, are not the grammar's (vLLM's should_advance answers false
+    // for the step that ends the reasoning too).
+    if (reasoning_end_->feed(token_id)) reasoning_end_.reset();
+    return;
+  }
   // Once the grammar has ended only EOS is allowed (see prepare_mask), and repeating it changes nothing.
   if (matcher_->is_terminated() && params_.constraint->vocabulary().is_eos(token_id)) return;
   if (!matcher_->accept_token(token_id)) {
@@ -157,7 +175,7 @@ void SequenceSampler::record(int32_t token_id) {
 }
 
 void SequenceSampler::prepare_mask() {
-  if (!matcher_ || mask_ready_) return;
+  if (!grammar_applies() || mask_ready_) return;
   const grammar::TokenVocabulary& vocabulary = params_.constraint->vocabulary();
   const auto allow_only_eos = [&] {
     std::fill(mask_.begin(), mask_.end(), 0u);
@@ -236,7 +254,7 @@ int32_t SequenceSampler::draw(std::span<const float> scaled_logits) {
 
 SampleOutcome SequenceSampler::sample(std::span<float> logits) {
   if (logits.empty()) fail("sampler: empty logits row");
-  if (matcher_) apply_mask(logits);
+  if (grammar_applies()) apply_mask(logits);
   apply_penalties(logits);
   SampleOutcome outcome;
   if (params_.is_greedy()) {
@@ -250,6 +268,39 @@ SampleOutcome SequenceSampler::sample(std::span<float> logits) {
   }
   record(outcome.token_id);
   return outcome;
+}
+
+std::vector<SampleOutcome> SequenceSampler::verify(std::span<float> logits, std::span<const int32_t> draft_ids) {
+  const size_t num_rows = draft_ids.size() + 1;
+  if (logits.empty() || logits.size() % num_rows != 0) {
+    fail("sampler: {} logits do not split into {} rows to verify {} drafts", logits.size(), num_rows, draft_ids.size());
+  }
+  const size_t vocab = logits.size() / num_rows;
+  std::vector<SampleOutcome> outcomes;
+  for (size_t i = 0; i < draft_ids.size(); ++i) {
+    const std::span<float> row = logits.subspan(i * vocab, vocab);
+    const int32_t draft_id = draft_ids[i];
+    if (grammar_applies()) apply_mask(row);
+    apply_penalties(row);
+    SampleOutcome outcome;
+    std::vector<float> scaled;
+    if (params_.is_greedy()) {
+      outcome.token_id = argmax(row);
+      if (params_.logprobs) outcome.logprob = log_softmax_entry(row, outcome.token_id, *params_.logprobs);
+    } else {
+      scale(row, params_.temperature, scaled);
+      const std::vector<double> target = scaled_distribution(scaled, params_);
+      outcome.token_id = accepts_draft(target, {}, draft_id, uniform()) ? draft_id
+                                                                         : sample_residual(target, {}, draft_id, uniform());
+      if (params_.logprobs) outcome.logprob = log_softmax_entry(scaled, outcome.token_id, *params_.logprobs);
+    }
+    record(outcome.token_id);
+    const bool kept = outcome.token_id == draft_id;
+    outcomes.push_back(std::move(outcome));
+    if (!kept) return outcomes;
+  }
+  outcomes.push_back(sample(logits.subspan(draft_ids.size() * vocab, vocab)));
+  return outcomes;
 }
 
 }  // namespace tern

@@ -42,6 +42,20 @@ void SamplingParams::validate(int64_t vocab_size) const {
     }
     if (vocabulary.eos_ids().empty()) fail("sampling: the constraint's vocabulary has no EOS token to end on");
   }
+  if (constraint_after) {
+    if (!constraint) fail("sampling: a reasoning end marker is set without a constraint to start after it");
+    if (constraint_after->prefix.empty()) fail("sampling: the reasoning end marker is empty");
+    if (constraint_after->max_tokens_between < 0) {
+      fail("sampling: the reasoning end marker allows {} tokens between its parts", constraint_after->max_tokens_between);
+    }
+    for (const auto* part : {&constraint_after->prefix, &constraint_after->suffix}) {
+      for (int32_t id : *part) {
+        if (id < 0 || id >= vocab_size) {
+          fail("sampling: the reasoning end marker's token {} is outside the vocabulary of {} tokens", id, vocab_size);
+        }
+      }
+    }
+  }
 }
 
 void StopConditions::validate(int64_t vocab_size) const {

@@ -14,6 +14,15 @@ class CompiledGrammar;
 
 namespace tern {
 
+// The end of a reasoning section in output token ids: `prefix`, then, when `suffix` is not empty, `suffix` starting
+// at most `max_tokens_between` tokens after the prefix (gpt-oss harmony: <|channel|>final, then <|message|>, with
+// <|constrain|>json or the like between). The think-tag formats need only a prefix (</think>).
+struct ReasoningEndMarker {
+  std::vector<int32_t> prefix;
+  std::vector<int32_t> suffix;
+  int32_t max_tokens_between = 0;
+};
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy (argmax of the penalized, biased logits)
   int32_t top_k = 0;         // keep the k most likely tokens; 0: all
@@ -32,6 +41,10 @@ struct SamplingParams {
   // e.g. through a GrammarCache). The mask of allowed tokens is applied before every other processor, EOS is
   // allowed only where the grammar may end, and only EOS once it is complete.
   std::shared_ptr<const grammar::CompiledGrammar> constraint;
+  // Set when the output starts in a reasoning section the constraint does not cover (structured outputs with a
+  // reasoning parser, as in vLLM and SGLang): until the output has written this marker no mask is applied and the
+  // grammar does not advance; it applies from the token after the marker. nullopt: from the first token.
+  std::optional<ReasoningEndMarker> constraint_after;
 
   bool is_greedy() const { return temperature == 0.0f; }
   void validate(int64_t vocab_size) const;

@@ -108,30 +108,62 @@ std::vector<uint64_t> Scheduler::unfinished_request_ids() const {
   return ids;
 }
 
-StepPlan Scheduler::schedule() {
+std::vector<DraftRequest> Scheduler::draft_requests(int32_t max_draft_tokens) const {
+  std::vector<DraftRequest> requests;
+  for (const Sequence* seq : running_) {
+    const int32_t room = std::min(this->max_draft_tokens(*seq), max_draft_tokens);
+    if (room > 0) requests.push_back({seq->id, seq->token_ids, seq->num_prompt_tokens, room});
+  }
+  return requests;
+}
+
+int32_t Scheduler::max_draft_tokens(const Sequence& seq) const {
+  if (seq.num_uncomputed_tokens() != 1 || seq.num_tokens_in_flight > 0) return 0;
+  // The step's own token is one more output; each kept draft another.
+  return std::max(0, seq.request->max_output_tokens - seq.num_output_tokens() - 1);
+}
+
+StepPlan Scheduler::schedule(const DraftTokens& drafts) {
   StepPlan plan;
   plan.step = static_cast<uint64_t>(counters_.num_steps++);
   plan.finished_sequence_ids = std::move(finished_since_plan_);
   finished_since_plan_.clear();
   int32_t budget = config_.max_num_batched_tokens;
   // Admitting new work in a step that had to preempt would only preempt again.
-  if (!schedule_running(plan, budget)) schedule_waiting(plan, budget);
+  if (!schedule_running(plan, budget, drafts)) schedule_waiting(plan, budget);
   return plan;
 }
 
-bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
+bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget, const DraftTokens& drafts) {
   bool preempted = false;
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Sequence& seq = *running_[i];
-    if (ends_with_token_in_flight(seq)) {
-      ++i;  // nothing past that token is ever computed; update() finishes the sequence when it arrives
+    // Nothing past a token certain to end the sequence is ever computed (update() finishes it when it arrives),
+    // and nothing after a verify chunk until update() knows how many of its drafts were kept.
+    if (ends_with_token_in_flight(seq) || seq.num_draft_tokens_in_flight > 0) {
+      ++i;
       continue;
     }
     // allocate() releases the blocks that slid out of a window: offer them to the prefix cache first. update() did
     // when the previous step was applied before this schedule; with overlap scheduling that step is in flight.
     cache_known_blocks(seq);
-    const int32_t num_new = std::min(seq.num_uncomputed_tokens(), chunk_limit(seq, budget));
+    const int32_t limit = chunk_limit(seq, budget);
+    const int32_t num_new = std::min(seq.num_uncomputed_tokens(), limit);
+    std::span<const int32_t> draft_ids;
+    if (const auto it = drafts.find(seq.id); it != drafts.end() && num_new == 1) {
+      const int32_t room = std::max(0, std::min(max_draft_tokens(seq), limit - num_new));
+      draft_ids = std::span<const int32_t>(it->second).first(std::min<size_t>(it->second.size(), room));
+    }
+    // Drafts take free blocks only: where they do not fit, the step decodes one token (and preempts for that alone).
+    if (!draft_ids.empty() &&
+        kv(seq).allocate(seq.blocks, seq.num_computed_tokens,
+                         static_cast<int64_t>(seq.num_computed_tokens) + num_new + static_cast<int64_t>(draft_ids.size()))) {
+      emit_chunk(plan, seq, num_new, draft_ids);
+      budget -= num_new + static_cast<int32_t>(draft_ids.size());
+      ++i;
+      continue;
+    }
     bool preempted_self = false;
     const int64_t end = static_cast<int64_t>(seq.num_computed_tokens) + num_new;
     while (!kv(seq).allocate(seq.blocks, seq.num_computed_tokens, end)) {
@@ -223,7 +255,7 @@ int32_t Scheduler::chunk_limit(const Sequence& seq, int32_t budget) const {
   return static_cast<int32_t>(std::min<int64_t>(budget, fitting));
 }
 
-void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens) {
+void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens, std::span<const int32_t> draft_ids) {
   if (!seq.known_to_runner) {
     plan.new_sequences.push_back({seq.id, seq.request->request.sampling, seq.seed,
                                   std::vector<int32_t>(seq.token_ids.begin(), seq.token_ids.begin() + seq.num_prompt_tokens)});
@@ -246,7 +278,13 @@ void Scheduler::emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens
   seq.num_computed_tokens = end;
   chunk.sample = end == seq.num_tokens();
   if (chunk.sample) ++seq.num_tokens_in_flight;
-  counters_.num_computed_tokens += num_new_tokens;
+  if (!draft_ids.empty()) {
+    if (!chunk.sample) fail("scheduler: drafts for sequence {}, whose chunk does not reach its end", seq.id);
+    chunk.token_ids.insert(chunk.token_ids.end(), draft_ids.begin(), draft_ids.end());
+    chunk.num_draft_tokens = static_cast<int32_t>(draft_ids.size());
+    seq.num_draft_tokens_in_flight = chunk.num_draft_tokens;
+  }
+  counters_.num_computed_tokens += num_new_tokens + static_cast<int64_t>(draft_ids.size());
   plan.chunks.push_back(std::move(chunk));
 }
 
@@ -298,18 +336,55 @@ std::vector<RequestOutput> Scheduler::update(const StepPlan& plan, const StepRes
   }
   std::vector<RequestOutput> outputs;
   outputs.reserve(result.tokens.size());
-  for (const auto& sample : result.tokens) {
-    const auto it = sequences_.find(sample.sequence_id);
+  const std::span<const SampledToken> tokens = result.tokens;
+  for (size_t first = 0; first < tokens.size();) {
+    // A sequence's tokens of this step: one, or a verify chunk's kept drafts and the token after them.
+    size_t end = first + 1;
+    while (end < tokens.size() && tokens[end].sequence_id == tokens[first].sequence_id) ++end;
+    const auto samples = tokens.subspan(first, end - first);
+    first = end;
+    const auto it = sequences_.find(samples.front().sequence_id);
     // A finished sequence's token was computed past its end (overlap scheduling): dropped. A sequence preempted
     // after this step was scheduled keeps its token (it is waiting now).
     if (it == sequences_.end() || it->second->status == SequenceStatus::kFinished) continue;
     Sequence& seq = *it->second;
     if (seq.num_tokens_in_flight == 0) fail("scheduler: a token for sequence {}, which has none in flight", seq.id);
     --seq.num_tokens_in_flight;
-    outputs.push_back(append_token(seq, sample));
+    if (seq.num_draft_tokens_in_flight > 0) {
+      settle_drafts(seq, static_cast<int32_t>(samples.size()));
+    } else if (samples.size() != 1) {
+      fail("scheduler: {} tokens for sequence {}, which verified no drafts", samples.size(), seq.id);
+    }
+    // Tokens after one that ends the sequence (EOS, a stop string, max_tokens) are dropped, as in one-token steps.
+    for (const auto& sample : samples) {
+      if (seq.status == SequenceStatus::kFinished) break;
+      outputs.push_back(append_token(seq, sample));
+    }
   }
   remove_finished_requests();
   return outputs;
+}
+
+void Scheduler::settle_drafts(Sequence& seq, int32_t num_tokens_returned) {
+  const int32_t num_drafts = seq.num_draft_tokens_in_flight;
+  const int32_t num_accepted = num_tokens_returned - 1;
+  if (num_accepted < 0 || num_accepted > num_drafts) {
+    fail("scheduler: {} tokens for sequence {}, which verified {} drafts", num_tokens_returned, seq.id, num_drafts);
+  }
+  seq.num_draft_tokens_in_flight = 0;
+  ++counters_.num_spec_drafts;
+  counters_.num_spec_draft_tokens += num_drafts;
+  counters_.num_spec_accepted_tokens += num_accepted;
+  auto& per_pos = counters_.num_spec_accepted_tokens_per_pos;
+  if (per_pos.size() < static_cast<size_t>(num_drafts)) per_pos.resize(static_cast<size_t>(num_drafts), 0);
+  for (int32_t pos = 0; pos < num_accepted; ++pos) ++per_pos[static_cast<size_t>(pos)];
+  // A sequence preempted meanwhile holds no blocks and recomputes from its tokens.
+  if (seq.status != SequenceStatus::kRunning) return;
+  // The last token and the kept drafts have their KV now; the rejected drafts' slots are given back (blocks past
+  // the computed tokens), so the prefix cache, which takes only full blocks of computed known tokens, never
+  // holds a rejected draft.
+  seq.num_computed_tokens += num_accepted;
+  kv(seq).truncate(seq.blocks, seq.num_computed_tokens);
 }
 
 RequestOutput Scheduler::append_token(Sequence& seq, const SampledToken& sample) {

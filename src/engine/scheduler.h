@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/data_parallel_rank.h"
+#include "engine/draft_proposer.h"
 #include "engine/request.h"
 #include "engine/sequence.h"
 #include "engine/step_plan.h"
@@ -38,6 +39,12 @@ struct SchedulerCounters {
   int64_t num_generated_tokens = 0;
   int64_t num_finished_requests = 0;
   int64_t num_steps = 0;
+  // Speculative decoding (vLLM's spec_decode counters): verify chunks, their draft tokens, the drafts kept, and
+  // the drafts kept at each draft position.
+  int64_t num_spec_drafts = 0;
+  int64_t num_spec_draft_tokens = 0;
+  int64_t num_spec_accepted_tokens = 0;
+  std::vector<int64_t> num_spec_accepted_tokens_per_pos;
 };
 
 class Scheduler {
@@ -61,7 +68,12 @@ class Scheduler {
   // The next step. It may be scheduled before the previous step's tokens are applied (overlap scheduling): a
   // sequence whose sampled token is in flight gets a chunk ending in kTokenInFlight, except when that token is
   // certain to end it. Plans are updated in the order they were scheduled, at most one plan behind.
-  StepPlan schedule();
+  // Speculative decoding: a sequence in `drafts` whose step is a decode computes its last token and the drafts
+  // (as many as the budget, the pool and its max_tokens allow), and update() keeps those the sampler accepted.
+  StepPlan schedule(const DraftTokens& drafts = {});
+  // The running sequences whose next step is a decode with room for drafts, for a proposer of up to
+  // `max_draft_tokens` tokens. Their token spans stay valid until the next schedule().
+  std::vector<DraftRequest> draft_requests(int32_t max_draft_tokens) const;
   // Applies the step's sampled tokens: appends them, checks stop conditions, streams outputs, frees finished
   // sequences and offers newly full blocks to the prefix cache. Tokens of sequences that finished meanwhile (EOS,
   // a stop string or an abort known only after the next step was scheduled) are dropped.
@@ -84,7 +96,12 @@ class Scheduler {
   // Gives a sequence without blocks the longest cached prefix of its tokens on its rank, choosing the rank first
   // when it has none yet (pick_data_parallel_rank); returns the number of cached tokens.
   int32_t match_prefix_on_best_rank(Sequence& seq);
-  bool schedule_running(StepPlan& plan, int32_t& budget);
+  bool schedule_running(StepPlan& plan, int32_t& budget, const DraftTokens& drafts);
+  // The drafts a decoding sequence may verify this step: none unless its only uncomputed token is its last known
+  // one; at most what it may still generate after the step's own token.
+  int32_t max_draft_tokens(const Sequence& seq) const;
+  // Applies a verify chunk's outcome: the accepted drafts' KV becomes computed, the rejected ones' blocks go back.
+  void settle_drafts(Sequence& seq, int32_t num_tokens_returned);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
   // The most tokens the sequence may compute this step: the budget, and what the pool holds for it alone.
   int32_t chunk_limit(const Sequence& seq, int32_t budget) const;
@@ -93,7 +110,7 @@ class Scheduler {
   // True when the sequence's token in flight is certain to end it (max_tokens, the context or the pool), so that
   // nothing more is scheduled for it.
   bool ends_with_token_in_flight(const Sequence& seq) const;
-  void emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
+  void emit_chunk(StepPlan& plan, Sequence& seq, int32_t num_new_tokens, std::span<const int32_t> draft_ids = {});
   // The running sequence at or after `first` to preempt, among those on running_[first]'s rank (only their blocks
   // make room there): lowest priority, then latest arrival.
   size_t pick_victim(size_t first) const;

@@ -45,6 +45,9 @@ struct Sequence {
   // step before applying the previous one: then one token is in flight while it schedules (a chunk reaching it
   // carries kTokenInFlight), and two once it scheduled the next sample.
   int32_t num_tokens_in_flight = 0;
+  // Draft tokens of the verify chunk in flight (speculative decoding): computed past num_computed_tokens, which
+  // grows by those the sampler accepts when the step is applied.
+  int32_t num_draft_tokens_in_flight = 0;
   std::unique_ptr<TextStream> text_stream;
   std::optional<StopStringMatcher> stop_matcher;
 

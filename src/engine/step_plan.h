@@ -21,6 +21,9 @@ struct ScheduledChunk {
   std::vector<int32_t> token_ids;     // the tokens computed this step; the last may be kTokenInFlight
   std::vector<std::vector<int32_t>> block_tables;  // per KV cache group: blocks covering cached + new tokens
   bool sample = false;                // the chunk reaches the end of the sequence: sample its next token
+  // Speculative decoding: the last num_draft_tokens of token_ids are drafts after the sequence's last token. The
+  // runner computes logits for the last num_draft_tokens + 1 positions and the sampler keeps a prefix of the drafts.
+  int32_t num_draft_tokens = 0;
   int32_t num_prompt_tokens = 0;      // the sequence's prompt length (some models' outputs depend on it)
   int32_t rank = 0;  // the data-parallel rank that runs the chunk, whose KV cache block_tables index
 };
@@ -53,7 +56,9 @@ struct SampledToken {
 };
 
 struct StepResult {
-  std::vector<SampledToken> tokens;  // one per chunk with `sample`, in chunk order
+  // In chunk order, for each chunk with `sample`: one token, or for a chunk with drafts the drafts kept and the
+  // sampler's own token after them (1 to num_draft_tokens + 1 tokens).
+  std::vector<SampledToken> tokens;
 };
 
 }  // namespace tern

@@ -194,6 +194,17 @@ bool KvCacheManager::allocate(SequenceBlocks& seq, int64_t num_computed_tokens, 
   return true;
 }
 
+void KvCacheManager::truncate(SequenceBlocks& seq, int64_t num_tokens) {
+  const int32_t keep = std::max(blocks_for(num_tokens), seq.num_cached_blocks);
+  for (auto& table : seq.tables) {
+    // Last block first, as free() does.
+    while (static_cast<int32_t>(table.size()) > keep) {
+      if (table.back() != kNoBlock) pool_.release(table.back());
+      table.pop_back();
+    }
+  }
+}
+
 void KvCacheManager::cache_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens, int64_t num_computed_tokens) {
   if (!radix_) return;
   if (!seq.cached_node) hang_from(seq, radix_->root());

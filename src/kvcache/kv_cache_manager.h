@@ -87,6 +87,9 @@ class KvCacheManager {
   // evictable blocks where it holds them too), then grows every table to cover `num_tokens` tokens, evicting cached
   // blocks if needed. Returns false when the pool cannot supply them, having allocated nothing.
   bool allocate(SequenceBlocks& seq, int64_t num_computed_tokens, int64_t num_tokens);
+  // Gives back the blocks past those that `num_tokens` tokens need (speculative decoding: the slots of rejected
+  // drafts), never a block the prefix cache holds for the sequence.
+  void truncate(SequenceBlocks& seq, int64_t num_tokens);
   // Offers the sequence's blocks that became full of computed tokens to the prefix cache.
   void cache_blocks(SequenceBlocks& seq, std::span<const int32_t> tokens, int64_t num_computed_tokens);
   // Drops all of the sequence's block references.

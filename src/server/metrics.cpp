@@ -117,6 +117,20 @@ std::string ServerMetrics::render(const std::optional<EngineStats>& engine,
     gauge(out, "tern:prefix_cache_hit_rate", "Prefix cache hits over queries, in tokens.", engine->prefix_hit_rate);
     counter(out, "tern:num_preemptions_total", "Sequences preempted for lack of KV cache.",
             static_cast<double>(engine->num_preemptions));
+    if (engine->num_speculative_tokens > 0) {
+      counter(out, "tern:spec_decode_num_drafts_total", "Speculative decoding: sequences' draft runs verified.",
+              static_cast<double>(engine->num_spec_drafts));
+      counter(out, "tern:spec_decode_num_draft_tokens_total", "Speculative decoding: draft tokens verified.",
+              static_cast<double>(engine->num_spec_draft_tokens));
+      counter(out, "tern:spec_decode_num_accepted_tokens_total", "Speculative decoding: draft tokens accepted.",
+              static_cast<double>(engine->num_spec_accepted_tokens));
+      out += "# HELP tern:spec_decode_num_accepted_tokens_per_pos_total Speculative decoding: draft tokens accepted "
+             "at each draft position.\n# TYPE tern:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+      for (size_t pos = 0; pos < engine->num_spec_accepted_tokens_per_pos.size(); ++pos) {
+        out += fmt::format("tern:spec_decode_num_accepted_tokens_per_pos_total{{position=\"{}\"}} {}\n", pos,
+                           engine->num_spec_accepted_tokens_per_pos[pos]);
+      }
+    }
   }
   std::lock_guard lock(mutex_);
   counter(out, "tern:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));

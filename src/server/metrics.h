@@ -1,7 +1,7 @@
 #pragma once
 // The server's Prometheus metrics (text exposition format 0.0.4), named like vLLM's with a "tern:" prefix.
 // Request timings are observed here by the connections; engine gauges (running, waiting, KV usage, prefix cache,
-// preemptions) are read from EngineStats when /metrics is scraped. Thread-safe.
+// preemptions, speculative decoding's drafts) are read from EngineStats when /metrics is scraped. Thread-safe.
 #include <cstdint>
 #include <map>
 #include <mutex>

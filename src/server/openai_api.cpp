@@ -10,6 +10,7 @@
 #include "server/chat_response.h"
 #include "server/completion_request.h"
 #include "server/completion_response.h"
+#include "server/reasoning_constraint.h"
 #include "server/request_body.h"
 
 namespace tern::server {
@@ -309,12 +310,23 @@ PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, Servin
   chat::ChatOutputOptions parser_options = model.output_options(prompt);
   if (!parsed.parse_tool_calls) parser_options.tool_call_parser.clear();
   parser_options.tool_schemas = chat::tool_parameter_schemas(parsed.tools);
+  std::optional<ReasoningEndMarker> constraint_after;
   if (parsed.constraint && (parsed.constraint->kind == grammar::GrammarKind::kJsonSchema ||
                             parsed.constraint->kind == grammar::GrammarKind::kJsonObject)) {
-    // A JSON output (response_format, guided_json) is the answer from its first token: nothing in it is read again
-    // as reasoning or as a tool call, so a "<think>" inside a JSON string stays in the string. A regex or grammar
-    // may spell a model's own format (harmony channels, <think>), which the parsers still read.
-    parser_options.reasoning_parser.clear();
+    // A JSON output (response_format, guided_json) is the answer: nothing in it is read again as reasoning or as a
+    // tool call, so a "<think>" inside a JSON string stays in the string. With a reasoning parser the model reasons
+    // first, unconstrained, and the grammar starts after the end of its reasoning, which the reasoning parser splits
+    // off (starting in reasoning, as the engine does); without one, or with enable_in_reasoning, the JSON is the
+    // output from its first token. A regex or grammar may spell a model's own format (harmony channels, <think>),
+    // which the parsers still read, from the first token.
+    if (!config_.structured_outputs_in_reasoning) {
+      constraint_after = constraint_start_after_reasoning(parser_options, prompt, model.tokenizer());
+    }
+    if (constraint_after) {
+      parser_options.prompt_opens_think = true;
+    } else {
+      parser_options.reasoning_parser.clear();
+    }
     parser_options.tool_call_parser.clear();
   }
   if (parsed.force_tool_call) {
@@ -327,6 +339,7 @@ PreparedGeneration OpenAiApi::chat_completions(const ApiRequest& request, Servin
   parsed.options.stop.skip_special_tokens = !parser_options.keeps_special_tokens();
   if (parsed.constraint) {
     parsed.options.sampling.constraint = compile_constraint(model.grammars(), *parsed.constraint);
+    parsed.options.sampling.constraint_after = std::move(constraint_after);
   }
 
   PreparedGeneration generation;

@@ -29,6 +29,10 @@ struct ApiConfig {
   bool metrics_without_auth = false;   // /metrics answers without the api_key
   // The most sequences (prompts x n) one generation request may ask for; more is refused with 400 before any work.
   int64_t max_sequences_per_request = kDefaultMaxSequencesPerRequest;
+  // vLLM's structured_outputs_config.enable_in_reasoning: a chat output's JSON constraint applies from the first
+  // token, over the reasoning too; false: after the reasoning, where a reasoning parser reads it (see
+  // reasoning_constraint.h).
+  bool structured_outputs_in_reasoning = false;
 };
 
 struct ApiRequest {

@@ -13,6 +13,7 @@ void serve(const ServeConfig& config) {
   api_config.api_key = config.api_key;
   api_config.metrics_without_auth = config.metrics_without_auth;
   api_config.max_sequences_per_request = config.max_sequences_per_request;
+  api_config.structured_outputs_in_reasoning = config.structured_outputs_in_reasoning;
   OpenAiApi api(std::move(api_config), metrics);
 
   HttpServer server(config.http, api, metrics);

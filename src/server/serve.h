@@ -20,6 +20,7 @@ struct ServeConfig {
   std::optional<std::string> api_key;
   bool metrics_without_auth = false;  // /metrics answers without the api_key
   int64_t max_sequences_per_request = kDefaultMaxSequencesPerRequest;  // prompts x n of one request
+  bool structured_outputs_in_reasoning = false;  // --structured-outputs-config's enable_in_reasoning (ApiConfig)
   std::chrono::milliseconds drain_timeout{30'000};  // in-flight requests still running after this are cancelled
   // Started once the model is loaded, before requests reach it; the handle it returns is released after the server
   // drained (prefill/decode disaggregation's roles, src/disagg).

@@ -190,14 +190,38 @@ test('forced tool choice writes DSML parameters that the parser reads back as ar
     }
   });
 
-test('a constrained output reaches the client intact: a <think> inside its JSON stays content, thinking on',
+// The fixture tokenizer's </think> (an added token, see deepseekTokenizer).
+const THINK_END = 261;
+
+test('a constrained output reaches the client intact: a <think> inside its JSON stays content, thinking on and off',
   async () => {
-    const completion = await client.chat.completions.create({ model: 'tiny', max_tokens: 60, seed: 3,
-      messages: [{ role: 'user', content: 'hi' }], chat_template_kwargs: { thinking: true },
-      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { enum: ['a<think>b</think>c'] } } } });
-    const { message } = completion.choices[0];
-    assert.equal(message.content, '"a<think>b</think>c"');
-    assert.ok(!message.reasoning_content, JSON.stringify(message));
+    // Thinking on, the JSON follows the reasoning's </think> (which the bias makes likely after a few random
+    // tokens); thinking off, the prompt closed the reasoning and the JSON is the whole output.
+    for (const thinking of [true, false]) {
+      for (const stream of [false, true]) {
+        const request = { model: 'tiny', max_tokens: 100, seed: 3, messages: [{ role: 'user', content: 'hi' }],
+          chat_template_kwargs: { thinking }, logit_bias: { [THINK_END]: 4 },
+          response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { enum: ['a<think>b</think>c'] } } } };
+        const message = { content: '', reasoning_content: '' };
+        let finish = null;
+        if (stream) {
+          for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
+            message.content += chunk.choices[0]?.delta?.content ?? '';
+            message.reasoning_content += chunk.choices[0]?.delta?.reasoning_content ?? '';
+            finish = chunk.choices[0]?.finish_reason ?? finish;
+          }
+        } else {
+          const choice = (await client.chat.completions.create(request)).choices[0];
+          Object.assign(message, choice.message);
+          finish = choice.finish_reason;
+        }
+        const what = JSON.stringify({ thinking, stream, message });
+        assert.equal(finish, 'stop', what);
+        assert.equal(message.content, '"a<think>b</think>c"', what);
+        if (thinking) assert.ok(message.reasoning_content, what);
+        else assert.ok(!message.reasoning_content, what);
+      }
+    }
   });
 
 test('a chat_template_kwargs of the wrong type is a 400 naming it', async () => {

@@ -1,13 +1,16 @@
 // Structured outputs through the official openai client on the random-weight Qwen3 chat fixture, whose text is
 // garbage unless constrained: response_format json_schema / json_object (validated with ajv), vLLM's guided_regex,
 // guided_choice, guided_grammar and structured_outputs, tool_choice required / named (parsed tool_calls whose
-// arguments validate against the tool's schema), and the 400s for bad constraints.
+// arguments validate against the tool's schema), and the 400s for bad constraints. With thinking on (the Qwen3
+// template's default) a JSON constraint applies after the model's </think>, as in vLLM; random weights write it when
+// a logit_bias favours it. --structured-outputs-config '{"enable_in_reasoning": true}' applies it from the first token.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import OpenAI from 'openai';
-import { startServer, post, metrics } from './server.mjs';
+import { spawnSync } from 'node:child_process';
+import { startServer, post, metrics, ternBinary, modelDir, CHAT_MODEL } from './server.mjs';
 
 // ajv comes with the grammar tests' validator (npm ci --prefix tests/grammar/validator).
 const requireValidator = createRequire(path.resolve('../grammar/validator/package.json'));
@@ -30,6 +33,9 @@ after(async () => {
 });
 
 const messages = [{ role: 'user', content: 'Describe a person.' }];
+// Thinking off: the template closes the <think> block in the prompt and a JSON constraint applies from the first
+// token. With thinking on it would wait for a </think> that random weights rarely write.
+const noThinking = { chat_template_kwargs: { enable_thinking: false } };
 
 const personSchema = {
   type: 'object',
@@ -53,7 +59,7 @@ function expectValid(schema, text) {
 
 test('response_format json_schema: every choice validates, streamed or not', async () => {
   const completion = await client.chat.completions.create({
-    model: 'tiny', messages, n: 3, seed: 1, max_tokens: 300,
+    model: 'tiny', messages, n: 3, seed: 1, max_tokens: 300, ...noThinking,
     response_format: { type: 'json_schema', json_schema: { name: 'person', schema: personSchema, strict: true } },
   });
   assert.equal(completion.choices.length, 3);
@@ -62,7 +68,7 @@ test('response_format json_schema: every choice validates, streamed or not', asy
     expectValid(personSchema, choice.message.content);
   }
   const stream = await client.chat.completions.create({
-    model: 'tiny', messages, seed: 2, max_tokens: 300, stream: true,
+    model: 'tiny', messages, seed: 2, max_tokens: 300, stream: true, ...noThinking,
     response_format: { type: 'json_schema', json_schema: { name: 'person', schema: personSchema } },
   });
   let text = '';
@@ -77,7 +83,7 @@ test('response_format json_schema: every choice validates, streamed or not', asy
 
 test('response_format json_object gives a JSON object', async () => {
   const completion = await client.chat.completions.create({
-    model: 'tiny', messages, temperature: 0, max_tokens: 400,
+    model: 'tiny', messages, temperature: 0, max_tokens: 400, ...noThinking,
     response_format: { type: 'json_object' },
   });
   const choice = completion.choices[0];
@@ -115,6 +121,90 @@ test('completions with guided_regex, guided_choice, guided_grammar and structure
     model: 'tiny', messages, max_tokens: 20, seed: 7, structured_outputs: { choice: ['left', 'right'] },
   });
   assert.ok(['left', 'right'].includes(structuredChoice.choices[0].message.content));
+});
+
+// Qwen3's </think> is one token. A schema without free strings, which a favoured </think> would fill.
+const THINK_END = 151668;
+const answerSchema = {
+  type: 'object',
+  properties: { n: { type: 'integer', minimum: 0, maximum: 99 }, side: { enum: ['left', 'right'] } },
+  required: ['n', 'side'],
+  additionalProperties: false,
+};
+const answerFormat = { type: 'json_schema', json_schema: { name: 'answer', schema: answerSchema } };
+
+async function streamedMessage(request) {
+  const stream = await client.chat.completions.create({ ...request, stream: true });
+  const message = { reasoning_content: '', content: '' };
+  let finish = null;
+  for await (const chunk of stream) {
+    const delta = chunk.choices[0]?.delta ?? {};
+    message.reasoning_content += delta.reasoning_content ?? '';
+    message.content += delta.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  return { message, finish_reason: finish };
+}
+
+test('thinking on: the model reasons unconstrained, then the JSON follows </think>, streamed or not', async () => {
+  // The bias makes </think> likely, not certain: a few tokens of (random) reasoning come first.
+  const request = { model: 'tiny', messages, seed: 11, max_tokens: 300, logit_bias: { [THINK_END]: 10 },
+    response_format: answerFormat };
+  const completion = await client.chat.completions.create({ ...request, n: 3, logprobs: true, top_logprobs: 2 });
+  const choices = [...completion.choices, await streamedMessage(request)];
+  for (const choice of choices) {
+    assert.equal(choice.finish_reason, 'stop', JSON.stringify(choice.message));
+    expectValid(answerSchema, choice.message.content);
+    assert.ok(!choice.message.content.includes('</think>'), choice.message.content);
+  }
+  // The reasoning is text the grammar would never have allowed first (it must start with '{' or a space).
+  const reasoned = choices.filter((c) => c.message.reasoning_content);
+  assert.ok(reasoned.length >= 2, JSON.stringify(choices.map((c) => c.message)));
+  for (const choice of reasoned) assert.match(choice.message.reasoning_content, /[^\s{]/);
+  // Logprobs cover the reasoning and the answer alike: every token, and no masked (-inf) alternative in the answer.
+  for (const choice of completion.choices) {
+    assert.ok(choice.logprobs.content.length > 0);
+    for (const entry of choice.logprobs.content) assert.ok(Number.isFinite(entry.logprob), JSON.stringify(entry));
+  }
+});
+
+test('thinking off: the prompt closed the reasoning, the JSON starts at the first token', async () => {
+  const completion = await client.chat.completions.create({ model: 'tiny', messages, seed: 12, max_tokens: 300, n: 2,
+    logit_bias: { [THINK_END]: 10 }, response_format: answerFormat, ...noThinking });
+  for (const choice of completion.choices) {
+    assert.equal(choice.finish_reason, 'stop');
+    assert.ok(!choice.message.reasoning_content, JSON.stringify(choice.message));
+    expectValid(answerSchema, choice.message.content);
+  }
+});
+
+test('--structured-outputs-config enable_in_reasoning: the JSON starts at the first token, thinking on', async () => {
+  const constrained = await startServer({ args: ['--structured-outputs-config', '{"enable_in_reasoning": true}'] });
+  try {
+    const inReasoning = new OpenAI({ baseURL: constrained.baseURL, apiKey: 'unused', maxRetries: 0 });
+    const completion = await inReasoning.chat.completions.create({ model: 'tiny', messages, seed: 11, max_tokens: 300,
+      n: 2, logit_bias: { [THINK_END]: 10 }, response_format: answerFormat });
+    for (const choice of completion.choices) {
+      assert.equal(choice.finish_reason, 'stop');
+      assert.ok(!choice.message.reasoning_content, JSON.stringify(choice.message));
+      expectValid(answerSchema, choice.message.content);
+    }
+  } finally {
+    const exit = await constrained.stop();
+    assert.equal(exit.code, 0, constrained.stderr);
+  }
+});
+
+test('a bad --structured-outputs-config is refused at start, naming the flag', () => {
+  for (const [value, pattern] of [['{"enable_in_reasoning": tru', /not a JSON object/],
+    ['{"backend": "xgrammar"}', /unknown key 'backend'/], ['{"enable_in_reasoning": 1}', /true or false/],
+    ['[]', /not a JSON object/]]) {
+    const run = spawnSync(ternBinary, ['serve', '--model', modelDir(CHAT_MODEL), '--port', '0',
+      '--structured-outputs-config', value], { encoding: 'utf8' });
+    assert.equal(run.status, 1, run.stderr);
+    assert.match(run.stderr, /--structured-outputs-config/);
+    assert.match(run.stderr, pattern);
+  }
 });
 
 const tools = [
@@ -193,7 +283,7 @@ test('keywords beside enum/const and $ref, oneOf and formats hold in the output;
     additionalProperties: false,
   };
   const completion = await client.chat.completions.create({
-    model: 'tiny', messages, n: 3, seed: 3, max_tokens: 300,
+    model: 'tiny', messages, n: 3, seed: 3, max_tokens: 300, ...noThinking,
     response_format: { type: 'json_schema', json_schema: { name: 'keywords', schema } },
   });
   for (const choice of completion.choices) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "engine/request_field_error.h"
+#include "grammar/compiled_grammar.h"
 
 namespace tern {
 namespace {
@@ -218,6 +219,107 @@ TEST(SamplingParams, ValidationNamesTheBadField) {
     EXPECT_EQ(e.field(), "stop_token_ids");
     EXPECT_NE(std::string(e.what()).find("stop_token_ids"), std::string::npos);
   }
+}
+
+// A constraint that starts after the reasoning: tokens a, b, #, z, the marker </think> and EOS; the grammar is
+// "a#b".
+namespace reasoning {
+
+constexpr int32_t kA = 0, kB = 1, kHash = 2, kZ = 3, kThinkEnd = 4, kEos = 5;
+
+std::shared_ptr<const grammar::CompiledGrammar> grammar_a_hash_b() {
+  auto vocabulary = std::make_shared<const grammar::TokenVocabulary>(
+      std::vector<std::string>{"a", "b", "#", "z", "</think>", ""}, std::vector<int32_t>{kEos});
+  return grammar::CompiledGrammar::compile(grammar::GrammarKind::kRegex, "a#b", vocabulary);
+}
+
+// Greedy with logprobs, over logits that rank `favourite` first, then z (which the grammar never allows), a, #, b.
+SampleOutcome sample_with_favourite(SequenceSampler& sampler, int32_t favourite) {
+  std::vector<float> logits = {1.0f, 0.2f, 0.5f, 5.0f, 0.0f, -1.0f};
+  logits[favourite] = 6.0f;
+  return sampler.sample(logits);
+}
+
+SamplingParams greedy_constrained(bool after_reasoning) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.logprobs = 2;
+  params.constraint = grammar_a_hash_b();
+  if (after_reasoning) params.constraint_after = ReasoningEndMarker{{kThinkEnd}, {}, 0};
+  return params;
+}
+
+}  // namespace reasoning
+
+TEST(Sampler, ConstraintAfterReasoningWaitsForTheMarker) {
+  using namespace reasoning;
+  SequenceSampler sampler(greedy_constrained(true), 1, {});
+  EXPECT_TRUE(sampler.is_constrained());
+  EXPECT_FALSE(sampler.grammar_applies());
+  // Reasoning: no mask; # (which the grammar would not allow first) is sampled, z reported as the runner-up.
+  for (int i = 0; i < 3; ++i) {
+    const SampleOutcome outcome = sample_with_favourite(sampler, kHash);
+    EXPECT_EQ(outcome.token_id, kHash);
+    ASSERT_TRUE(outcome.logprob);
+    ASSERT_EQ(outcome.logprob->top.size(), 2u);
+    EXPECT_EQ(outcome.logprob->top[1].first, kZ);
+    EXPECT_FALSE(sampler.samples_on_device());
+  }
+  // EOS is not masked while reasoning either.
+  std::vector<float> eos_first = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 9.0f};
+  SequenceSampler ends_early(greedy_constrained(true), 1, {});
+  EXPECT_EQ(ends_early.sample(eos_first).token_id, kEos);
+  // The marker ends the reasoning; it is not the grammar's first token.
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kThinkEnd);
+  EXPECT_TRUE(sampler.grammar_applies());
+  // From here the grammar applies: z and the marker are masked out, and only the grammar's tokens come.
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kA);
+  const SampleOutcome hash = sample_with_favourite(sampler, kZ);
+  EXPECT_EQ(hash.token_id, kHash);
+  ASSERT_TRUE(hash.logprob);
+  EXPECT_EQ(hash.logprob->top.size(), 1u);  // the only token the grammar allows here
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kB);
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kEos);
+  EXPECT_TRUE(sampler.matcher()->is_terminated());
+}
+
+TEST(Sampler, ConstraintWithoutReasoningAppliesFromTheFirstToken) {
+  using namespace reasoning;
+  SequenceSampler sampler(greedy_constrained(false), 1, {});
+  EXPECT_TRUE(sampler.grammar_applies());
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kA);
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kHash);
+}
+
+TEST(Sampler, MarkerSpelledByTheGrammarIsContent) {
+  // Once the grammar applies, a marker it allows is grammar text like any other token: "</think>" inside a JSON
+  // string stays there, and the grammar does not restart.
+  using namespace reasoning;
+  auto vocabulary = std::make_shared<const grammar::TokenVocabulary>(
+      std::vector<std::string>{"a", "b", "#", "z", "</think>", ""}, std::vector<int32_t>{kEos});
+  SamplingParams params = greedy_constrained(true);
+  params.constraint = grammar::CompiledGrammar::compile(grammar::GrammarKind::kRegex, "a(</think>)+b", vocabulary);
+  SequenceSampler sampler(params, 1, {});
+  sampler.record(kThinkEnd);  // the end of the reasoning
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kA);
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kThinkEnd);
+  EXPECT_EQ(sample_with_favourite(sampler, kThinkEnd).token_id, kThinkEnd);
+  EXPECT_FALSE(sampler.matcher()->is_terminated());
+  EXPECT_EQ(sample_with_favourite(sampler, kB).token_id, kB);
+  EXPECT_EQ(sample_with_favourite(sampler, kB).token_id, kEos);
+}
+
+TEST(SamplingParams, ReasoningEndMarkerIsValidated) {
+  using namespace reasoning;
+  SamplingParams params = greedy_constrained(true);
+  EXPECT_NO_THROW(params.validate(6));
+  params.constraint_after->prefix = {6};
+  EXPECT_THROW(params.validate(6), Error);
+  params.constraint_after->prefix = {};
+  EXPECT_THROW(params.validate(6), Error);
+  params = greedy_constrained(true);
+  params.constraint = nullptr;
+  EXPECT_THROW(params.validate(6), Error);
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_core.h"
@@ -85,12 +87,21 @@ std::vector<SamplingParams> sampling_methods() {
 }
 
 struct Generated {
-  std::vector<std::string> texts;  // without the EOS
+  std::vector<std::string> texts;  // without the EOS (and without the reasoning, when the constraint follows it)
   std::vector<std::string> failures;
+  std::vector<size_t> reasoning_lens;  // tokens before the end-of-reasoning marker, when the constraint follows it
+};
+
+// A constraint that applies after the model's reasoning, which ends with `marker` (Qwen3's </think>). Random weights
+// rarely write it: `marker_bias` on its logit makes it come after a few tokens.
+struct AfterReasoning {
+  int32_t marker = 0;
+  float marker_bias = 0.0f;
 };
 
 // Runs every sampling method over a few prompts with the constraint; every output must end with an EOS.
-Generated generate(GrammarKind kind, const std::string& source, int32_t num_blocks = 512) {
+Generated generate(GrammarKind kind, const std::string& source, int32_t num_blocks = 512,
+                   std::optional<AfterReasoning> after_reasoning = std::nullopt) {
   const Fixture& f = qwen3_chat();
   auto constraint = grammar::CompiledGrammar::compile(kind, source, f.vocabulary);
   EngineCore core(*f.model, *f.backend, config(num_blocks));
@@ -104,6 +115,10 @@ Generated generate(GrammarKind kind, const std::string& source, int32_t num_bloc
       request.prompt_token_ids = f.tokenizer->encode("Answer in the required format, example " + std::to_string(p), false);
       request.sampling = method;
       request.sampling.constraint = constraint;
+      if (after_reasoning) {
+        request.sampling.constraint_after = ReasoningEndMarker{{after_reasoning->marker}, {}, 0};
+        request.sampling.logit_bias.emplace_back(after_reasoning->marker, after_reasoning->marker_bias);
+      }
       request.stop.max_tokens = 400;
       core.add_request(next_id++, std::move(request));
     }
@@ -134,6 +149,15 @@ Generated generate(GrammarKind kind, const std::string& source, int32_t num_bloc
       }
     }
     ids.pop_back();
+    if (after_reasoning) {
+      const auto marker = std::find(ids.begin(), ids.end(), after_reasoning->marker);
+      if (marker == ids.end()) {
+        generated.failures.push_back(label + " ended without ending its reasoning: " + f.tokenizer->decode(ids, false));
+        continue;
+      }
+      generated.reasoning_lens.push_back(static_cast<size_t>(marker - ids.begin()));
+      ids.erase(ids.begin(), marker + 1);
+    }
     generated.texts.push_back(f.tokenizer->decode(ids, false));
   }
   return generated;
@@ -224,6 +248,27 @@ TEST(StructuredOutput, PreemptedSequencesKeepTheirGrammarState) {
   Generated generated = generate(GrammarKind::kJsonSchema, schema.dump(), 12);
   expect_no_failures(generated);
   testing::expect_valid_with_ajv({{"preempted", schema, generated.texts}}, "engine_structured_preempt");
+}
+
+TEST(StructuredOutput, JsonAfterReasoningValidatesAndSurvivesPreemption) {
+  // The grammar waits for </think>: before it the output is free (its tokens are garbage a JSON grammar would not
+  // allow), after it the JSON validates and ends with EOS. 24 blocks of 16 tokens for 18 sequences: some are
+  // preempted and recomputed mid-reasoning or mid-JSON, and must keep both where they were. The schema has no free
+  // strings, which the biased </think> would fill; greedy rows end their reasoning at once, sampled ones later.
+  const nlohmann::json schema = nlohmann::json::parse(R"({"type": "object", "properties": {
+      "a": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 999}, "minItems": 3,
+            "maxItems": 6}, "b": {"enum": ["left", "right"]}, "c": {"type": "boolean"}}, "required": ["a", "b", "c"],
+      "additionalProperties": false})");
+  const Fixture& f = qwen3_chat();
+  const std::vector<int32_t> think_end = f.tokenizer->encode("</think>", false);
+  ASSERT_EQ(think_end.size(), 1u);
+  Generated generated =
+      generate(GrammarKind::kJsonSchema, schema.dump(), 24, AfterReasoning{think_end[0], 10.0f});
+  expect_no_failures(generated);
+  const size_t num_reasoned = static_cast<size_t>(
+      std::count_if(generated.reasoning_lens.begin(), generated.reasoning_lens.end(), [](size_t len) { return len > 0; }));
+  EXPECT_GE(num_reasoned, 3u) << "the bias leaves too little reasoning to test";
+  testing::expect_valid_with_ajv({{"after_reasoning", schema, generated.texts}}, "engine_structured_after_reasoning");
 }
 
 TEST(StructuredOutput, UnconstrainedRowsShareTheBatchUnchanged) {

@@ -77,6 +77,25 @@ TEST(KvCacheManager, AllocationEvictsCachedBlocksAndFailsWithoutChangingAnything
   EXPECT_EQ(kv.num_available_blocks(), 4);
 }
 
+// Speculative decoding's rollback: the blocks of rejected drafts go back, cached ones never do.
+TEST(KvCacheManager, TruncateGivesBackTheBlocksPastTheTokensKeptButNotCachedOnes) {
+  KvCacheManager kv(8, 4, true);
+  const auto tokens = iota_tokens(9);
+  SequenceBlocks seq;
+  ASSERT_TRUE(kv.allocate(seq, 0, 9));  // 3 blocks, the last holding token 8 only
+  kv.cache_blocks(seq, tokens, 8);
+  ASSERT_EQ(seq.num_cached_blocks, 2);
+  ASSERT_TRUE(kv.allocate(seq, 9, 17));  // 9 tokens plus 8 drafts: 5 blocks
+  EXPECT_EQ(seq.num_blocks(), 5);
+  kv.truncate(seq, 10);  // one draft kept
+  EXPECT_EQ(seq.num_blocks(), 3);
+  EXPECT_EQ(kv.num_free_blocks(), 5);
+  kv.truncate(seq, 2);
+  EXPECT_EQ(seq.num_blocks(), 2);  // the cached blocks stay
+  kv.free(seq);
+  EXPECT_EQ(kv.num_available_blocks(), 8);
+}
+
 TEST(KvCacheManager, ForkSharesBlocksByReference) {
   KvCacheManager kv(8, 4, true);
   SequenceBlocks parent;

@@ -1,0 +1,130 @@
+#include "engine/draft_model_proposer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tern {
+
+namespace {
+
+std::vector<int64_t> sliding_windows(const std::vector<KvLayerSpec>& layers) {
+  std::vector<int64_t> windows;
+  for (const auto& group : kv_cache_groups(layers)) windows.push_back(group.sliding_window_tokens);
+  return windows;
+}
+
+SamplingParams greedy_params() {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  return params;
+}
+
+}  // namespace
+
+DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks,
+                                       int32_t block_size)
+    : model_(std::move(model)),
+      kv_(num_blocks, block_size, /*enable_prefix_cache=*/false, 0, sliding_windows(model_->kv_layers())),
+      runner_(*model_, backend, backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size)) {
+  for (int64_t window : sliding_windows(model_->kv_layers())) has_sliding_window_ = has_sliding_window_ || window > 0;
+}
+
+void DraftModelProposer::drop(uint64_t sequence_id) {
+  const auto it = sequences_.find(sequence_id);
+  if (it == sequences_.end()) return;
+  kv_.free(it->second.blocks);
+  sequences_.erase(it);
+  // The runner drops its sampler with the next plan it runs (before it adds the sequence again, if it does).
+  dropped_.push_back(sequence_id);
+}
+
+void DraftModelProposer::forget(std::span<const uint64_t> sequence_ids) {
+  for (uint64_t id : sequence_ids) drop(id);
+}
+
+bool DraftModelProposer::allocate(DraftSequence& seq, int64_t num_computed, int64_t num_tokens,
+                                  std::span<const DraftRequest> requests) {
+  if (kv_.allocate(seq.blocks, num_computed, num_tokens)) return true;
+  std::vector<uint64_t> idle;
+  for (const auto& [id, other] : sequences_) {
+    const bool drafting = std::any_of(requests.begin(), requests.end(),
+                                      [&](const DraftRequest& request) { return request.sequence_id == id; });
+    if (!drafting) idle.push_back(id);
+  }
+  for (uint64_t id : idle) drop(id);
+  return kv_.allocate(seq.blocks, num_computed, num_tokens);
+}
+
+DraftTokens DraftModelProposer::propose(std::span<const DraftRequest> requests) {
+  DraftTokens drafts;
+  const int64_t max_len = model_->config().max_position_embeddings;
+  // The first forward: each sequence's tokens its cache lacks, the last always among them; its logits give the
+  // first draft.
+  StepPlan plan;
+  std::vector<const DraftRequest*> drafting;
+  for (const auto& request : requests) {
+    const auto num_tokens = static_cast<int64_t>(request.token_ids.size());
+    if (max_len > 0 && num_tokens + request.max_draft_tokens > max_len) continue;
+    auto [it, added] = sequences_.try_emplace(request.sequence_id);
+    if (added) plan.new_sequences.push_back({request.sequence_id, greedy_params(), 0, {}});
+    DraftSequence& seq = it->second;
+    const auto& computed = seq.computed_token_ids;
+    auto num_valid = static_cast<int64_t>(
+        std::mismatch(computed.begin(), computed.end(), request.token_ids.begin(), request.token_ids.end()).first -
+        computed.begin());
+    // A sliding-window group may have dropped blocks that a recomputation from further back reads again.
+    if (has_sliding_window_ && num_valid < static_cast<int64_t>(computed.size())) {
+      kv_.free(seq.blocks);
+      num_valid = 0;
+    }
+    num_valid = std::min(num_valid, num_tokens - 1);
+    if (!allocate(seq, num_valid, num_tokens, requests)) {
+      if (added) plan.new_sequences.pop_back();
+      drop(request.sequence_id);
+      continue;
+    }
+    seq.computed_token_ids.assign(request.token_ids.begin(), request.token_ids.end());
+    ScheduledChunk chunk;
+    chunk.sequence_id = request.sequence_id;
+    chunk.num_cached_tokens = static_cast<int32_t>(num_valid);
+    chunk.token_ids.assign(request.token_ids.begin() + num_valid, request.token_ids.end());
+    chunk.block_tables = seq.blocks.tables;
+    chunk.sample = true;
+    chunk.num_prompt_tokens = request.num_prompt_tokens;
+    plan.chunks.push_back(std::move(chunk));
+    drafting.push_back(&request);
+  }
+  // Then one token a forward: each draft is fed back for the next until the sequence has its k.
+  while (!plan.chunks.empty()) {
+    plan.finished_sequence_ids = std::exchange(dropped_, {});
+    const StepResult result = runner_.finish(runner_.launch(plan));
+    StepPlan next;
+    std::vector<const DraftRequest*> still_drafting;
+    for (size_t i = 0; i < result.tokens.size(); ++i) {
+      const DraftRequest& request = *drafting[i];
+      std::vector<int32_t>& tokens = drafts[request.sequence_id];
+      tokens.push_back(result.tokens[i].token_id);
+      if (static_cast<int32_t>(tokens.size()) >= request.max_draft_tokens) continue;
+      DraftSequence& seq = sequences_.at(request.sequence_id);
+      const auto position = static_cast<int64_t>(seq.computed_token_ids.size());
+      if (!allocate(seq, position, position + 1, requests)) continue;
+      seq.computed_token_ids.push_back(tokens.back());
+      ScheduledChunk chunk;
+      chunk.sequence_id = request.sequence_id;
+      chunk.num_cached_tokens = static_cast<int32_t>(position);
+      chunk.token_ids = {tokens.back()};
+      chunk.block_tables = seq.blocks.tables;
+      chunk.sample = true;
+      chunk.num_prompt_tokens = request.num_prompt_tokens;
+      next.chunks.push_back(std::move(chunk));
+      still_drafting.push_back(&request);
+    }
+    plan = std::move(next);
+    drafting = std::move(still_drafting);
+  }
+  return drafts;
+}
+
+}  // namespace tern

@@ -1,0 +1,47 @@
+#pragma once
+// A draft model (vLLM's "draft_model" method): a smaller model with the target's vocabulary drafts k tokens
+// greedily, one forward per token after a first one that catches its cache up with the sequence. It runs through a
+// ModelRunner of its own over a KV cache of its own, with its own block bookkeeping (no prefix cache: its blocks
+// live as long as the sequence decodes). What it cached past a rejected draft is recomputed: its cache is trusted
+// only for the longest common prefix of the tokens it computed and the sequence's tokens now.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/draft_proposer.h"
+#include "engine/model_runner.h"
+#include "kvcache/kv_cache_manager.h"
+#include "model/model.h"
+
+namespace tern {
+
+class DraftModelProposer : public DraftProposer {
+ public:
+  // `num_blocks` blocks of `block_size` tokens for the draft's cache on `backend` (where `model` lives).
+  DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks, int32_t block_size);
+  DraftTokens propose(std::span<const DraftRequest> requests) override;
+  void forget(std::span<const uint64_t> sequence_ids) override;
+
+ private:
+  struct DraftSequence {
+    SequenceBlocks blocks;
+    std::vector<int32_t> computed_token_ids;  // the tokens whose KV the draft cache holds, in order
+  };
+
+  // Blocks for the sequence's tokens [num_computed, num_tokens); where the pool is short, the sequences that take no
+  // drafts this step (`requests`) give theirs back first. False when it still does not fit.
+  bool allocate(DraftSequence& seq, int64_t num_computed, int64_t num_tokens, std::span<const DraftRequest> requests);
+  void drop(uint64_t sequence_id);
+
+  std::unique_ptr<Model> model_;
+  KvCacheManager kv_;
+  ModelRunner runner_;
+  bool has_sliding_window_ = false;
+  std::unordered_map<uint64_t, DraftSequence> sequences_;
+  std::vector<uint64_t> dropped_;  // told to the runner with its next plan
+};
+
+}  // namespace tern

@@ -1,0 +1,31 @@
+#pragma once
+// Speculative decoding settings, read from vLLM's --speculative-config JSON object: which proposer drafts tokens
+// and how many a decoding sequence verifies per step.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace tern {
+
+enum class SpeculativeMethod { kNgram, kDraftModel };
+
+struct SpeculativeConfig {
+  SpeculativeMethod method = SpeculativeMethod::kNgram;
+  int32_t num_speculative_tokens = 0;  // k: drafts verified per step (each decode computes 1 + k tokens)
+  // ngram (prompt lookup): the longest n-gram in [min, max] that ends the sequence and occurred earlier in it.
+  int32_t prompt_lookup_min = 5;
+  int32_t prompt_lookup_max = 5;
+  std::filesystem::path draft_model_dir;  // draft_model: a smaller model with the target's vocabulary
+};
+
+// The most drafts a step verifies per sequence (vLLM allows more, but acceptance falls off long before).
+constexpr int32_t kMaxSpeculativeTokens = 16;
+
+// Parses vLLM's JSON object: "method" ("ngram", or "draft_model", implied by "model"), "num_speculative_tokens",
+// "prompt_lookup_min", "prompt_lookup_max", "model". Throws tern::Error naming the bad key or value.
+SpeculativeConfig parse_speculative_config(std::string_view json_text);
+
+std::string_view speculative_method_name(SpeculativeMethod method);
+
+}  // namespace tern

@@ -1,0 +1,59 @@
+// vLLM's --speculative-config JSON: what tern reads and the errors that name what is wrong.
+#include "engine/speculative_config.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace tern {
+namespace {
+
+TEST(SpeculativeConfig, ReadsNgramAndDraftModelObjects) {
+  const auto ngram = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2})");
+  EXPECT_EQ(ngram.method, SpeculativeMethod::kNgram);
+  EXPECT_EQ(ngram.num_speculative_tokens, 3);
+  EXPECT_EQ(ngram.prompt_lookup_min, 2);
+  EXPECT_EQ(ngram.prompt_lookup_max, 4);
+  const auto draft = parse_speculative_config(R"({"model": "/models/draft", "num_speculative_tokens": 4})");
+  EXPECT_EQ(draft.method, SpeculativeMethod::kDraftModel);
+  EXPECT_EQ(draft.draft_model_dir, "/models/draft");
+  EXPECT_EQ(draft.num_speculative_tokens, 4);
+}
+
+TEST(SpeculativeConfig, LookupBoundsDefaultAsVllms) {
+  const auto only_max = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})");
+  EXPECT_EQ(only_max.prompt_lookup_min, 3);
+  const auto only_min = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 2})");
+  EXPECT_EQ(only_min.prompt_lookup_max, 2);
+  const auto neither = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2})");
+  EXPECT_EQ(neither.prompt_lookup_min, 5);
+  EXPECT_EQ(neither.prompt_lookup_max, 5);
+}
+
+void expect_error_naming(const char* json, const std::string& what) {
+  try {
+    parse_speculative_config(json);
+    ADD_FAILURE() << json << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(SpeculativeConfig, BadObjectsAreRefusedNamingTheProblem) {
+  expect_error_naming("{not json", "not a JSON object");
+  expect_error_naming("[1]", "not a JSON object");
+  expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 3, "lookahead": 2})", "unknown key 'lookahead'");
+  expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 0})", "num_speculative_tokens");
+  expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 99})", "num_speculative_tokens");
+  expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": "3"})", "num_speculative_tokens");
+  expect_error_naming(R"({"method": "ngram"})", "num_speculative_tokens is required");
+  expect_error_naming(R"({"method": "eagle3", "num_speculative_tokens": 3})", "unknown method 'eagle3'");
+  expect_error_naming(R"({"method": "draft_model", "num_speculative_tokens": 3})", "needs \"model\"");
+  expect_error_naming(R"({"num_speculative_tokens": 3})", "give a method");
+  expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 4, "prompt_lookup_max": 2})",
+                      "prompt_lookup_min 4 is more than prompt_lookup_max 2");
+}
+
+}  // namespace
+}  // namespace tern
