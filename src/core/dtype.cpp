@@ -16,6 +16,8 @@ size_t dtype_size(DType dtype) {
     case DType::I64: return 8;
     case DType::F8_E4M3: return 1;
     case DType::F8_E8M0: return 1;
+    case DType::U8: return 1;
+    case DType::F4_E2M1: fail("F4_E2M1 has no byte size per element: two are packed into a byte");
   }
   fail("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -29,6 +31,8 @@ std::string_view dtype_name(DType dtype) {
     case DType::I64: return "I64";
     case DType::F8_E4M3: return "F8_E4M3";
     case DType::F8_E8M0: return "F8_E8M0";
+    case DType::U8: return "U8";
+    case DType::F4_E2M1: return "F4_E2M1";
   }
   return "?";
 }
@@ -74,6 +78,14 @@ float f8_e8m0_to_f32(uint8_t bits) {
   return std::ldexp(1.0f, static_cast<int>(bits) - 127);  // 2^-127 is a float32 subnormal, still exact
 }
 
+float f4_e2m1_to_f32(uint8_t nibble) {
+  const float sign = (nibble & 0x8u) ? -1.0f : 1.0f;
+  const int exponent = (nibble >> 1) & 0x3;
+  const int mantissa = nibble & 0x1;
+  if (exponent == 0) return sign * 0.5f * static_cast<float>(mantissa);  // subnormal: 0 or 0.5
+  return sign * std::ldexp(static_cast<float>(2 + mantissa), exponent - 2);  // (1 + m/2) x 2^(e-1)
+}
+
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
   switch (dtype) {
     case DType::F32:
@@ -107,6 +119,16 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
     case DType::F8_E8M0: {
       const auto* in = static_cast<const uint8_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = f8_e8m0_to_f32(in[i]);
+      return;
+    }
+    case DType::U8: {
+      const auto* in = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
+      return;
+    }
+    case DType::F4_E2M1: {
+      const auto* in = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f4_e2m1_to_f32(i % 2 == 0 ? in[i / 2] & 0xf : in[i / 2] >> 4);
       return;
     }
   }

@@ -9,8 +9,12 @@ namespace tern {
 
 // F8_E4M3 is OCP FP8 e4m3fn (PyTorch's float8_e4m3fn): no infinities, 0x7f and 0xff are NaN, 448 the largest value.
 // F8_E8M0 is OCP MX's e8m0 scale (PyTorch's float8_e8m0fnu): 2^(bits - 127), 0xff NaN, no sign and no zero.
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, F8_E4M3, F8_E8M0 };
+// U8 is safetensors' raw bytes, as MXFP4 checkpoints store their packed blocks and e8m0 scales.
+// F4_E2M1 is OCP MX's FP4 (1 sign, 2 exponent, 1 mantissa bit: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}) packed two to a byte,
+// element 2i in the low nibble of byte i: the elements of an MXFP4 weight, which only checkpoint tensors hold.
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, F8_E4M3, F8_E8M0, U8, F4_E2M1 };
 
+// Bytes per element; fails for F4_E2M1, whose elements are half a byte.
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 
@@ -33,9 +37,10 @@ inline uint16_t f32_to_bf16(float value) {
 float f16_to_f32(uint16_t bits);
 float f8_e4m3_to_f32(uint8_t bits);
 float f8_e8m0_to_f32(uint8_t bits);
+float f4_e2m1_to_f32(uint8_t nibble);  // the low 4 bits
 
 // Converts `count` elements of `src` (of type `dtype`) to float32; FP8 elements as they are, without the block scales
-// of a quantized weight (dequantize_to_f32 in tensor_info.h applies those).
+// of a quantized weight (dequantize_to_f32 in tensor_info.h applies those). F4_E2M1 reads count / 2 bytes.
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t count);
 
 }  // namespace tern

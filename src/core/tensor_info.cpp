@@ -15,13 +15,14 @@ void dequantize_to_f32(const TensorInfo& info, float* dst) {
   if (!info.block_scales) return;
   const BlockScales& blocks = *info.block_scales;
   const TensorInfo& scales = *blocks.scales;
-  if (info.shape.size() != 2 || scales.shape.size() != 2) {
-    fail("{}: block-quantized tensor '{}' of shape {} is not 2-D", info.file.string(), info.name,
+  if (info.shape.empty() || scales.shape.empty()) {
+    fail("{}: block-quantized tensor '{}' of shape {} is a scalar", info.file.string(), info.name,
          shape_string(info.shape));
   }
   std::vector<float> scale(static_cast<size_t>(scales.numel()));
   convert_to_f32(scales.dtype, scales.data, scale.data(), scale.size());
-  const int64_t rows = info.shape[0], columns = info.shape[1], scale_columns = scales.shape[1];
+  const int64_t columns = info.shape.back(), rows = columns == 0 ? 0 : info.numel() / columns;
+  const int64_t scale_columns = scales.shape.back();
   for (int64_t r = 0; r < rows; ++r) {
     const float* row_scales = scale.data() + (blocks.first_row + r) / blocks.block_rows * scale_columns;
     float* out = dst + r * columns;

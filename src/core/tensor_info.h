@@ -13,8 +13,10 @@ namespace tern {
 
 struct TensorInfo;
 
-// The scales of a block-quantized 2-D weight (DeepSeek-V3's FP8 format, README_WEIGHTS.md): element (r, c) of the
-// whole weight is its stored value times scales[r / block_rows][c / block_columns]; edge blocks may be partial.
+// The scales of a block-quantized weight: element (r, c) of the whole weight, its leading dimensions flattened into
+// rows, is its stored value times scales[r / block_rows][c / block_columns] (the scales' leading dimensions
+// flattened likewise). Block FP8 (DeepSeek-V3's README_WEIGHTS.md): 2-D, 128x128 blocks, edge blocks may be partial.
+// MXFP4 (OCP MX; gpt-oss): 1x32 blocks along the last dimension, e8m0 scales.
 struct BlockScales {
   const TensorInfo* scales = nullptr;  // [ceil(rows / block_rows), ceil(columns / block_columns)] of the whole weight
   int64_t block_rows = 0;
@@ -31,7 +33,7 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;  // valid while the owner of the memory (e.g. the mapped file) lives
   size_t size_bytes = 0;
-  std::optional<BlockScales> block_scales;  // set for a block-quantized weight (dtype F8_E4M3)
+  std::optional<BlockScales> block_scales;  // set for a block-quantized weight (dtype F8_E4M3 or F4_E2M1)
 
   int64_t numel() const {
     int64_t n = 1;
@@ -44,7 +46,7 @@ std::string shape_string(const std::vector<int64_t>& shape);
 
 // The tensor's values as float32 into dst[numel()]: converted from its dtype and, for a block-quantized weight,
 // multiplied by its block's scale in float32, as DeepSeek's inference/kernel.py weight_dequant does (exact for bf16
-// and f16 scales, whose products with an e4m3 value fit float32's significand).
+// and f16 scales, whose products with an e4m3 value fit float32's significand, and for e8m0 scales, powers of two).
 void dequantize_to_f32(const TensorInfo& info, float* dst);
 
 }  // namespace tern

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "core/error.h"
 #include "model/load_progress.h"
@@ -64,6 +65,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* prog
     checkpoint.quantization_ = QuantizationConfig::from_config(config, config_path.string());
   }
   checkpoint.attach_block_scales(config_path);
+  checkpoint.attach_mxfp4_scales(config_path);
   for (const auto& [tensor, file] : expected_file) {
     auto it = checkpoint.index_.find(tensor);
     if (it == checkpoint.index_.end()) {
@@ -114,6 +116,59 @@ void Checkpoint::attach_block_scales(const std::filesystem::path& config_path) {
     scaled->block_scales = BlockScales{&scales, quantization_.block_rows, quantization_.block_columns, 0, 0};
     entry = scaled.get();
     scaled_weights_.push_back(std::move(scaled));
+  }
+}
+
+void Checkpoint::attach_mxfp4_scales(const std::filesystem::path& config_path) {
+  // The layout is gpt-oss's (gpt_oss/torch/weights.py, _get_mxfp4_tensor) as transformers reads it
+  // (integrations/mxfp4.py, convert_moe_packed_tensors and Mxfp4GptOssExperts): `X_blocks` U8 [..., G, 16] holds
+  // 32 e2m1 values per row of 16 bytes, element 2j in the low nibble of byte j; `X_scales` U8 [..., G] their e8m0
+  // exponents, value = e2m1 x 2^(scale - 127). The 32-element groups run along the last dimension, the input one.
+  constexpr int64_t kGroup = 32, kGroupBytes = kGroup / 2;
+  constexpr std::string_view kBlocks = "_blocks", kScales = "_scales";
+  for (auto& [name, entry] : index_) {
+    const TensorInfo& blocks = *entry;
+    if (name.ends_with(kScales) && quantization_.mxfp4) {
+      const std::string blocks_name = name.substr(0, name.size() - kScales.size()) + std::string(kBlocks);
+      if (!index_.contains(blocks_name)) {
+        fail("{}: MXFP4 scale tensor '{}' has no blocks tensor '{}'", blocks.file.string(), name, blocks_name);
+      }
+      continue;
+    }
+    if (!name.ends_with(kBlocks) || (blocks.dtype != DType::U8 && !quantization_.mxfp4)) continue;
+    if (!quantization_.mxfp4) {
+      fail("{}: tensor '{}' is U8 MXFP4 blocks but {} has no mxfp4 quantization_config", blocks.file.string(), name,
+           config_path.string());
+    }
+    if (blocks.dtype != DType::U8 || blocks.shape.size() < 2 || blocks.shape.back() != kGroupBytes) {
+      fail("{}: MXFP4 blocks tensor '{}' is {} {}; expected U8 [..., K / {}, {}] (two e2m1 values a byte)",
+           blocks.file.string(), name, dtype_name(blocks.dtype), shape_string(blocks.shape), kGroup, kGroupBytes);
+    }
+    const std::string scale_name = name.substr(0, name.size() - kBlocks.size()) + std::string(kScales);
+    const auto scale = index_.find(scale_name);
+    if (scale == index_.end()) {
+      fail("{}: MXFP4 blocks tensor '{}' has no scale tensor '{}'", blocks.file.string(), name, scale_name);
+    }
+    const TensorInfo& scales = *scale->second;
+    const std::vector<int64_t> expected(blocks.shape.begin(), blocks.shape.end() - 1);
+    if (scales.dtype != DType::U8 && scales.dtype != DType::F8_E8M0) {
+      fail("{}: MXFP4 scale tensor '{}' is {}; expected U8 or F8_E8M0 (e8m0 exponents)", scales.file.string(),
+           scale_name, dtype_name(scales.dtype));
+    }
+    if (scales.shape != expected) {
+      fail("{}: MXFP4 scale tensor '{}' has shape {}, expected {} for the {} blocks", scales.file.string(), scale_name,
+           shape_string(scales.shape), shape_string(expected), shape_string(blocks.shape));
+    }
+    auto exponents = std::make_shared<TensorInfo>(scales);
+    exponents->dtype = DType::F8_E8M0;  // the same bytes: 2^(s - 127), 0xff NaN
+    auto weight = std::make_shared<TensorInfo>(blocks);
+    weight->dtype = DType::F4_E2M1;
+    weight->shape = expected;
+    weight->shape.back() *= kGroup;
+    weight->block_scales = BlockScales{exponents.get(), 1, kGroup, 0, 0};
+    entry = weight.get();
+    scaled_weights_.push_back(std::move(exponents));
+    scaled_weights_.push_back(std::move(weight));
   }
 }
 

@@ -29,8 +29,14 @@ QuantizationConfig QuantizationConfig::from_config(const nlohmann::json& config,
   const nlohmann::json& q = *it;
   if (!q.is_object()) fail("{}: quantization_config is not an object", origin);
   const std::string method = string_field(q, "quant_method", "", origin);
+  if (method == "mxfp4") {
+    // modules_to_not_convert names what stays unquantized; the checkpoint's dtypes say the same, so it is not read.
+    out.mxfp4 = true;
+    return out;
+  }
   if (method != "fp8") {
-    fail("{}: quantization_config.quant_method '{}' is not supported (supported: fp8, block-scaled)", origin, method);
+    fail("{}: quantization_config.quant_method '{}' is not supported (supported: fp8, block-scaled; mxfp4)", origin,
+         method);
   }
   const std::string fmt = string_field(q, "fmt", "e4m3", origin);
   if (fmt != "e4m3") fail("{}: quantization_config.fmt '{}' is not supported (supported: e4m3)", origin, fmt);

@@ -4,6 +4,9 @@
 // (DeepSeek-V3's README_WEIGHTS.md; Qwen3-*-FP8 write the same), and what transformers' FineGrainedFP8Config writes
 // (utils/quantization_config.py: no "fmt", plus "scale_fmt", "dequantize" and "modules_to_not_convert"). Which
 // tensors are quantized the checkpoint's dtypes say, so modules_to_not_convert is not needed to load.
+// MXFP4 is gpt-oss's {"quant_method": "mxfp4", "modules_to_not_convert": [...]} (transformers' Mxfp4Config, which
+// also has a load-time "dequantize" flag): only the MoE experts are quantized (integrations/mxfp4.py replaces
+// GptOssExperts alone; attention, routers, embeddings and lm_head are in modules_to_not_convert).
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +19,8 @@ struct QuantizationConfig {
   int64_t block_columns = 0;
   // scale_fmt "ue8m0" (DeepSeek-V3.1 and later): scales are powers of two, which may be stored as F8_E8M0.
   bool power_of_two_scales = false;
+  // MXFP4 experts: `X_blocks` (U8 [..., K / 32, 16], e2m1 pairs) with `X_scales` (U8 e8m0 [..., K / 32]).
+  bool mxfp4 = false;
 
   // From a parsed config.json; fails naming `origin` and the field for a method, format, activation scheme or
   // block size that tern cannot load.

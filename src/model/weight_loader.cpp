@@ -25,7 +25,10 @@ TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count) {
   return view;
 }
 
-bool is_fp8(DType dtype) { return dtype == DType::F8_E4M3 || dtype == DType::F8_E8M0; }
+// Element types that are only the codes or scales of a quantized weight (MXFP4's U8 blocks and scales included).
+bool needs_block_scales(DType dtype) {
+  return dtype == DType::F8_E4M3 || dtype == DType::F8_E8M0 || dtype == DType::U8 || dtype == DType::F4_E2M1;
+}
 
 // Fails unless `info` is a plain tensor, or a block-quantized one where `takes_quantized`.
 void check_format(const TensorInfo& info, bool takes_quantized) {
@@ -34,7 +37,7 @@ void check_format(const TensorInfo& info, bool takes_quantized) {
          "(embeddings, norms, routers, biases and the lm_head are not quantized)",
          info.file.string(), info.name, dtype_name(info.dtype));
   }
-  if (!info.block_scales && is_fp8(info.dtype)) {
+  if (!info.block_scales && needs_block_scales(info.dtype)) {
     fail("{}: tensor '{}' is {} without block scales", info.file.string(), info.name, dtype_name(info.dtype));
   }
 }
@@ -43,7 +46,7 @@ void check_format(const TensorInfo& info, bool takes_quantized) {
 
 const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) const {
   const TensorInfo& info = checkpoint_.get(name, shape);
-  check_format(info, false);
+  check_format(info, takes_quantized_);
   return info;
 }
 

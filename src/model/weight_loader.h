@@ -39,8 +39,9 @@ class WeightLoader {
   Tensor load_concat(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
   std::optional<Tensor> load_optional(const std::string& name, const std::vector<int64_t>& shape);
   bool has(const std::string& name) const { return checkpoint_.has(name); }
-  // The checkpoint tensor itself, for weights that need re-laying out on the host before loading; fails for a
-  // block-quantized one, whose elements do not stand alone (see plain_info).
+  // The checkpoint tensor itself, for weights that need re-laying out on the host before loading. A block-quantized
+  // one, whose elements do not stand alone, comes with its scales on a linear_weights() loader (to be laid out in
+  // whole scale blocks) and fails on others (see plain_info).
   const TensorInfo& info(const std::string& name, const std::vector<int64_t>& shape) const;
   // The same with elements that stand alone: a block-quantized weight (on a linear_weights() loader) dequantized to
   // float32 into `storage`, which the result points to. vLLM and SGLang likewise dequantize DeepSeek's kv_b_proj for

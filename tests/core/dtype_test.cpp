@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace tern {
 namespace {
@@ -63,6 +64,27 @@ TEST(DtypeTest, Fp8TypesAreOneByteAndConvertElementwise) {
   EXPECT_EQ(out[2], 448.0f);
   convert_to_f32(DType::F8_E8M0, codes, out, 3);
   EXPECT_EQ(out[0], std::ldexp(1.0f, 0x38 - 127));
+}
+
+// OCP MX FP4 as gpt-oss's FP4_VALUES table lists it (gpt_oss/torch/weights.py): codes 0-7 positive, 8-15 negative.
+TEST(DtypeTest, E2m1CodesAndPackedNibbles) {
+  const float values[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  for (uint8_t code = 0; code < 16; ++code) {
+    EXPECT_EQ(f4_e2m1_to_f32(code), values[code]) << int(code);
+    EXPECT_EQ(std::signbit(f4_e2m1_to_f32(code)), code >= 8) << int(code);
+  }
+  EXPECT_EQ(dtype_name(DType::F4_E2M1), "F4_E2M1");
+  EXPECT_EQ(dtype_size(DType::U8), 1u);
+  EXPECT_THROW(dtype_size(DType::F4_E2M1), Error);
+  // Element 2j in the low nibble of byte j.
+  const uint8_t packed[] = {0x72, 0x0f};
+  float out[4];
+  convert_to_f32(DType::F4_E2M1, packed, out, 4);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 6.0f);
+  EXPECT_EQ(out[2], -6.0f);
+  EXPECT_EQ(out[3], 0.0f);
 }
 
 }  // namespace

@@ -96,9 +96,9 @@ class CpuBackend final : public Backend {
       rows += part_shape[0];
     }
     shape[0] = rows;
-    // bf16 and integer tensors keep their type; f16 and f32 become f32, and so do block-quantized FP8 weights,
-    // dequantized exactly (the W8A16 reference: rounding them to bf16 would lose the scales' low bits).
-    const bool to_f32 = first.dtype == DType::F16 || first.dtype == DType::F8_E4M3;
+    // bf16 and integer tensors keep their type; f16 and f32 become f32, and so do block-quantized weights (FP8,
+    // MXFP4), dequantized exactly (the W8A16/W4A16 reference: rounding them to bf16 would lose the scales' low bits).
+    const bool to_f32 = first.dtype == DType::F16 || first.block_scales.has_value();
     const DType stored = to_f32 ? DType::F32 : first.dtype;
     Tensor out = host_tensor(stored, shape);
     char* dst = out.ptr<char>();

@@ -138,8 +138,8 @@ class CudaBackend final : public Backend {
     }
     shape[0] = rows;
     // Weights live in bf16 (integers stay as they are): the GEMMs and kernels read bf16. Block-quantized FP8
-    // weights are dequantized (fp8 x block scale in float32) and rounded to bf16 here, for now: W16A16 on FP8
-    // checkpoints until the FP8 block GEMM takes them as they are (docs/quantization.md).
+    // weights and MXFP4 experts are dequantized (code x block scale in float32) and rounded to bf16 here, for now:
+    // W16A16 on quantized checkpoints until the FP8 GEMM and FP4 expert kernels take them (docs/quantization.md).
     const DType stored = first.dtype == DType::I32 ? DType::I32 : DType::BF16;
     Tensor out = allocator_->allocate(stored, shape);
     char* dst = out.ptr<char>();

@@ -31,6 +31,42 @@ Tensor load_relaid(WeightLoader& weights, const std::string& name, const std::ve
   return weights.load_parts({&part, 1});
 }
 
+// Loads the rows of the block-quantized weight `name` laid out anew on the host, codes and scales together: row r of
+// the result (its leading dimensions flattened) is row source_row(r) of the checkpoint tensor. Rows hold whole
+// 1 x 32 MXFP4 scale groups, so experts are picked and gate/up de-interleaved without dequantizing.
+template <typename SourceRow>
+Tensor load_quantized_rows(WeightLoader& linear, const std::string& name, const std::vector<int64_t>& shape,
+                           std::vector<int64_t> result_shape, SourceRow source_row) {
+  const TensorInfo& info = linear.info(name, shape);
+  if (info.dtype != DType::F4_E2M1 || !info.block_scales || info.block_scales->block_rows != 1) {
+    fail("{}: tensor '{}' is {}, not MXFP4 blocks with their scales", info.file.string(), name,
+         dtype_name(info.dtype));
+  }
+  const TensorInfo& scales = *info.block_scales->scales;
+  const int64_t rows = info.numel() / info.shape.back();
+  const size_t code_bytes = info.size_bytes / rows, scale_bytes = scales.size_bytes / rows;
+  int64_t result_rows = 1;
+  for (size_t d = 0; d + 1 < result_shape.size(); ++d) result_rows *= result_shape[d];
+  std::vector<std::byte> codes(result_rows * code_bytes), exponents(result_rows * scale_bytes);
+  for (int64_t r = 0; r < result_rows; ++r) {
+    const int64_t from = source_row(r);
+    std::memcpy(codes.data() + r * code_bytes, info.data + from * code_bytes, code_bytes);
+    std::memcpy(exponents.data() + r * scale_bytes, scales.data + from * scale_bytes, scale_bytes);
+  }
+  TensorInfo relaid_scales = scales;
+  relaid_scales.shape = result_shape;
+  relaid_scales.shape.back() = scales.shape.back();
+  relaid_scales.data = exponents.data();
+  relaid_scales.size_bytes = exponents.size();
+  TensorInfo relaid = info;
+  relaid.shape = std::move(result_shape);
+  relaid.data = codes.data();
+  relaid.size_bytes = codes.size();
+  relaid.block_scales->scales = &relaid_scales;
+  const TensorInfo* part = &relaid;
+  return linear.load_parts({&part, 1});
+}
+
 }  // namespace
 
 SparseMoe::SparseMoe(WeightLoader& weights, const std::string& prefix, const SparseMoeConfig& config)
@@ -78,25 +114,40 @@ void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& 
     down_ = linear.load_concat(down).reshape({count, hidden, inter});
     return;
   }
-  // gpt-oss stores x @ W ([E, H, 2I], gate and up alternating along 2I) and x @ D ([E, I, H]).
   const std::string names = prefix_ + ".experts.";
-  gate_up_ = load_relaid(weights, names + "gate_up_proj", {num_experts, hidden, 2 * inter}, {count, 2 * inter, hidden},
-                         [&](int64_t i) {
-                           const int64_t h = i % hidden, row = (i / hidden) % (2 * inter),
-                                         e = experts[i / (hidden * 2 * inter)];
-                           const int64_t column = row < inter ? 2 * row : 2 * (row - inter) + 1;
-                           return (e * hidden + h) * 2 * inter + column;
-                         });
+  // gate/up row `row` of an expert in the backend's layout (gate rows, then up rows) is gpt-oss's row or column
+  // 2 x row (gate) or 2 x (row - I) + 1 (up): gpt-oss's swiglu takes x[..., ::2] and x[..., 1::2].
+  const auto interleaved = [inter](int64_t row) { return row < inter ? 2 * row : 2 * (row - inter) + 1; };
+  if (weights.has(names + "gate_up_proj_blocks")) {
+    // MXFP4 experts are [E, out, in] with 32-element groups along `in`: gpt-oss's mlp1_weight [E, 2I, H] and
+    // mlp2_weight [E, H, I] (gpt_oss/torch/model.py, MLPBlock), which transformers' convert_moe_packed_tensors
+    // transposes into the bf16 checkpoints' [E, in, out] (integrations/mxfp4.py). So rows move here, none transposed.
+    WeightLoader linear = weights.linear_weights();
+    gate_up_ = load_quantized_rows(linear, names + "gate_up_proj_blocks", {num_experts, 2 * inter, hidden},
+                                   {count, 2 * inter, hidden}, [&](int64_t r) {
+                                     return experts[r / (2 * inter)] * 2 * inter + interleaved(r % (2 * inter));
+                                   });
+    down_ = load_quantized_rows(linear, names + "down_proj_blocks", {num_experts, hidden, inter},
+                                {count, hidden, inter},
+                                [&](int64_t r) { return experts[r / hidden] * hidden + r % hidden; });
+  } else {
+    // The bf16 checkpoints store x @ W ([E, H, 2I]) and x @ D ([E, I, H]).
+    gate_up_ = load_relaid(weights, names + "gate_up_proj", {num_experts, hidden, 2 * inter},
+                           {count, 2 * inter, hidden}, [&](int64_t i) {
+                             const int64_t h = i % hidden, row = (i / hidden) % (2 * inter),
+                                           e = experts[i / (hidden * 2 * inter)];
+                             return (e * hidden + h) * 2 * inter + interleaved(row);
+                           });
+    down_ = load_relaid(weights, names + "down_proj", {num_experts, inter, hidden}, {count, hidden, inter},
+                        [&](int64_t i) {
+                          const int64_t j = i % inter, h = (i / inter) % hidden, e = experts[i / (inter * hidden)];
+                          return (e * inter + j) * hidden + h;
+                        });
+  }
   gate_up_bias_ = load_relaid(weights, names + "gate_up_proj_bias", {num_experts, 2 * inter}, {count, 2 * inter},
                               [&](int64_t i) {
-                                const int64_t row = i % (2 * inter), e = experts[i / (2 * inter)];
-                                return e * 2 * inter + (row < inter ? 2 * row : 2 * (row - inter) + 1);
+                                return experts[i / (2 * inter)] * 2 * inter + interleaved(i % (2 * inter));
                               });
-  down_ = load_relaid(weights, names + "down_proj", {num_experts, inter, hidden}, {count, hidden, inter},
-                      [&](int64_t i) {
-                        const int64_t j = i % inter, h = (i / inter) % hidden, e = experts[i / (inter * hidden)];
-                        return (e * inter + j) * hidden + h;
-                      });
   std::vector<RowRange> bias_rows;
   for (int32_t e : experts) bias_rows.push_back({names + "down_proj_bias", {num_experts, hidden}, e, 1});
   down_bias_ = weights.load_row_ranges(bias_rows);
