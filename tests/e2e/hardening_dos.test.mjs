@@ -59,7 +59,8 @@ test('chat_template_kwargs and tool parameters of 160,000 keys are answered in l
                 `"function":{"name":"f","parameters":{"type":"object","properties":${properties}}}}]}`;
   const withKwargs = await timed('/v1/chat/completions', kwargs);
   assert.equal(withKwargs.status, 200, JSON.stringify(withKwargs.json));
-  assert.ok(withKwargs.seconds < 1, `chat_template_kwargs took ${withKwargs.seconds} s`);
+  // Linear parsing answers in about 0.5 s alone (1.2 s beside a build); the quadratic insertion took tens of seconds.
+  assert.ok(withKwargs.seconds < 4, `chat_template_kwargs took ${withKwargs.seconds} s`);
   // The tools render into a prompt longer than the context: refused before it is tokenized. The chat template walks
   // all 160,000 properties (linear: 0.7-1.0 s on the 2-core CI machine alone, more beside another test); the bound
   // is there to catch the quadratic insertion that took 40 s.
