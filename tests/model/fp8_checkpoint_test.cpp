@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
+#include "quantized_checkpoint.h"
 #include "run_command.h"
 #include "sharded_greedy.h"
 
@@ -25,7 +26,11 @@ namespace tern {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::cpu_logits;
 using testing::fixtures_dir;
+using testing::load_error;
+using testing::relative_error;
+using testing::write_model;
 using testing::read_json;
 
 constexpr int64_t kBlock = 128;
@@ -89,19 +94,6 @@ struct Twins {
   fs::path fp8;  // F8_E4M3 weights with `_scale_inv`, quantization_config in config.json
   fs::path f32;  // the same weights dequantized exactly (code x scale in float32), everything else as in bf16
 };
-
-// Writes a checkpoint of `tensors` into `dir`, with `config` and the fixture's other files linked.
-void write_model(const fs::path& dir, const fs::path& fixture, const std::vector<TensorInfo>& tensors,
-                 const nlohmann::json& config) {
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  write_safetensors(dir / "model.safetensors", tensors);
-  std::ofstream(dir / "config.json") << config.dump(2);
-  for (const auto& entry : fs::directory_iterator(fixture)) {
-    const auto name = entry.path().filename();
-    if (name != "config.json" && name != "model.safetensors") fs::create_symlink(entry.path(), dir / name);
-  }
-}
 
 nlohmann::json fp8_quantization_config() {
   return {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
@@ -175,39 +167,6 @@ class TwinWriter {
 std::vector<int32_t> long_prompt(const fs::path& fixture) {
   const auto golden = read_json(fixture / "golden.json");
   return golden["prompts"].back().get<std::vector<int32_t>>();
-}
-
-std::vector<float> cpu_logits(const fs::path& dir, const std::vector<int32_t>& ids) {
-  auto backend = make_cpu_backend(2);
-  auto model = load_model(dir, *backend);
-  SequenceRunner runner(*model, *backend, static_cast<int64_t>(ids.size()));
-  return backend->to_host_f32(runner.append(ids, true));
-}
-
-float relative_error(const std::vector<float>& ours, const std::vector<float>& reference) {
-  EXPECT_EQ(ours.size(), reference.size());
-  float max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < reference.size() && i < ours.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(ours[i] - reference[i]));
-    max_ref = std::max(max_ref, std::abs(reference[i]));
-  }
-  return max_diff / max_ref;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string load_error(const fs::path& dir) {
-  return error_of([&] {
-    auto backend = make_cpu_backend(1);
-    load_model(dir, *backend);
-  });
 }
 
 struct TwinCase {

@@ -17,12 +17,16 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
+#include "quantized_checkpoint.h"
 
 namespace tern {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::fixtures_dir;
+using testing::load_error;
+using testing::relative_error;
+using testing::write_model;
 using testing::read_json;
 
 constexpr int64_t kGroup = 32;
@@ -54,18 +58,6 @@ struct Twins {
   fs::path mxfp4;  // `X_blocks` / `X_scales` for the experts, quantization_config in config.json
   fs::path f32;    // the same experts dequantized exactly, as `X` in the bf16 layout; everything else as in bf16
 };
-
-void write_model(const fs::path& dir, const fs::path& fixture, const std::vector<TensorInfo>& tensors,
-                 const nlohmann::json& config) {
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  write_safetensors(dir / "model.safetensors", tensors);
-  std::ofstream(dir / "config.json") << config.dump(2);
-  for (const auto& entry : fs::directory_iterator(fixture)) {
-    const auto name = entry.path().filename();
-    if (name != "config.json" && name != "model.safetensors") fs::create_symlink(entry.path(), dir / name);
-  }
-}
 
 // gpt-oss's own config (modules_to_not_convert as in openai/gpt-oss-20b's config.json).
 nlohmann::json mxfp4_quantization_config() {
@@ -142,31 +134,7 @@ class TwinWriter {
 };
 
 std::vector<float> cpu_logits(const fs::path& dir) {
-  const auto ids = read_json(gpt_oss() / "golden.json")["prompts"].back().get<std::vector<int32_t>>();
-  auto backend = make_cpu_backend(2);
-  auto model = load_model(dir, *backend);
-  SequenceRunner runner(*model, *backend, static_cast<int64_t>(ids.size()));
-  return backend->to_host_f32(runner.append(ids, true));
-}
-
-float relative_error(const std::vector<float>& ours, const std::vector<float>& reference) {
-  EXPECT_EQ(ours.size(), reference.size());
-  float max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < reference.size() && i < ours.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(ours[i] - reference[i]));
-    max_ref = std::max(max_ref, std::abs(reference[i]));
-  }
-  return max_diff / max_ref;
-}
-
-std::string load_error(const fs::path& dir) {
-  try {
-    auto backend = make_cpu_backend(1);
-    load_model(dir, *backend);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::cpu_logits(dir, read_json(gpt_oss() / "golden.json")["prompts"].back().get<std::vector<int32_t>>());
 }
 
 TEST(Mxfp4TwinTest, LogitsEqualTheDequantizedTwin) {
