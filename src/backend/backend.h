@@ -145,6 +145,18 @@ class Backend {
   virtual void export_kv_blocks_to(const KvCache& cache, std::span<const int32_t> blocks, void* payload) = 0;
   virtual void import_kv_blocks_from(KvCache& cache, std::span<const int32_t> blocks,
                                      const KvPayloadView& payload) = 0;
+  // The host tier's twin of a cache (the KV cache manager's host pool): the same layers and element types in the
+  // host memory this backend copies to and from fastest (pinned on CUDA).
+  virtual KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
+                                         int64_t block_size) = 0;
+  // Copies whole blocks between a cache and its host twin (copy_kv_cache_blocks), ordered after the work launched
+  // so far and before any later op's use of the blocks. The host may read or write the twin's memory only after
+  // wait_kv_copies.
+  virtual void copy_kv_blocks(const KvCache& from, std::span<const int32_t> from_blocks, KvCache& to,
+                              std::span<const int32_t> to_blocks) = 0;
+  virtual void wait_kv_copies() {}
+  // Seconds the finished copy_kv_blocks calls took (device time where the backend can tell it).
+  virtual double kv_copy_seconds() { return 0.0; }
   // Memory another process of this host maps too (same-host KV transfer; see shared_buffer.h). Throws tern::Error
   // when it cannot be made, or when `handle` is not one this backend can open.
   virtual std::unique_ptr<SharedBuffer> create_shared_buffer(size_t bytes) = 0;

@@ -1,6 +1,7 @@
 #include "backend/kv_block_transfer.h"
 
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -136,6 +137,54 @@ void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const Kv
   const auto* base = static_cast<const uint8_t*>(payload.data);
   for_each_run(cache, blocks, static_cast<size_t>(payload.num_blocks), static_cast<size_t>(payload.first_block),
                [&](void* memory, size_t offset, size_t bytes) { write(memory, base + offset, bytes); });
+}
+
+void check_kv_cache_copy(const KvCache& from, std::span<const int32_t> from_blocks, const KvCache& to,
+                         std::span<const int32_t> to_blocks) {
+  if (from_blocks.size() != to_blocks.size()) {
+    fail("KV block copy: {} blocks into {}", from_blocks.size(), to_blocks.size());
+  }
+  if (from.layers.size() != to.layers.size() || from.block_size != to.block_size) {
+    fail("KV block copy: a cache of {} layers and {}-token blocks into one of {} and {}", from.layers.size(),
+         from.block_size, to.layers.size(), to.block_size);
+  }
+  check_blocks(from, from_blocks, "copy");
+  check_blocks(to, to_blocks, "copy");
+  for (size_t layer = 0; layer < from.layers.size(); ++layer) {
+    for (const auto [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
+                                                  std::pair{&from.states, &to.states}}) {
+      if (row_bytes(*from_tensors, layer) != row_bytes(*to_tensors, layer)) {
+        fail("KV block copy: layer {} stores {} bytes per token in one cache and {} in the other", layer,
+             row_bytes(*from_tensors, layer), row_bytes(*to_tensors, layer));
+      }
+    }
+  }
+}
+
+void copy_kv_cache_blocks(const KvCache& from, std::span<const int32_t> from_blocks, KvCache& to,
+                          std::span<const int32_t> to_blocks, const KvSegmentCopy& copy,
+                          const std::function<void(int layer)>& layer_done) {
+  check_kv_cache_copy(from, from_blocks, to, to_blocks);
+  for (size_t layer = 0; layer < from.layers.size(); ++layer) {
+    for (const auto [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
+                                                  std::pair{&from.states, &to.states}}) {
+      const size_t block_bytes = row_bytes(*from_tensors, layer) * static_cast<size_t>(from.block_size);
+      if (block_bytes == 0) continue;
+      const auto* source = static_cast<const char*>((*from_tensors)[layer].data);
+      auto* target = static_cast<char*>((*to_tensors)[layer].data);
+      for (size_t i = 0; i < from_blocks.size();) {
+        size_t end = i + 1;
+        while (end < from_blocks.size() && from_blocks[end] == from_blocks[end - 1] + 1 &&
+               to_blocks[end] == to_blocks[end - 1] + 1) {
+          ++end;
+        }
+        copy(target + block_bytes * static_cast<size_t>(to_blocks[i]),
+             source + block_bytes * static_cast<size_t>(from_blocks[i]), block_bytes * (end - i));
+        i = end;
+      }
+    }
+    if (layer_done) layer_done(static_cast<int>(layer));
+  }
 }
 
 int32_t kv_blocks_in_export(std::span<const uint8_t> bytes) { return static_cast<int32_t>(read_header(bytes).num_blocks); }

@@ -51,4 +51,16 @@ void copy_kv_blocks_out(const KvCache& cache, std::span<const int32_t> blocks, v
 void copy_kv_blocks_in(KvCache& cache, std::span<const int32_t> blocks, const KvPayloadView& payload,
                        const KvSegmentWrite& write);
 
+// Copies blocks `from_blocks` of `from` into blocks `to_blocks` of `to`, two caches of the same layers and block
+// size (a device cache and its host tier's twin), layer by layer: `copy` gets each run of blocks consecutive on both
+// sides, `layer_done` each layer once its runs are issued. Throws tern::Error naming a block outside a cache or a
+// layer the caches store differently.
+using KvSegmentCopy = std::function<void(void* to_memory, const void* from_memory, size_t bytes)>;
+// The checks copy_kv_cache_blocks makes, for a backend that copies the blocks its own way.
+void check_kv_cache_copy(const KvCache& from, std::span<const int32_t> from_blocks, const KvCache& to,
+                         std::span<const int32_t> to_blocks);
+void copy_kv_cache_blocks(const KvCache& from, std::span<const int32_t> from_blocks, KvCache& to,
+                          std::span<const int32_t> to_blocks, const KvSegmentCopy& copy,
+                          const std::function<void(int layer)>& layer_done = {});
+
 }  // namespace tern

@@ -47,9 +47,11 @@ std::string read_file(const fs::path& path) {
 
 void BenchDatasetFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--dataset-name", name,
-                 "Where the prompts come from: random (token ids) or text (windows of --dataset-path's text, "
-                 "tokenized with the model's tokenizer; what speculative decoding's acceptance needs)")
-      ->check(CLI::IsMember({"random", "text"}))
+                 "Where the prompts come from: random (token ids), text (windows of --dataset-path's text, "
+                 "tokenized with the model's tokenizer; what speculative decoding's acceptance needs) or multi-turn "
+                 "(--num-prompts conversations of --num-turns turns, each turn's prompt the conversation so far and a "
+                 "new message of --input-len random ids: what a prefix cache and the KV tiers below it serve)")
+      ->check(CLI::IsMember({"random", "text", "multi-turn"}))
       ->capture_default_str();
   cmd.add_option("--dataset-path", path,
                  "text: a file, or a directory whose files are read recursively in sorted path order");

@@ -1,6 +1,6 @@
 #pragma once
 // The prompts of `tern bench` (vLLM's --dataset-name): random token ids, or windows of real text, which speculative
-// decoding needs for its acceptance to mean anything.
+// decoding needs for its acceptance to mean anything. (multi-turn's conversations are bench_multi_turn.h's.)
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <filesystem>

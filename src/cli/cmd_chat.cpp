@@ -132,7 +132,7 @@ void run_chat(const ChatOptions& options) {
          model_dir.string());
   }
   auto model = options.model.load(options.engine.parallel);
-  EngineCore core(*model, options.engine.to_config(), tokenizer_text_streams(tokenizer));
+  EngineCore core(*model, options.engine.to_config(model_dir), tokenizer_text_streams(tokenizer));
   ChatSession session(*chat_template, options.system_prompt);
   const bool terminal = isatty(STDOUT_FILENO) != 0;
   catch_interrupts();

@@ -163,7 +163,7 @@ void add_serve_command(CLI::App& app) {
     config.model.backend = options->model.backend;
     config.model.num_threads = options->model.threads;
     config.model.parallel = options->engine.parallel;
-    config.model.engine = options->engine.to_config();
+    config.model.engine = options->engine.to_config(config.model.model_dir);
     config.model.on_load_progress = load_progress_display();
     config.model.grammar_cache_bytes = static_cast<size_t>(options->grammar_cache_mib) << 20;
     options->output_parsers.apply(config.model);

@@ -1,5 +1,9 @@
 #include "cli/engine_options.h"
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
 #include "cli/load_progress_display.h"
 #include "core/error.h"
 #include "kvcache/kv_cache_budget.h"
@@ -58,9 +62,23 @@ void EngineFlags::add_to(CLI::App& cmd) {
                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (prompt lookup) or '{\"model\": DIR, "
                  "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer); greedy outputs are unchanged, "
                  "sampled ones keep their distribution. Turns --overlap-schedule off");
+  cmd.add_option("--host-kv-cache-memory", host_kv_cache_memory,
+                 "Host-memory tier under the KV cache, e.g. 32GiB (pinned on GPUs; default: none): prefix-cache "
+                 "blocks the device evicts go there, and a later prompt sharing them loads them back instead of "
+                 "recomputing (SGLang's HiCache)");
+  cmd.add_option("--kv-write-policy", kv_write_policy,
+                 "write_back: copy a block to the host tier when the device evicts it; write_through: as soon as it "
+                 "is cached")
+      ->check(CLI::IsMember({"write_back", "write_through"}))->capture_default_str();
+  cmd.add_option("--kv-cache-dir", kv_cache_dir,
+                 "Disk tier under the host tier: blocks evicted from host memory are written to files here, and a "
+                 "restarted server of the same model finds them (default: none)");
+  cmd.add_option("--kv-cache-dir-size", kv_cache_dir_size,
+                 "Most bytes the disk tier's files take (per rank); the oldest go first")
+      ->capture_default_str();
 }
 
-EngineConfig EngineFlags::to_config() const {
+EngineConfig EngineFlags::to_config(const std::filesystem::path& model_dir) const {
   EngineConfig config;
   config.block_size = block_size;
   config.num_kv_blocks = num_kv_blocks;
@@ -79,7 +97,37 @@ EngineConfig EngineFlags::to_config() const {
   config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, parallel.num_redundant_experts);
   config.overlap_schedule = overlap_schedule == "on";
   if (!speculative_config.empty()) config.speculative = parse_speculative_config(speculative_config);
+  if (!host_kv_cache_memory.empty()) {
+    config.host_kv_cache_bytes = parse_byte_size(host_kv_cache_memory, "--host-kv-cache-memory");
+    if (config.host_kv_cache_bytes <= 0) {
+      fail("--host-kv-cache-memory: '{}' must be more than 0 bytes", host_kv_cache_memory);
+    }
+  }
+  config.kv_write_through = kv_write_policy == "write_through";
+  config.kv_cache_dir = kv_cache_dir;
+  config.kv_cache_dir_bytes = parse_byte_size(kv_cache_dir_size, "--kv-cache-dir-size");
+  if (config.kv_cache_dir_bytes <= 0) fail("--kv-cache-dir-size: '{}' must be more than 0 bytes", kv_cache_dir_size);
+  if (!kv_cache_dir.empty()) config.model_identity = model_identity(model_dir);
   return config;
+}
+
+std::string model_identity(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path canonical = fs::weakly_canonical(dir, error);
+  std::string identity = "model " + (error ? dir : canonical).string();
+  std::ifstream config(dir / "config.json", std::ios::binary);
+  identity += "\nconfig " + std::string(std::istreambuf_iterator<char>(config), {});
+  std::vector<fs::path> weights;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    if (entry.path().extension() == ".safetensors") weights.push_back(entry.path());
+  }
+  std::sort(weights.begin(), weights.end());
+  for (const auto& file : weights) {
+    const auto modified = fs::last_write_time(file, error).time_since_epoch().count();
+    identity += fmt::format("\nweights {} {} {}", file.filename().string(), fs::file_size(file, error), modified);
+  }
+  return identity;
 }
 
 void add_parallel_options(CLI::App& cmd, ParallelConfig& parallel) {

@@ -43,10 +43,19 @@ struct EngineFlags {
   std::string policy = "fcfs";
   std::string overlap_schedule = "on";
   std::string speculative_config;  // vLLM's JSON object; empty: no speculative decoding
+  std::string host_kv_cache_memory;  // e.g. "32GiB"; empty: no host tier
+  std::string kv_write_policy = "write_back";
+  std::string kv_cache_dir;
+  std::string kv_cache_dir_size = "64GiB";
 
   void add_to(CLI::App& cmd);
-  EngineConfig to_config() const;
+  // The config for the model in `model_dir` (which names the disk tier's files).
+  EngineConfig to_config(const std::filesystem::path& model_dir) const;
 };
+
+// What a KV cache computed from the model in `dir` is for (EngineConfig::model_identity): its canonical path and
+// config, and each weight file's name, size and modification time, so that replacing the weights changes it.
+std::string model_identity(const std::filesystem::path& dir);
 
 // How the model is spread over ranks (ShardedModel::load), shared by the commands that load a model:
 // --tensor-parallel-size, --expert-parallel-size, --num-redundant-experts, --decode-context-parallel-size and

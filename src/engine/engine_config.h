@@ -2,6 +2,7 @@
 // Engine settings: KV pool size, batching limits, policies.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -36,6 +37,18 @@ struct EngineConfig {
   // scheduling off (a step's token count is known only once its drafts are verified) and, with a draft model,
   // recorded decode steps (the draft's eager steps share the backend).
   std::optional<SpeculativeConfig> speculative;
+  // The KV cache's tiers below the device pool (SGLang's HiCache, vLLM's KV offloading). A host pool of this many
+  // bytes (0: none; pinned memory on CUDA) takes the prefix cache's blocks the device evicts, or every cached block
+  // at once with kv_write_through; a prefix hit there loads them back, layer by layer beside the step's compute.
+  int64_t host_kv_cache_bytes = 0;
+  bool kv_write_through = false;
+  // A disk tier below the host pool (empty: none): host blocks evicted are written to files under this directory,
+  // at most kv_cache_dir_bytes of them, which a restarted engine of the same model finds again.
+  std::string kv_cache_dir;
+  int64_t kv_cache_dir_bytes = int64_t{64} << 30;
+  // What the disk tier's files are for (the commands make it from the model's files): an engine reads only blocks
+  // written under the same identity, backend and KV layout.
+  std::string model_identity;
 };
 
 struct EngineStats {
@@ -58,6 +71,24 @@ struct EngineStats {
   int64_t num_spec_draft_tokens = 0;
   int64_t num_spec_accepted_tokens = 0;
   std::vector<int64_t> num_spec_accepted_tokens_per_pos;
+  // KV cache tiers (EngineConfig::host_kv_cache_bytes, kv_cache_dir): prompt tokens of prefix hits loaded from the
+  // host and the disk tier (part of prefix_hit_tokens); the host pool; what moved between the device and the host
+  // (bytes each way, the copies' device seconds); and the disk tier's traffic.
+  int64_t prefix_host_hit_tokens = 0;
+  int64_t prefix_disk_hit_tokens = 0;
+  int64_t num_host_kv_blocks = 0;
+  int64_t num_host_kv_blocks_cached = 0;
+  int64_t kv_bytes_to_host = 0;
+  int64_t kv_bytes_to_device = 0;
+  double kv_copy_seconds = 0.0;
+  bool kv_disk_tier = false;
+  int64_t kv_disk_blocks = 0;
+  int64_t kv_disk_bytes = 0;
+  int64_t kv_disk_read_bytes = 0;
+  int64_t kv_disk_write_bytes = 0;
+  double kv_disk_read_seconds = 0.0;
+  double kv_disk_write_seconds = 0.0;
+  int64_t kv_disk_corrupt_records = 0;
   // Tokens a verify step yields on average: 1 + kept drafts per verification (0 before any).
   double mean_acceptance_length() const {
     return num_spec_drafts ? 1.0 + static_cast<double>(num_spec_accepted_tokens) / num_spec_drafts : 0.0;

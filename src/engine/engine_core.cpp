@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <cstdio>
 #include <set>
 
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
 #include "engine/draft_model_proposer.h"
+#include "engine/host_pool_disk_tier.h"
 #include "engine/ngram_proposer.h"
 #include "engine/request_field_error.h"
 #include "model/sequence_runner.h"
@@ -102,7 +104,60 @@ std::unique_ptr<Model> load_draft_model(const std::filesystem::path& dir, const 
   return draft;
 }
 
+// The host tier's blocks: as many of the device pool's blocks as host_kv_cache_bytes holds.
+int32_t host_kv_blocks(const EngineConfig& config, const KvCacheBudget& budget) {
+  if (config.host_kv_cache_bytes < 0) fail("--host-kv-cache-memory: {} bytes", config.host_kv_cache_bytes);
+  if (config.host_kv_cache_bytes == 0) {
+    if (!config.kv_cache_dir.empty()) {
+      fail("--kv-cache-dir: the disk tier lies under the host tier; give it one (--host-kv-cache-memory)");
+    }
+    if (config.kv_write_through) fail("--kv-write-policy write_through: needs a host tier (--host-kv-cache-memory)");
+    return 0;
+  }
+  if (!config.enable_prefix_cache) {
+    fail("--host-kv-cache-memory: the host tier holds the prefix cache's blocks; it needs prefix caching (leave out "
+         "--no-enable-prefix-caching)");
+  }
+  if (config.speculative && config.speculative->method == SpeculativeMethod::kDraftModel) {
+    fail("--host-kv-cache-memory: a draft model keeps a KV cache of its own, which the host tier does not hold; use "
+         "it without a draft model (n-gram speculation works)");
+  }
+  if (config.kv_cache_dir_bytes <= 0) fail("--kv-cache-dir-size: {} bytes", config.kv_cache_dir_bytes);
+  const int64_t block_bytes = budget.bytes_per_token * budget.block_size;
+  const int64_t num_blocks = config.host_kv_cache_bytes / block_bytes;
+  if (num_blocks < 1) {
+    fail("--host-kv-cache-memory: {} bytes hold no KV block of {} bytes", config.host_kv_cache_bytes, block_bytes);
+  }
+  if (num_blocks > std::numeric_limits<int32_t>::max()) {
+    fail("--host-kv-cache-memory: {} blocks are more than a pool holds", num_blocks);
+  }
+  return static_cast<int32_t>(num_blocks);
+}
+
 }  // namespace
+
+std::string EngineCore::kv_identity(const EngineConfig& config, int data_parallel_rank) const {
+  const KvCache& cache = runners_.front()->kv_cache();
+  std::string identity = config.model_identity + "\nbackend " + model_.backend(0).name() + "\nlayers " +
+                         kv_layers_summary(cache.layers) + "\nblock " + std::to_string(cache.block_size) +
+                         " tokens\nbytes per layer block";
+  for (size_t l = 0; l < cache.layers.size(); ++l) identity += " " + std::to_string(kv_block_bytes(cache, static_cast<int>(l)));
+  identity += "\ntensor-parallel ranks " + std::to_string(model_.data_parallel() ? 1 : model_.size());
+  if (model_.data_parallel()) identity += "\ndata-parallel rank " + std::to_string(data_parallel_rank);
+  return identity;
+}
+
+void EngineCore::run_tier_copies() {
+  for (size_t k = 0; k < kvs_.size(); ++k) {
+    const std::vector<KvTierCopy> copies = kvs_[k]->take_tier_copies();
+    if (copies.empty()) continue;
+    if (model_.data_parallel()) {
+      runners_[k]->copy_tier_blocks(copies);
+    } else {
+      model_.run_on_ranks([&](int rank) { runners_[rank]->copy_tier_blocks(copies); });
+    }
+  }
+}
 
 int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size) {
   const KvCache probe = backend.allocate_kv_cache(layers, 1, block_size);
@@ -192,21 +247,6 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                    static_cast<long long>(budget_.num_blocks) * scheduler_block_size);
     }
   }
-  const bool data_parallel = model_.data_parallel();
-  std::vector<KvCacheManager*> rank_kvs;
-  for (int r = 0; r < (data_parallel ? num_ranks : 1); ++r) {
-    kvs_.push_back(std::make_unique<KvCacheManager>(budget_.num_blocks, scheduler_block_size, config.enable_prefix_cache,
-                                                    shareable_prefix_tokens(layers), group_sliding_windows(groups)));
-    rank_kvs.push_back(kvs_.back().get());
-  }
-  SchedulerConfig scheduler_config;
-  scheduler_config.max_num_batched_tokens = config.max_num_batched_tokens;
-  scheduler_config.max_num_seqs = config.max_num_seqs;
-  scheduler_config.max_model_len = max_model_len_;
-  scheduler_config.enable_chunked_prefill = config.enable_chunked_prefill;
-  scheduler_config.policy = config.policy;
-  scheduler_config.eos_token_ids = model_.config().eos_token_ids;
-  scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), std::move(rank_kvs), std::move(text_streams));
   overlap_schedule_ = config.overlap_schedule && !config.speculative;
   const bool draft_model_runs = draft_model != nullptr;
   if (config.speculative) {
@@ -222,6 +262,15 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
       std::fprintf(stderr, "tern: speculative decoding: %s, %d tokens per step\n",
                    std::string(speculative_method_name(speculative.method)).c_str(), num_speculative_tokens_);
     }
+  }
+  const bool data_parallel = model_.data_parallel();
+  const int32_t num_host_blocks = host_kv_blocks(config, budget_);
+  if (config.log_kv_cache && num_host_blocks > 0) {
+    std::fprintf(stderr, "tern: host KV cache: %d blocks = %lld tokens, %.1f MiB%s (%s)%s%s\n", num_host_blocks,
+                 static_cast<long long>(num_host_blocks) * scheduler_block_size,
+                 static_cast<double>(num_host_blocks) * budget_.bytes_per_token * budget_.block_size / 1048576.0,
+                 num_ranks > 1 ? " on each rank" : "", config.kv_write_through ? "write-through" : "write-back",
+                 config.kv_cache_dir.empty() ? "" : "; disk tier in ", config.kv_cache_dir.c_str());
   }
   runners_.resize(static_cast<size_t>(num_ranks));
   const auto record_start = std::chrono::steady_clock::now();
@@ -244,11 +293,40 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
           model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks, budget_.block_size), -1, 0,
           samples, data_parallel_rank);
     }
+    if (num_host_blocks > 0) runners_[rank]->allocate_host_kv_cache(num_host_blocks);
   });
   if (config.log_kv_cache && recorded[0] > 0) {
     std::fprintf(stderr, "tern: recorded decode steps for %d batch sizes in %.2f s\n", recorded[0],
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count());
   }
+  std::vector<KvCacheManager*> rank_kvs;
+  for (int r = 0; r < (data_parallel ? num_ranks : 1); ++r) {
+    KvTierConfig tiers;
+    tiers.num_host_blocks = num_host_blocks;
+    tiers.write_through = config.kv_write_through;
+    if (!config.kv_cache_dir.empty()) {
+      // A data-parallel rank's tier holds its own runner's blocks; tensor-parallel ranks write theirs together.
+      std::vector<ModelRunner*> ranks;
+      for (int t = 0; t < num_ranks; ++t) {
+        if (!data_parallel || t == r) ranks.push_back(runners_[static_cast<size_t>(t)].get());
+      }
+      disk_tiers_.push_back(std::make_unique<HostPoolDiskTier>(
+          std::move(ranks), config.kv_cache_dir, kv_identity(config, r), config.kv_cache_dir_bytes));
+      tiers.disk = disk_tiers_.back().get();
+    }
+    kvs_.push_back(std::make_unique<KvCacheManager>(budget_.num_blocks, scheduler_block_size, config.enable_prefix_cache,
+                                                    shareable_prefix_tokens(layers), group_sliding_windows(groups),
+                                                    tiers));
+    rank_kvs.push_back(kvs_.back().get());
+  }
+  SchedulerConfig scheduler_config;
+  scheduler_config.max_num_batched_tokens = config.max_num_batched_tokens;
+  scheduler_config.max_num_seqs = config.max_num_seqs;
+  scheduler_config.max_model_len = max_model_len_;
+  scheduler_config.enable_chunked_prefill = config.enable_chunked_prefill;
+  scheduler_config.policy = config.policy;
+  scheduler_config.eos_token_ids = model_.config().eos_token_ids;
+  scheduler_ = std::make_unique<Scheduler>(std::move(scheduler_config), std::move(rank_kvs), std::move(text_streams));
 }
 
 void EngineCore::fit_max_model_len_to_cache(const std::vector<KvCacheGroup>& groups, int32_t scheduler_block_size,
@@ -383,6 +461,7 @@ void EngineCore::with_cached_prompt_blocks(std::span<const int32_t> prompt, int3
   }
   SequenceBlocks cached;
   kvs_.front()->match_prefix(cached, prompt);
+  run_tier_copies();  // blocks of the prefix in the host tier come back first
   const int32_t num_cached = cached.num_blocks();
   const int32_t begin = std::clamp(first_block, 0, num_cached);
   const int32_t end = std::clamp(begin + std::max(max_blocks, 0), begin, num_cached);
@@ -422,6 +501,7 @@ int32_t EngineCore::import_prompt_blocks(std::span<const int32_t> prompt, int32_
          first_block + num_blocks, prompt.size(), reusable, block_size);
   }
   const auto to_fill = kvs_.front()->import_prefix(prompt, first_block, num_blocks);
+  run_tier_copies();  // blocks the import evicted go to the host tier before they are filled
   // to_fill is the blocks cached already (-1) followed by the new ones.
   const auto first_new = std::find_if(to_fill.begin(), to_fill.end(), [](int32_t b) { return b >= 0; });
   const std::vector<int32_t> fresh(first_new, to_fill.end());
@@ -479,6 +559,30 @@ EngineStats EngineCore::stats() const {
     prefix.num_hit_tokens += kv->prefix_stats().num_hit_tokens;
   }
   s.kv_usage = 1.0 - static_cast<double>(s.num_free_kv_blocks) / s.num_kv_blocks;
+  // A block is as many bytes on every rank; tensor-parallel ranks move their shares of each block together.
+  const int64_t block_bytes = budget_.bytes_per_token * budget_.block_size * (model_.data_parallel() ? 1 : model_.size());
+  for (const auto& kv : kvs_) {
+    s.prefix_host_hit_tokens += kv->prefix_stats().num_host_hit_tokens;
+    s.prefix_disk_hit_tokens += kv->prefix_stats().num_disk_hit_tokens;
+    s.num_host_kv_blocks += kv->tier_stats().num_host_blocks;
+    s.num_host_kv_blocks_cached += kv->tier_stats().num_host_blocks_cached;
+    s.kv_bytes_to_host += kv->tier_stats().num_blocks_to_host * block_bytes;
+    s.kv_bytes_to_device += kv->tier_stats().num_blocks_to_device * block_bytes;
+  }
+  if (s.num_host_kv_blocks > 0) {
+    for (const auto& runner : runners_) s.kv_copy_seconds += runner->kv_copy_seconds();
+  }
+  s.kv_disk_tier = !disk_tiers_.empty();
+  for (const auto& disk : disk_tiers_) {
+    const KvDiskStoreStats d = disk->stats();
+    s.kv_disk_blocks += d.num_blocks;
+    s.kv_disk_bytes += d.num_bytes;
+    s.kv_disk_read_bytes += d.num_read_bytes;
+    s.kv_disk_write_bytes += d.num_write_bytes;
+    s.kv_disk_read_seconds += d.read_seconds;
+    s.kv_disk_write_seconds += d.write_seconds;
+    s.kv_disk_corrupt_records += d.num_corrupt;
+  }
   s.prefix_query_tokens = prefix.num_query_tokens;
   s.prefix_hit_tokens = prefix.num_hit_tokens;
   s.prefix_hit_rate = prefix.hit_rate();

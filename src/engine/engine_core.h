@@ -11,6 +11,7 @@
 
 #include "engine/draft_proposer.h"
 #include "engine/engine_config.h"
+#include "engine/host_pool_disk_tier.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -96,6 +97,10 @@ class EngineCore {
                                   bool max_model_len_given);
   // Launches the plan on every rank.
   std::vector<PendingStep> launch(const StepPlan& plan);
+  // What the disk tier's files of a KV cache manager are for: the model, backend, KV layout and rank.
+  std::string kv_identity(const EngineConfig& config, int data_parallel_rank) const;
+  // Runs the tier copies decided outside a step (prefill/decode KV export and import) at once.
+  void run_tier_copies();
   ModelRunner& leader() { return *runners_.front(); }
   void require_one_rank(const char* what) const;
   // The step's result from each rank's: rank 0's, or under data parallelism every rank's tokens in plan order.
@@ -113,6 +118,7 @@ class EngineCore {
   ShardedModel& model_;
   int64_t max_model_len_ = 0;
   KvCacheBudget budget_;
+  std::vector<std::unique_ptr<HostPoolDiskTier>> disk_tiers_;  // one per KV cache manager, with a disk tier
   std::vector<std::unique_ptr<KvCacheManager>> kvs_;  // one, or one per data-parallel rank
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<ModelRunner>> runners_;  // one per rank

@@ -134,7 +134,31 @@ PendingStep ModelRunner::launch_verify(const StepPlan& plan, const ForwardBatch&
   return pending;
 }
 
+void ModelRunner::allocate_host_kv_cache(int32_t num_blocks) {
+  host_cache_ = backend_.allocate_host_kv_cache(model_.kv_layers(), num_blocks, cache_.block_size);
+}
+
+void ModelRunner::copy_tier_blocks(std::span<const KvTierCopy> copies) {
+  // Runs of one direction go in one call, which the backend issues layer by layer.
+  for (size_t i = 0; i < copies.size();) {
+    const KvTierCopy::Direction direction = copies[i].direction;
+    std::vector<int32_t> device_blocks;
+    std::vector<int32_t> host_blocks;
+    for (; i < copies.size() && copies[i].direction == direction; ++i) {
+      device_blocks.push_back(copies[i].device_block);
+      host_blocks.push_back(copies[i].host_block);
+    }
+    if (direction == KvTierCopy::Direction::kToHost) {
+      backend_.copy_kv_blocks(cache_, device_blocks, host_cache_, host_blocks);
+    } else {
+      backend_.copy_kv_blocks(host_cache_, host_blocks, cache_, device_blocks);
+    }
+  }
+}
+
 PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
+  const size_t tier_index = data_parallel_rank_ >= 0 ? static_cast<size_t>(data_parallel_rank_) : 0;
+  if (tier_index < whole_plan.kv_tier_copies.size()) copy_tier_blocks(whole_plan.kv_tier_copies[tier_index]);
   apply_sequence_changes(whole_plan);
   PendingStep pending;
   if (whole_plan.chunks.empty()) return pending;

@@ -59,6 +59,14 @@ class ModelRunner {
   void import_kv_blocks_from(std::span<const int32_t> blocks, const KvPayloadView& payload) {
     backend_.import_kv_blocks_from(cache_, blocks, payload);
   }
+  // The host tier's pool of `num_blocks` blocks, the twin of the device cache (Backend::allocate_host_kv_cache).
+  void allocate_host_kv_cache(int32_t num_blocks);
+  KvCache& host_kv_cache() { return host_cache_; }
+  // Runs copies between the device cache and the host tier, in order (see StepPlan::kv_tier_copies); launch runs
+  // the plan's. Until wait_kv_copies returns, the host must neither read nor write the host tier's memory.
+  void copy_tier_blocks(std::span<const KvTierCopy> copies);
+  void wait_kv_copies() { backend_.wait_kv_copies(); }
+  double kv_copy_seconds() { return backend_.kv_copy_seconds(); }
   // Records the decode step of every batch-size bucket now (at start), so no step pays for a recording later.
   // Returns the number of buckets recorded (0 where the backend does not record).
   int record_decode_steps();
@@ -80,6 +88,7 @@ class ModelRunner {
   Model& model_;
   Backend& backend_;
   KvCache cache_;
+  KvCache host_cache_;  // the host tier's twin of cache_ (no blocks without one)
   int32_t scratch_block_ = -1;
   bool samples_tokens_ = true;
   int32_t data_parallel_rank_ = -1;

@@ -131,6 +131,9 @@ StepPlan Scheduler::schedule(const DraftTokens& drafts) {
   int32_t budget = config_.max_num_batched_tokens;
   // Admitting new work in a step that had to preempt would only preempt again.
   if (!schedule_running(plan, budget, drafts)) schedule_waiting(plan, budget);
+  // The tier copies decided since the last plan (prefix hits loaded from the host, evictions written back, and
+  // update()'s write-through copies) run before this step's compute.
+  for (KvCacheManager* kv : kvs_) plan.kv_tier_copies.push_back(kv->take_tier_copies());
   return plan;
 }
 
@@ -222,18 +225,12 @@ int32_t Scheduler::match_prefix_on_best_rank(Sequence& seq) {
   if (seq.rank_fixed || kvs_.size() == 1) return kv(seq).match_prefix(seq.blocks, seq.token_ids);
   std::vector<RankLoad> loads(kvs_.size());
   for (const Sequence* running : running_) ++loads[static_cast<size_t>(running->rank)].num_running;
-  std::vector<SequenceBlocks> matches(kvs_.size());
   for (size_t r = 0; r < kvs_.size(); ++r) {
     loads[r].num_available_blocks = kvs_[r]->num_available_blocks();
-    loads[r].num_cached_tokens = kvs_[r]->match_prefix(matches[r], seq.token_ids);
+    loads[r].num_cached_tokens = kvs_[r]->cached_prefix_tokens(seq.token_ids);
   }
-  const int best = pick_data_parallel_rank(loads);
-  for (size_t r = 0; r < kvs_.size(); ++r) {
-    if (static_cast<int>(r) != best) kvs_[r]->free(matches[r]);
-  }
-  seq.rank = best;
-  seq.blocks = std::move(matches[static_cast<size_t>(best)]);
-  return loads[static_cast<size_t>(best)].num_cached_tokens;
+  seq.rank = pick_data_parallel_rank(loads);
+  return kv(seq).match_prefix(seq.blocks, seq.token_ids);
 }
 
 bool Scheduler::ends_with_token_in_flight(const Sequence& seq) const {

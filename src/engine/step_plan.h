@@ -8,6 +8,7 @@
 
 #include "engine/request.h"
 #include "engine/sampling_params.h"
+#include "kvcache/kv_tier_copy.h"
 
 namespace tern {
 
@@ -41,6 +42,9 @@ struct StepPlan {
   std::vector<NewSequence> new_sequences;
   std::vector<uint64_t> finished_sequence_ids;  // the runner drops their state
   std::vector<ScheduledChunk> chunks;
+  // Per KV cache manager (one, or one per data-parallel rank): copies between its device pool and host tier, to
+  // run in order before the step's compute (empty without a host tier).
+  std::vector<std::vector<KvTierCopy>> kv_tier_copies;
 
   int64_t num_tokens() const {
     int64_t total = 0;

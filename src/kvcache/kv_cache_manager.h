@@ -5,10 +5,13 @@
 // memory behind the blocks belongs to the model runner.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "kvcache/block_pool.h"
+#include "kvcache/kv_disk_tier.h"
+#include "kvcache/kv_tier_copy.h"
 #include "kvcache/radix_cache.h"
 
 namespace tern {
@@ -28,7 +31,27 @@ struct PrefixCacheStats {
   int64_t num_queries = 0;
   int64_t num_query_tokens = 0;
   int64_t num_hit_tokens = 0;
+  // Of num_hit_tokens, those whose blocks came back from the host tier and from the disk tier.
+  int64_t num_host_hit_tokens = 0;
+  int64_t num_disk_hit_tokens = 0;
   double hit_rate() const { return num_query_tokens ? static_cast<double>(num_hit_tokens) / num_query_tokens : 0.0; }
+};
+
+// The tiers below the device pool (SGLang's HiCache, vLLM's KV offloading).
+struct KvTierConfig {
+  int32_t num_host_blocks = 0;  // the host pool's blocks; 0: no host tier
+  // Copy each block to the host when the prefix cache takes it (write_through) rather than when the device evicts
+  // it (write-back, the default).
+  bool write_through = false;
+  KvDiskTier* disk = nullptr;  // the tier below the host pool (null: none)
+};
+
+// What moved between the tiers so far, in blocks.
+struct KvTierStats {
+  int32_t num_host_blocks = 0;
+  int32_t num_host_blocks_cached = 0;  // holding a cached prefix
+  int64_t num_blocks_to_host = 0;
+  int64_t num_blocks_to_device = 0;
 };
 
 // The most blocks a sequence of `num_tokens` tokens holds over KV cache groups of these sliding windows (0: a
@@ -43,8 +66,10 @@ class KvCacheManager {
   // `group_sliding_windows`: one entry per KV cache group (KvCacheGroup), 0 for a group whose layers read every
   // token, else the group's window: its blocks that no later query reads are dropped from the sequence's table.
   // Every group's blocks come from the one pool.
+  // `tiers`: a host tier (and a disk tier below it) under the prefix cache; needs prefix caching.
   KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_cache,
-                 int64_t max_shared_prefix_tokens = 0, std::vector<int64_t> group_sliding_windows = {0});
+                 int64_t max_shared_prefix_tokens = 0, std::vector<int64_t> group_sliding_windows = {0},
+                 KvTierConfig tiers = {});
 
   int32_t block_size() const { return block_size_; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
@@ -70,8 +95,19 @@ class KvCacheManager {
   // Gives a sequence that holds no blocks the longest cached prefix of `tokens`, in whole blocks, always leaving
   // at least one token to compute (its logits are needed). A prefix counts only where every keep-all group has
   // all of its blocks and every sliding-window group those of its window before the prefix's end; the tokens after
-  // it are recomputed. Returns the number of cached tokens.
+  // it are recomputed. Blocks of the prefix in the host or disk tier are loaded into device blocks (disk reads now,
+  // copies to the device by take_tier_copies), as far as the pool has room. Returns the number of cached tokens.
   int32_t match_prefix(SequenceBlocks& seq, std::span<const int32_t> tokens);
+  // The tokens match_prefix would find in any tier, without loading anything.
+  int32_t cached_prefix_tokens(std::span<const int32_t> tokens);
+  // The copies between the device pool and the host tier decided since the last call, which must run, in order,
+  // before the next step's compute (KvTierCopy).
+  std::vector<KvTierCopy> take_tier_copies();
+  const KvTierStats& tier_stats() const { return tier_stats_; }
+  // Host blocks free or held by the prefix cache alone (none is pinned between plans); 0 without a host tier.
+  int32_t num_available_host_blocks() const {
+    return host_pool_ ? host_pool_->num_free_blocks() + host_pool_->num_cached_idle_blocks() : 0;
+  }
   // For KV computed by another engine (prefill/decode disaggregation), in a model of one KV cache group: makes
   // blocks [first_block, first_block + num_blocks) of `tokens` cached, allocating and inserting into the prefix
   // cache those not cached yet. Returns one entry per block of that range, in order: the block id the caller must
@@ -80,7 +116,7 @@ class KvCacheManager {
   // not cached (its KV never arrived or was evicted), so no cached path ever has a hole.
   std::vector<int32_t> import_prefix(std::span<const int32_t> tokens, int32_t first_block, int32_t num_blocks);
   // Counts one admitted request's prefix lookup in the hit statistics (a request that waits and matches again
-  // is counted once, when it is admitted).
+  // is counted once, when it is admitted), with the tiers of the last match_prefix's hit.
   void record_prefix_query(int64_t num_query_tokens, int64_t num_hit_tokens);
   // For a step that computes the sequence's tokens [num_computed_tokens, num_tokens): first drops the blocks of
   // sliding-window groups that no query from `num_computed_tokens` on reads (to the pool, or to the prefix cache's
@@ -114,13 +150,34 @@ class KvCacheManager {
                                                     int32_t num_blocks);
   // Makes `node` the end of the sequence's cached path (null: none), keeping the nodes' sequence counts.
   void hang_from(SequenceBlocks& seq, RadixNode* node);
+  // The cached prefix of `tokens` in every tier (see match_prefix): the radix tree's nodes along it and, per group
+  // and block, the device block or where else the block is (kOnHost, kOnDisk, kNoBlock).
+  struct PrefixLookup {
+    std::vector<RadixNode*> path;
+    std::vector<std::vector<int32_t>> where;  // [group][block]
+    int32_t num_hit_blocks = 0;
+  };
+  PrefixLookup look_up_prefix(std::span<const int32_t> tokens);
+  // Brings the looked-up hit's blocks that queries after it read into device blocks, each referenced once for the
+  // caller in `device` ([group][block], kNoBlock where not brought); returns how many leading blocks made it (fewer
+  // when the pool ran dry or a disk record failed its check).
+  int32_t bring_to_device(PrefixLookup& lookup, std::span<const int32_t> tokens,
+                          std::vector<std::vector<int32_t>>& device);
+  std::optional<int32_t> allocate_device_block();
+  std::optional<int32_t> allocate_host_block();
 
   int32_t block_size_;
   BlockPool pool_;
   std::vector<int64_t> group_sliding_windows_;
   int32_t max_shared_blocks_;  // whole blocks of a sequence that the prefix cache may hold and match
+  std::unique_ptr<BlockPool> host_pool_;  // null without a host tier
+  bool write_through_ = false;
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
   PrefixCacheStats stats_;
+  KvTierStats tier_stats_;
+  // The tiers of the last match_prefix's hit, in tokens, counted by record_prefix_query.
+  int64_t last_host_hit_tokens_ = 0;
+  int64_t last_disk_hit_tokens_ = 0;
 };
 
 }  // namespace tern

@@ -117,6 +117,39 @@ std::string ServerMetrics::render(const std::optional<EngineStats>& engine,
     gauge(out, "tern:prefix_cache_hit_rate", "Prefix cache hits over queries, in tokens.", engine->prefix_hit_rate);
     counter(out, "tern:num_preemptions_total", "Sequences preempted for lack of KV cache.",
             static_cast<double>(engine->num_preemptions));
+    if (engine->num_host_kv_blocks > 0) {
+      out += "# HELP tern:prefix_cache_tier_hits_total Prompt tokens of prefix hits loaded back from a lower KV cache "
+             "tier (part of tern:prefix_cache_hits_total).\n# TYPE tern:prefix_cache_tier_hits_total counter\n";
+      out += fmt::format("tern:prefix_cache_tier_hits_total{{tier=\"host\"}} {}\n", engine->prefix_host_hit_tokens);
+      out += fmt::format("tern:prefix_cache_tier_hits_total{{tier=\"disk\"}} {}\n", engine->prefix_disk_hit_tokens);
+      gauge(out, "tern:host_kv_cache_blocks", "KV cache blocks in the host tier's pool.",
+            static_cast<double>(engine->num_host_kv_blocks));
+      gauge(out, "tern:host_kv_cache_usage_perc", "Fraction of the host tier's blocks holding cached prefixes.",
+            static_cast<double>(engine->num_host_kv_blocks_cached) / static_cast<double>(engine->num_host_kv_blocks));
+      out += "# HELP tern:kv_offload_bytes_total KV cache bytes copied between the device and the host tier.\n"
+             "# TYPE tern:kv_offload_bytes_total counter\n";
+      out += fmt::format("tern:kv_offload_bytes_total{{direction=\"to_host\"}} {}\n", engine->kv_bytes_to_host);
+      out += fmt::format("tern:kv_offload_bytes_total{{direction=\"to_device\"}} {}\n", engine->kv_bytes_to_device);
+      counter(out, "tern:kv_offload_copy_seconds_total",
+              "Seconds the copies between the device and the host tier took (device time on GPUs); bytes over "
+              "seconds is their bandwidth.", engine->kv_copy_seconds);
+    }
+    if (engine->kv_disk_tier) {
+      gauge(out, "tern:kv_disk_cache_blocks", "KV cache blocks in the disk tier.",
+            static_cast<double>(engine->kv_disk_blocks));
+      gauge(out, "tern:kv_disk_cache_bytes", "Bytes of the disk tier's files.", static_cast<double>(engine->kv_disk_bytes));
+      counter(out, "tern:kv_disk_read_bytes_total", "KV bytes read back from the disk tier.",
+              static_cast<double>(engine->kv_disk_read_bytes));
+      counter(out, "tern:kv_disk_write_bytes_total", "KV bytes written to the disk tier.",
+              static_cast<double>(engine->kv_disk_write_bytes));
+      counter(out, "tern:kv_disk_read_seconds_total", "Seconds spent reading the disk tier.",
+              engine->kv_disk_read_seconds);
+      counter(out, "tern:kv_disk_write_seconds_total", "Seconds spent writing the disk tier.",
+              engine->kv_disk_write_seconds);
+      counter(out, "tern:kv_disk_corrupt_records_total",
+              "Disk tier records refused (checksum, truncation or mismatch) and never served.",
+              static_cast<double>(engine->kv_disk_corrupt_records));
+    }
     if (engine->num_speculative_tokens > 0) {
       counter(out, "tern:spec_decode_num_drafts_total", "Speculative decoding: sequences' draft runs verified.",
               static_cast<double>(engine->num_spec_drafts));

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -154,6 +155,21 @@ class CpuBackend final : public Backend {
     }
     return cache;
   }
+
+  KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
+                                 int64_t block_size) override {
+    return allocate_kv_cache(layers, num_blocks, block_size);
+  }
+
+  void copy_kv_blocks(const KvCache& from, std::span<const int32_t> from_blocks, KvCache& to,
+                      std::span<const int32_t> to_blocks) override {
+    const auto start = std::chrono::steady_clock::now();
+    copy_kv_cache_blocks(from, from_blocks, to, to_blocks,
+                         [](void* target, const void* source, size_t bytes) { std::memcpy(target, source, bytes); });
+    kv_copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  double kv_copy_seconds() override { return kv_copy_seconds_; }
 
   void export_kv_blocks_to(const KvCache& cache, std::span<const int32_t> blocks, void* payload) override {
     copy_kv_blocks_out(cache, blocks, payload, [](const void* memory, void* out, size_t bytes) {
@@ -585,6 +601,7 @@ class CpuBackend final : public Backend {
   cpu::CpuIsa isa_;
   std::shared_ptr<HostCollective> collective_;
   int rank_ = 0;
+  double kv_copy_seconds_ = 0.0;
 };
 
 class CpuBackendGroup final : public BackendGroup {

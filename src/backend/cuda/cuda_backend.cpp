@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -18,6 +19,7 @@
 #include "backend/cuda/cuda_step.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kv_tier_copier.h"
 #include "backend/cuda/nccl_library.h"
 #include "backend/cuda/pinned_ids.h"
 #include "backend/cuda/row_exchange.h"
@@ -191,10 +193,6 @@ class CudaBackend final : public Backend {
   std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& t) override { return pinned_ids_->copy(t, stream_); }
 
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
-    if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
-    auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
-    cache.context_shard = kv_context_shard();
-    const int64_t slots = num_blocks * block_size;
     for (const auto& layer : layers) {
       const int heads = layer.kind == KvLayerKind::mla_latent ? kernels::kMlaDecodeSplitHeads
                                                               : static_cast<int>(layer.num_kv_heads);
@@ -204,31 +202,32 @@ class CudaBackend final : public Backend {
           decode_layers_.whole_context && per_kv_head &&
           kernels::decode_attention_whole_context_supports(layer.key_dim, layer.value_dim, block_size);
     }
-    cache.keys.resize(layers.size());
-    cache.values.resize(layers.size());
-    cache.states.resize(layers.size());
-    // A layer of a second (sliding-window) group stores its blocks in the tensors of the first group's layer it
-    // pairs with: a block id belongs to one group at a time.
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (storage_layer[i] != static_cast<int>(i)) continue;
-      cache.keys[i] = zeros(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].key_dim});
-      cache.values[i] = zeros(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].value_dim});
-      // Layer state (DeepSeek-V4's compressor rows and entries) stays float32, as the compressors' softmax pooling
-      // and the indexer's scores read it.
-      cache.states[i] = zeros(DType::F32, {slots, layers[i].state_dim});
-    }
-    for (size_t i = 0; i < layers.size(); ++i) {
-      cache.keys[i] = cache.keys[static_cast<size_t>(storage_layer[i])];
-      cache.values[i] = cache.values[static_cast<size_t>(storage_layer[i])];
-      cache.states[i] = cache.states[static_cast<size_t>(storage_layer[i])];
-    }
-    return cache;
+    return make_kv_cache(layers, num_blocks, block_size, [&](DType dtype, std::vector<int64_t> shape) {
+      return zeros(dtype, std::move(shape));
+    });
   }
+
+  KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
+                                 int64_t block_size) override {
+    return make_kv_cache(layers, num_blocks, block_size, cuda::KvTierCopier::pinned_zeros);
+  }
+
+  void copy_kv_blocks(const KvCache& from, std::span<const int32_t> from_blocks, KvCache& to,
+                      std::span<const int32_t> to_blocks) override {
+    tier_copier().copy(from, from_blocks, to, to_blocks);
+  }
+
+  void wait_kv_copies() override {
+    if (tier_copier_) tier_copier_->wait();
+  }
+
+  double kv_copy_seconds() override { return tier_copier_ ? tier_copier_->seconds() : 0.0; }
 
   // Payloads in host memory or in a shared buffer (this GPU's or, opened, another's: cudaMemcpyDefault makes that
   // a peer copy). A host payload to import is staged in pinned memory first, so its many small segment copies
   // queue back to back instead of each waiting for a pageable transfer.
   void export_kv_blocks_to(const KvCache& cache, std::span<const int32_t> blocks, void* payload) override {
+    if (tier_copier_) tier_copier_->await_all();
     copy_kv_blocks_out(cache, blocks, payload, [&](const void* memory, void* out, size_t bytes) {
       check(cudaMemcpyAsync(out, memory, bytes, cudaMemcpyDefault, stream_), "export_kv_blocks");
     });
@@ -246,6 +245,7 @@ class CudaBackend final : public Backend {
     }
     KvPayloadView source = payload;
     if (pinned) source.data = pinned;
+    if (tier_copier_) tier_copier_->await_all();
     try {
       copy_kv_blocks_in(cache, blocks, source, [&](void* memory, const void* in, size_t n) {
         check(cudaMemcpyAsync(memory, in, n, cudaMemcpyDefault, stream_), "import_kv_blocks");
@@ -279,6 +279,8 @@ class CudaBackend final : public Backend {
   // host (row_exchange.h), which a recorded graph cannot do, and a graph would replay one step's dispatch.
   std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward) override {
     if (data_parallel()) return std::nullopt;
+    // A capture cannot wait for events recorded outside it.
+    if (tier_copier_) tier_copier_->await_all();
     if (!graphs_) graphs_ = std::make_unique<cuda::StepGraphs>(*allocator_, stream_);
     return graphs_->run(
         batch,
@@ -408,6 +410,7 @@ class CudaBackend final : public Backend {
   Tensor norm_linear_rope_store_kv(PreNorm& input, const Tensor& qkv_weight, const Tensor* qkv_bias,
                                    const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
                                    const StepContext& step) override {
+    await_kv_layer(layer);
     std::optional<PreNormGemv> gemv = pre_norm_gemv(input, qkv_weight, qkv_bias);
     const int64_t q_width = heads.num_heads * heads.head_dim;
     const kernels::RopeSpec spec = rope_spec(table, heads.head_dim, false);
@@ -667,12 +670,14 @@ class CudaBackend final : public Backend {
   }
 
   void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value, const StepContext& step) override {
+    await_kv_layer(layer);
     const KvWrite write = kv_write(cache, layer, key, value, step);
     launch("store_kv", [&] { kernels::launch_store_kv(write.params, stream_); });
   }
 
   void rope_store_kv(Tensor& query, Tensor& key, const Tensor& value, const RopeTable& table, KvCache& cache,
                      int layer, const StepContext& step) override {
+    await_kv_layer(layer);
     require_bf16(query, "rope_store_kv (query)");
     if (query.shape.size() != 3 || query.size(2) != cache.layers.at(layer).key_dim) {
       fail("rope_store_kv: query {} does not have the cache's key_dim {}", shape_string(query.shape),
@@ -691,6 +696,7 @@ class CudaBackend final : public Backend {
   // kernels a layer, 7 us of the 250 us a layer of a batch-128 decode step; docs/BENCHMARKS.md).
   Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
                         const StepContext& step) override {
+    await_kv_layer(layer);
     const int64_t q_width = heads.num_heads * heads.head_dim;
     const int64_t kv_width = heads.num_kv_heads * heads.head_dim;
     const bool fits = qkv.dtype == DType::BF16 && qkv.shape.size() == 2 && qkv.size(1) == q_width + 2 * kv_width &&
@@ -714,6 +720,7 @@ class CudaBackend final : public Backend {
 
   Tensor attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                    const StepContext& step) override {
+    await_kv_layer(layer);
     const auto& ctx = cuda_step(step);
     check_attention_query(query, cache, layer, step, "attention");
     if (cache.context_shard.size > 1) {
@@ -780,6 +787,7 @@ class CudaBackend final : public Backend {
   // per tile of 64 (docs/parallelism.md).
   AttentionPartial partial_attention(const Tensor& query, const KvCache& cache, int layer,
                                      const AttentionParams& params, const StepContext& step) override {
+    await_kv_layer(layer);
     const auto& ctx = cuda_step(step);
     check_attention_query(query, cache, layer, step, "partial_attention");
     if (params.sinks) fail("partial_attention: layer {} has attention sinks, which no rank's share of tokens holds", layer);
@@ -922,6 +930,7 @@ class CudaBackend final : public Backend {
 
   void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate, const CompressorParams& params,
                    const StepContext& step) override {
+    await_kv_layer(layer);
     const auto& ctx = cuda_step(step);
     check_compress_kv(kv, gate, params, step.batch().num_tokens());
     const int64_t rate = params.compress_rate, dim = params.entry_dim;
@@ -949,6 +958,7 @@ class CudaBackend final : public Backend {
 
   Tensor select_compressed(const Tensor& query, const Tensor& head_weights, const KvCache& cache, int layer,
                            const IndexerParams& params, const StepContext& step) override {
+    await_kv_layer(layer);
     const auto& ctx = cuda_step(step);
     if (query.shape.size() != 3) {
       fail("select_compressed: query must be [T, heads, dim], got {}", shape_string(query.shape));
@@ -987,6 +997,7 @@ class CudaBackend final : public Backend {
 
   Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer,
                               const CompressedAttentionParams& params, const StepContext& step) override {
+    await_kv_layer(layer);
     const auto& ctx = cuda_step(step);
     check_compressed_attention(query, cache, layer, params);
     check_tokens(query, step, "compressed_attention");
@@ -1095,6 +1106,7 @@ class CudaBackend final : public Backend {
   // latent): every query head reads the same keys, which the MLA kernel loads once per 64 heads.
   Tensor latent_attention(const Tensor& query, const KvCache& cache, int layer, const AttentionParams& params,
                           const cuda::CudaStepContext& ctx) {
+    await_kv_layer(layer);
     check_latent_attention(query, cache.layers[layer], layer, params);
     const int key_dim = checked_int(cache.layers[layer].key_dim, "key_dim");
     const int value_dim = checked_int(params.values_from_keys, "values_from_keys");
@@ -1416,6 +1428,43 @@ class CudaBackend final : public Backend {
   }
 
   // Where a step's keys and values go in layer `layer` of the cache; the caller sets where they come from.
+  // A cache's tensors, made by `allocate`: keys and values in bf16, layer state (DeepSeek-V4's compressor rows and
+  // entries) in float32, as the compressors' softmax pooling and the indexer's scores read it. A layer of a second
+  // (sliding-window) group stores its blocks in the tensors of the first group's layer it pairs with: a block id
+  // belongs to one group at a time.
+  KvCache make_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
+                        const std::function<Tensor(DType, std::vector<int64_t>)>& allocate) {
+    if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
+    auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
+    cache.context_shard = kv_context_shard();
+    const int64_t slots = num_blocks * block_size;
+    cache.keys.resize(layers.size());
+    cache.values.resize(layers.size());
+    cache.states.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (storage_layer[i] != static_cast<int>(i)) continue;
+      cache.keys[i] = allocate(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].key_dim});
+      cache.values[i] = allocate(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].value_dim});
+      cache.states[i] = allocate(DType::F32, {slots, layers[i].state_dim});
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      cache.keys[i] = cache.keys[static_cast<size_t>(storage_layer[i])];
+      cache.values[i] = cache.values[static_cast<size_t>(storage_layer[i])];
+      cache.states[i] = cache.states[static_cast<size_t>(storage_layer[i])];
+    }
+    return cache;
+  }
+
+  cuda::KvTierCopier& tier_copier() {
+    if (!tier_copier_) tier_copier_ = std::make_unique<cuda::KvTierCopier>(stream_);
+    return *tier_copier_;
+  }
+
+  // Before an op's first use of a layer's KV blocks in a step: the tier copies into or out of them are done.
+  void await_kv_layer(int layer) {
+    if (tier_copier_) tier_copier_->await_layer(layer);
+  }
+
   kernels::KvWriteParams kv_destination(KvCache& cache, int layer, int64_t num_tokens, const StepContext& step) {
     const auto& ctx = cuda_step(step);
     const KvLayerSpec& spec = cached_layer(cache, layer, "store_kv");
@@ -1506,6 +1555,7 @@ class CudaBackend final : public Backend {
   Tensor argmax_workspace_;  // kernels::ArgmaxWorkspace, its tickets at zero between launches
   std::unique_ptr<cuda::Gemm> gemm_;
   std::unique_ptr<cuda::StepGraphs> graphs_;
+  std::unique_ptr<cuda::KvTierCopier> tier_copier_;  // made with the first copy to or from the host tier
 };
 
 }  // namespace
