@@ -6,7 +6,8 @@
 # 2. A Llama-3.1-8B-shaped checkpoint with random bf16 weights (transformers, scripts/gpu/hf_bench.py), and
 #    `tern bench --dataset-name multi-turn` (64 conversations x 8 turns, the device KV limited to 4 GiB) without a
 #    host tier, with one, and with a small host tier over a disk tier. Results go to $OUT.
-#   [TIER_RUNS="off host disk"] bash scripts/gpu/kv_tiers_check.sh
+#   [TIER_RUNS="off host write_through disk"] [CONCURRENCY="16"] [INPUT_LEN=384] [SKIP_TESTS=1] \
+#     bash scripts/gpu/kv_tiers_check.sh
 set -uo pipefail
 root=$(pwd)
 source scripts/gpu/device_env.sh
@@ -23,34 +24,41 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 model_dir=/dev/shm/llama-3.1-8b
-timeout 300 python3 scripts/gpu/hf_bench.py --config .device/tier/configs/llama-3.1-8b.json --out "$model_dir" \
+[ -f "$model_dir/config.json" ] || timeout 300 python3 scripts/gpu/hf_bench.py --config .device/tier/configs/llama-3.1-8b.json --out "$model_dir" \
   --skip-bench 2>&1 | grep -v -i warn | tail -3
-workload=(--dataset-name multi-turn --num-prompts 64 --num-turns 8 --input-len 384 --output-len 64
-          --max-concurrency 16 --prompt-seed 1)
+workload=(--dataset-name multi-turn --num-prompts 64 --num-turns 8 --input-len "${INPUT_LEN:-384}" --output-len 64
+          --prompt-seed 1)
 common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-memory 4GiB --max-num-batched-tokens 8192)
 declare -A tiers=(
   [off]=''
   [host]='--host-kv-cache-memory 48GiB'
+  [write_through]='--host-kv-cache-memory 48GiB --kv-write-policy write_through'
   [disk]="--host-kv-cache-memory 8GiB --kv-cache-dir /tmp/tern-kv-disk --kv-cache-dir-size 48GiB"
 )
 rm -rf /tmp/tern-kv-disk
+for concurrency in ${CONCURRENCY:-16}; do
 for name in ${TIER_RUNS:-off host disk}; do
-  echo "== tern bench multi-turn, tiers: $name ${tiers[$name]}"
+  run="${name}_c${concurrency}_in${INPUT_LEN:-384}"
+  echo "== tern bench multi-turn, --max-concurrency $concurrency, tiers: $name ${tiers[$name]}"
+  rm -rf /tmp/tern-kv-disk
   start=$(date +%s)
   # shellcheck disable=SC2086
-  timeout "${BENCH_TIMEOUT_S:-240}" .device/tier/bin/tern bench "${common[@]}" "${workload[@]}" ${tiers[$name]} \
-    > "$out/multi_turn_$name.json" 2> "$out/multi_turn_$name.err"
+  timeout "${BENCH_TIMEOUT_S:-240}" .device/tier/bin/tern bench "${common[@]}" "${workload[@]}" \
+    --max-concurrency "$concurrency" ${tiers[$name]} > "$out/multi_turn_$run.json" 2> "$out/multi_turn_$run.err"
   rc=$?
   echo "rc $rc, $(( $(date +%s) - start )) s"
-  grep "tern:" "$out/multi_turn_$name.err" | head -4
-  [ "$rc" -eq 0 ] || { tail -5 "$out/multi_turn_$name.err"; status=1; continue; }
-  python3 - "$out/multi_turn_$name.json" "$name" <<'PY'
+  [ "$rc" -eq 0 ] || { tail -5 "$out/multi_turn_$run.err"; status=1; continue; }
+  python3 - "$out/multi_turn_$run.json" "$run" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-m = r.get("multi_turn", {})
-keep = {k: m.get(k) for k in m if any(s in k for s in ("ttft", "throughput", "hit", "cached", "duration", "requests"))}
-print(sys.argv[2], json.dumps(keep)[:1500])
-print(sys.argv[2], "tiers:", json.dumps(r.get("kv_tiers")), "ttft_ms:", json.dumps(r.get("ttft_ms")), "duration_s:", r.get("duration_s"), "output tok/s:", r.get("output_tokens_per_s"))
+m = r["multi_turn"]
+print(sys.argv[2], "TTFT turns>=2 ms:", {k: round(v, 1) for k, v in m["ttft_ms_turns_2_on"].items()},
+      "per turn p50:", [round(x) for x in m["per_turn"]["ttft_ms_p50"]])
+print(sys.argv[2], "duration_s", round(r["duration_s"], 2), "output tok/s", round(r["output_tokens_per_s"], 1),
+      "input tok/s", round(r["input_tokens_per_s"], 1), "hit rate", round(m["prefix_cache"]["hit_rate"], 3),
+      "scheduler ms/step p50/p99", round(r["scheduler_ms_per_step"]["p50"], 3), round(r["scheduler_ms_per_step"]["p99"], 2))
+print(sys.argv[2], "tiers:", json.dumps(r.get("kv_tiers")))
 PY
+done
 done
 exit $status

@@ -116,7 +116,7 @@ int32_t host_kv_blocks(const EngineConfig& config, const KvCacheBudget& budget) 
   }
   if (!config.enable_prefix_cache) {
     fail("--host-kv-cache-memory: the host tier holds the prefix cache's blocks; it needs prefix caching (leave out "
-         "--no-enable-prefix-caching)");
+         "--no-prefix-cache)");
   }
   if (config.speculative && config.speculative->method == SpeculativeMethod::kDraftModel) {
     fail("--host-kv-cache-memory: a draft model keeps a KV cache of its own, which the host tier does not hold; use "
