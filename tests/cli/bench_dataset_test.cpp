@@ -2,11 +2,13 @@
 // on), the report naming the dataset, and the mistakes refused with a reason before any model loads.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "bench_command.h"
 #include "cli/bench_prompts.h"
 #include "core/error.h"
 #include "fixtures.h"
@@ -27,18 +29,6 @@ const std::string kFibonacci =
     "def factorial(n):\n"
     "    return 1 if n < 2 else n * factorial(n - 1)\n";
 
-struct RunResult {
-  int exit_code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 class BenchDataset : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -53,12 +43,8 @@ class BenchDataset : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // `tern bench` on the Python fixture model, small enough for the CPU, with `args` after the common flags.
-  RunResult bench(const std::string& args) const {
-    const std::string command = testing::tern_binary().string() + " bench --model " + kPythonModel.string() +
-                                " --backend cpu --threads 1 --num-kv-blocks 64 --num-prompts 3 --output-len 4 " +
-                                args + " > " + (dir_ / "out").string() + " 2> " + (dir_ / "err").string();
-    const int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir_ / "out"), slurp(dir_ / "err")};
+  testing::BenchRun bench(const std::string& args) const {
+    return testing::run_bench(dir_, "--model " + kPythonModel.string() + " --backend cpu --threads 1 --num-kv-blocks 64 --num-prompts 3 --output-len 4 " + args);
   }
 
   fs::path dir_;
@@ -66,7 +52,7 @@ class BenchDataset : public ::testing::Test {
 
 TEST_F(BenchDataset, TextFromAFile) {
   const fs::path file = dir_ / "corpus" / "a.py";
-  const RunResult result = bench("--input-len 8 --dataset-name text --dataset-path " + file.string());
+  const testing::BenchRun result = bench("--input-len 8 --dataset-name text --dataset-path " + file.string());
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto report = nlohmann::json::parse(result.out);
   const auto num_tokens = Tokenizer::load(kPythonModel).encode(kFibonacci, false).size();
@@ -76,7 +62,7 @@ TEST_F(BenchDataset, TextFromAFile) {
 }
 
 TEST_F(BenchDataset, TextFromADirectoryFilteredByGlob) {
-  const RunResult result = bench("--input-len 8 --dataset-name text --dataset-path " + (dir_ / "corpus").string() +
+  const testing::BenchRun result = bench("--input-len 8 --dataset-name text --dataset-path " + (dir_ / "corpus").string() +
                                  " --dataset-glob '*.py'");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto dataset = nlohmann::json::parse(result.out).at("dataset");
@@ -86,14 +72,14 @@ TEST_F(BenchDataset, TextFromADirectoryFilteredByGlob) {
 }
 
 TEST_F(BenchDataset, RandomByDefault) {
-  const RunResult result = bench("--input-len 8");
+  const testing::BenchRun result = bench("--input-len 8");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(nlohmann::json::parse(result.out).at("dataset"), (nlohmann::json{{"name", "random"}}));
 }
 
 TEST_F(BenchDataset, MistakesAreRefusedWithAReason) {
   const auto refused = [&](const std::string& args, const std::string& reason) {
-    const RunResult result = bench(args);
+    const testing::BenchRun result = bench(args);
     EXPECT_EQ(result.exit_code, 1) << args;
     EXPECT_NE(result.err.find("tern: error: bench: " + reason), std::string::npos) << result.err;
   };

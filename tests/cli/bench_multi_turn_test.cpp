@@ -2,10 +2,11 @@
 // history found in the prefix cache from the second turn on, and the mistakes refused with a reason.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
+#include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
+#include "bench_command.h"
 #include "fixtures.h"
 
 namespace tern {
@@ -14,18 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kLlama = testing::fixtures_dir() / "models" / "llama";  // 512 positions, 512 ids
-
-struct RunResult {
-  int exit_code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 class BenchMultiTurn : public ::testing::Test {
  protected:
@@ -38,12 +27,8 @@ class BenchMultiTurn : public ::testing::Test {
 
   // `tern bench` on the tiny Llama fixture with a small KV pool (64 blocks of 16 tokens), `args` after the common
   // flags.
-  RunResult bench(const std::string& args) const {
-    const std::string command = testing::tern_binary().string() + " bench --model " + kLlama.string() +
-                                " --backend cpu --threads 1 --num-kv-blocks 64 --block-size 16 " + args + " > " +
-                                (dir_ / "out").string() + " 2> " + (dir_ / "err").string();
-    const int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir_ / "out"), slurp(dir_ / "err")};
+  testing::BenchRun bench(const std::string& args) const {
+    return testing::run_bench(dir_, "--model " + kLlama.string() + " --backend cpu --threads 1 --num-kv-blocks 64 --block-size 16 " + args);
   }
 
   fs::path dir_;
@@ -84,7 +69,7 @@ void expect_three_by_three(const nlohmann::json& report, int64_t max_concurrency
 }
 
 TEST_F(BenchMultiTurn, EveryTurnRunsAndFindsItsHistoryCached) {
-  const RunResult result =
+  const testing::BenchRun result =
       bench("--dataset-name multi-turn --num-prompts 3 --num-turns 3 --input-len 20 --output-len 4");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   expect_three_by_three(nlohmann::json::parse(result.out), 3);
@@ -92,7 +77,7 @@ TEST_F(BenchMultiTurn, EveryTurnRunsAndFindsItsHistoryCached) {
 
 // One conversation in flight at a time: the others wait their turn, and every turn still runs.
 TEST_F(BenchMultiTurn, ConversationsTakeTurnsUnderMaxConcurrency) {
-  const RunResult result = bench(
+  const testing::BenchRun result = bench(
       "--dataset-name multi-turn --num-prompts 3 --num-turns 3 --input-len 20 --output-len 4 --max-concurrency 1");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   expect_three_by_three(nlohmann::json::parse(result.out), 1);
@@ -100,7 +85,7 @@ TEST_F(BenchMultiTurn, ConversationsTakeTurnsUnderMaxConcurrency) {
 
 // Without the prefix cache nothing is reused: the hit rate is what the engine reports, not what the prompts share.
 TEST_F(BenchMultiTurn, NoPrefixCacheNoHits) {
-  const RunResult result = bench(
+  const testing::BenchRun result = bench(
       "--dataset-name multi-turn --num-prompts 2 --num-turns 2 --input-len 20 --output-len 4 --no-prefix-cache");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto multi_turn = nlohmann::json::parse(result.out).at("multi_turn");
@@ -110,7 +95,7 @@ TEST_F(BenchMultiTurn, NoPrefixCacheNoHits) {
 
 TEST_F(BenchMultiTurn, MistakesAreRefusedWithAReason) {
   const auto refused = [&](const std::string& args, const std::string& reason) {
-    const RunResult result = bench(args);
+    const testing::BenchRun result = bench(args);
     EXPECT_EQ(result.exit_code, 1) << args;
     EXPECT_NE(result.err.find("tern: error: bench: " + reason), std::string::npos) << result.err;
   };

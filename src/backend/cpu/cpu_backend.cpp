@@ -17,6 +17,7 @@
 #include "backend/cpu/posix_shared_buffer.h"
 #include "backend/cpu/v4_ops.h"
 #include "backend/kv_block_transfer.h"
+#include "backend/kv_cache_tensors.h"
 #include "core/error.h"
 
 namespace tern {
@@ -134,25 +135,8 @@ class CpuBackend final : public Backend {
   }
 
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
-    auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
+    KvCache cache = allocate_kv_cache_tensors(layers, num_blocks, block_size, DType::F32, cpu::host_tensor);
     cache.context_shard = kv_context_shard();
-    const int64_t slots = num_blocks * block_size;
-    cache.keys.resize(layers.size());
-    cache.values.resize(layers.size());
-    cache.states.resize(layers.size());
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (storage_layer[i] != static_cast<int>(i)) continue;
-      const auto& layer = layers[i];
-      cache.keys[i] = host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.key_dim});
-      cache.values[i] = host_tensor(DType::F32, {slots, layer.num_kv_heads, layer.value_dim});
-      cache.states[i] = host_tensor(DType::F32, {slots, layer.state_dim});
-    }
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const auto shared = static_cast<size_t>(storage_layer[i]);
-      cache.keys[i] = cache.keys[shared];
-      cache.values[i] = cache.values[shared];
-      cache.states[i] = cache.states[shared];
-    }
     return cache;
   }
 

@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -14,6 +13,7 @@
 #include "attention/prefill_attention.h"
 #include "backend/backend.h"
 #include "backend/kv_block_transfer.h"
+#include "backend/kv_cache_tensors.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ipc_buffer.h"
 #include "backend/cuda/cuda_step.h"
@@ -202,14 +202,20 @@ class CudaBackend final : public Backend {
           decode_layers_.whole_context && per_kv_head &&
           kernels::decode_attention_whole_context_supports(layer.key_dim, layer.value_dim, block_size);
     }
-    return make_kv_cache(layers, num_blocks, block_size, [&](DType dtype, std::vector<int64_t> shape) {
-      return zeros(dtype, std::move(shape));
-    });
+    KvCache cache = allocate_kv_cache_tensors(layers, num_blocks, block_size, DType::BF16,
+                                              [&](DType dtype, std::vector<int64_t> shape) {
+                                                return zeros(dtype, std::move(shape));
+                                              });
+    cache.context_shard = kv_context_shard();
+    return cache;
   }
 
   KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
                                  int64_t block_size) override {
-    return make_kv_cache(layers, num_blocks, block_size, cuda::KvTierCopier::pinned_zeros);
+    KvCache cache =
+        allocate_kv_cache_tensors(layers, num_blocks, block_size, DType::BF16, cuda::KvTierCopier::pinned_zeros);
+    cache.context_shard = kv_context_shard();
+    return cache;
   }
 
   void copy_kv_blocks(const KvCache& from, std::span<const int32_t> from_blocks, KvCache& to,
@@ -1427,34 +1433,6 @@ class CudaBackend final : public Backend {
     return cache.layers[layer];
   }
 
-  // Where a step's keys and values go in layer `layer` of the cache; the caller sets where they come from.
-  // A cache's tensors, made by `allocate`: keys and values in bf16, layer state (DeepSeek-V4's compressor rows and
-  // entries) in float32, as the compressors' softmax pooling and the indexer's scores read it. A layer of a second
-  // (sliding-window) group stores its blocks in the tensors of the first group's layer it pairs with: a block id
-  // belongs to one group at a time.
-  KvCache make_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
-                        const std::function<Tensor(DType, std::vector<int64_t>)>& allocate) {
-    if (num_blocks <= 0 || block_size <= 0) fail("allocate_kv_cache: {} blocks of {} tokens", num_blocks, block_size);
-    auto [cache, storage_layer] = kv_cache_shape(layers, num_blocks, block_size);
-    cache.context_shard = kv_context_shard();
-    const int64_t slots = num_blocks * block_size;
-    cache.keys.resize(layers.size());
-    cache.values.resize(layers.size());
-    cache.states.resize(layers.size());
-    for (size_t i = 0; i < layers.size(); ++i) {
-      if (storage_layer[i] != static_cast<int>(i)) continue;
-      cache.keys[i] = allocate(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].key_dim});
-      cache.values[i] = allocate(DType::BF16, {slots, layers[i].num_kv_heads, layers[i].value_dim});
-      cache.states[i] = allocate(DType::F32, {slots, layers[i].state_dim});
-    }
-    for (size_t i = 0; i < layers.size(); ++i) {
-      cache.keys[i] = cache.keys[static_cast<size_t>(storage_layer[i])];
-      cache.values[i] = cache.values[static_cast<size_t>(storage_layer[i])];
-      cache.states[i] = cache.states[static_cast<size_t>(storage_layer[i])];
-    }
-    return cache;
-  }
-
   cuda::KvTierCopier& tier_copier() {
     if (!tier_copier_) tier_copier_ = std::make_unique<cuda::KvTierCopier>(stream_);
     return *tier_copier_;
@@ -1465,6 +1443,7 @@ class CudaBackend final : public Backend {
     if (tier_copier_) tier_copier_->await_layer(layer);
   }
 
+  // Where a step's keys and values go in layer `layer` of the cache; the caller sets where they come from.
   kernels::KvWriteParams kv_destination(KvCache& cache, int layer, int64_t num_tokens, const StepContext& step) {
     const auto& ctx = cuda_step(step);
     const KvLayerSpec& spec = cached_layer(cache, layer, "store_kv");
