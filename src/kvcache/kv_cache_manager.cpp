@@ -295,7 +295,6 @@ std::vector<KvTierCopy> KvCacheManager::take_tier_copies() {
     ++(copy.direction == KvTierCopy::Direction::kToHost ? tier_stats_.num_blocks_to_host
                                                          : tier_stats_.num_blocks_to_device);
   }
-  tier_stats_.num_host_blocks = host_pool_->num_blocks();
   tier_stats_.num_host_blocks_cached = host_pool_->num_blocks() - host_pool_->num_free_blocks();
   return copies;
 }

@@ -258,11 +258,8 @@ bool RadixCache::offload(RadixNode& node, int32_t group) {
   std::optional<int32_t> host_block = host_pool_->allocate();
   if (!host_block && evict_host(1) > 0) host_block = host_pool_->allocate();
   if (!host_block) return false;
-  node.host_blocks[group] = *host_block;
-  host_pool_->set_cached(*host_block, true);
-  count_blocks(&node, 0, 1);
+  adopt_host_block(node, group, *host_block);  // the allocation's reference pins it until its copy is taken
   copies_.push_back({KvTierCopy::Direction::kToHost, node.blocks[group], *host_block});
-  pin_host_block(*host_block);
   return true;
 }
 
