@@ -22,6 +22,7 @@ using namespace tern::kernels;
 using tern::bench::check;
 using tern::bench::device_alloc;
 using tern::bench::median_ms;
+using tern::bench::print_device_and_copy_anchor;
 using tern::bench::random_bf16;
 
 namespace {
@@ -94,17 +95,6 @@ void set_split_items(SplitKvParams& p, int num_tokens, int num_splits) {
   p.tokens = upload(tokens);
   p.token_item_begin = upload(item_begin);
   p.num_decode_tokens = num_tokens;
-}
-
-double copy_bandwidth_tbs() {
-  const size_t bytes = size_t{2} << 30;
-  char* src = device_alloc<char>(bytes);
-  char* dst = device_alloc<char>(bytes);
-  check(cudaMemset(src, 1, bytes), "memset");
-  const double ms = median_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); }, 3, 20);
-  cudaFree(src);
-  cudaFree(dst);
-  return 2.0 * bytes / (ms * 1e-3) / 1e12;
 }
 
 void bench_prefill(int num_seqs, int seq_len, int heads, int kv_heads, int head_dim, int reps) {
@@ -268,12 +258,7 @@ void bench_mla(bool prefill, int batch, int context, int heads, int key_dim, int
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const int reps = quick ? 5 : 20;
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs, %.0f MB L2, compute %d.%d\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize / 1e6, prop.major, prop.minor);
-  const double copy_tbs = copy_bandwidth_tbs();
-  std::printf("baseline: device-to-device copy %.2f TB/s (bytes read + written)\n", copy_tbs);
+  const double copy_tbs = print_device_and_copy_anchor();
   bench_prefill(1, 8192, 32, 8, 128, reps);
   bench_prefill(1, 8192, 32, 8, 64, reps);
   bench_prefill(4, 2048, 32, 8, 128, reps);

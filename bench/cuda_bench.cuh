@@ -87,4 +87,27 @@ double graph_median_ms(Fn&& fn, int calls, int warmup, int reps, cudaStream_t st
   return ms / calls;
 }
 
+// The copy anchor: device-to-device bandwidth over 2 GiB, counting bytes read and written.
+inline double copy_bandwidth_tbs() {
+  const size_t bytes = size_t{2} << 30;
+  char* src = device_alloc<char>(bytes);
+  char* dst = device_alloc<char>(bytes);
+  check(cudaMemset(src, 1, bytes), "memset");
+  const double ms = median_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); }, 3, 20);
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * bytes / (ms * 1e-3) / 1e12;
+}
+
+// What every benchmark prints first: the device and the copy anchor measured in the same run (returned, TB/s).
+inline double print_device_and_copy_anchor() {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device: %s, %d SMs, %.0f MB L2, compute %d.%d\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize / 1e6, prop.major, prop.minor);
+  const double copy_tbs = copy_bandwidth_tbs();
+  std::printf("baseline: device-to-device copy %.2f TB/s (bytes read + written)\n", copy_tbs);
+  return copy_tbs;
+}
+
 }  // namespace tern::bench

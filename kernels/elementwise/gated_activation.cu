@@ -1,6 +1,7 @@
 #include <stdexcept>
 
 #include "elementwise/gated_activation.h"
+#include "elementwise/gated_activation_device.cuh"
 
 namespace tern::kernels {
 
@@ -12,14 +13,8 @@ __global__ void gated_activation_kernel(const __nv_bfloat16* gate_up, __nv_bfloa
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / width;
     const int64_t c = i % width;
-    float g = __bfloat162float(gate_up[r * 2 * width + c]);
-    float u = __bfloat162float(gate_up[r * 2 * width + width + c]);
-    if (spec.limit > 0.0f) {
-      g = fminf(g, spec.limit);
-      u = fminf(fmaxf(u, -spec.limit), spec.limit);
-    }
-    const float v = spec.gpt_oss ? (u + 1.0f) * (g / (1.0f + __expf(-g * spec.alpha))) : g / (1.0f + __expf(-g)) * u;
-    out[i] = __float2bfloat16(v);
+    out[i] = __float2bfloat16(gated_activation(__bfloat162float(gate_up[r * 2 * width + c]),
+                                               __bfloat162float(gate_up[r * 2 * width + width + c]), spec));
   }
 }
 

@@ -1,7 +1,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
+#include "elementwise/gated_activation_device.cuh"
 #include "moe/moe_experts.h"
 
 namespace tern::kernels {
@@ -22,49 +24,93 @@ bool moe_few_rows(int64_t num_pairs, int64_t num_experts) {
 namespace {
 
 constexpr int kGroupThreads = 1024;
+constexpr int kGroupWarps = kGroupThreads / 32;
 constexpr int kMaxGroupExperts = 4096;
+constexpr int kGroupExpertsPerThread = kMaxGroupExperts / kGroupThreads;
+static_assert(kGroupWarps == 32, "the scan of the warps' totals is one warp's scan");
 
-// One block: counts the pairs of each local expert, lays the experts' rows out padded to whole tiles, then
-// scatters the pairs into their expert's rows (in no particular order within an expert: rows are independent).
-__global__ void group_pairs_kernel(const int32_t* expert_ids, int64_t num_pairs, int first_expert, int num_experts,
-                                   int64_t max_tiles, MoeGrouping g) {
-  __shared__ int counts[kMaxGroupExperts];
-  __shared__ int cursor[kMaxGroupExperts];
-  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) counts[e] = 0;
-  for (int64_t r = threadIdx.x; r < max_tiles * kMoeTileRows; r += blockDim.x) g.row_pair[r] = -1;
-  for (int64_t b = threadIdx.x; b < max_tiles; b += blockDim.x) g.tile_expert[b] = -1;
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
+__device__ __forceinline__ int padded_rows(int pairs) {
+  return (pairs + kMoeTileRows - 1) / kMoeTileRows * kMoeTileRows;
+}
+
+// Inclusive prefix sum over the warp's lanes.
+__device__ __forceinline__ int warp_inclusive_sum(int v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int other = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += other;
+  }
+  return v;
+}
+
+// One block: counts the pairs of each local expert, lays the experts' rows out padded to whole tiles (a block-wide
+// scan: each thread takes kGroupExpertsPerThread consecutive experts), then scatters the pairs into their expert's
+// rows (in no particular order within an expert: rows are independent). Decode steps have a few pairs and the
+// kernel is pure latency, so every phase is parallel and the block meets at four barriers only.
+__global__ void __launch_bounds__(kGroupThreads) group_pairs_kernel(const int32_t* expert_ids, int64_t num_pairs,
+                                                                    int first_expert, int num_experts,
+                                                                    int64_t max_tiles, MoeGrouping g) {
+  __shared__ int counts[kMaxGroupExperts];  // pairs of each expert, then the next free row of each
+  __shared__ int warp_rows[kGroupWarps];
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const auto local_expert = [&](int64_t i) {
     const int e = expert_ids[i] - first_expert;
-    if (e >= 0 && e < num_experts) atomicAdd(&counts[e], 1);
+    return e >= 0 && e < num_experts ? e : -1;
+  };
+  // A thread's first pair (all of them at decode) is read before the barrier, overlapping the clearing.
+  const int first_pair_expert = threadIdx.x < num_pairs ? local_expert(threadIdx.x) : -1;
+  for (int e = threadIdx.x; e < num_experts; e += kGroupThreads) counts[e] = 0;
+  for (int64_t r = threadIdx.x; r < max_tiles * kMoeTileRows; r += kGroupThreads) g.row_pair[r] = -1;
+  for (int64_t b = threadIdx.x; b < max_tiles; b += kGroupThreads) g.tile_expert[b] = -1;
+  __syncthreads();
+  if (first_pair_expert >= 0) atomicAdd(&counts[first_pair_expert], 1);
+  for (int64_t i = threadIdx.x + kGroupThreads; i < num_pairs; i += kGroupThreads) {
+    const int e = local_expert(i);
+    if (e >= 0) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int row = 0;
-    for (int e = 0; e < num_experts; ++e) {
-      cursor[e] = row;
-      g.expert_rows[e] = row;
-      row += (counts[e] + kMoeTileRows - 1) / kMoeTileRows * kMoeTileRows;
-    }
-    g.expert_rows[num_experts] = row;
+
+  const int first = threadIdx.x * kGroupExpertsPerThread;
+  int pairs[kGroupExpertsPerThread];
+  int rows = 0;
+#pragma unroll
+  for (int k = 0; k < kGroupExpertsPerThread; ++k) {
+    pairs[k] = first + k < num_experts ? counts[first + k] : 0;
+    rows += padded_rows(pairs[k]);
   }
-  __syncthreads();
-  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
-    const int first_tile = cursor[e] / kMoeTileRows;
-    const int tiles = (counts[e] + kMoeTileRows - 1) / kMoeTileRows;
-    for (int b = 0; b < tiles; ++b) g.tile_expert[first_tile + b] = e;
+  const int inclusive = warp_inclusive_sum(rows);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (lane == 31) warp_rows[warp] = inclusive;
+  __syncthreads();  // also: every count is read, so counts[] may now hold the cursors
+  const int warps_inclusive = warp_inclusive_sum(warp_rows[lane]);
+  const int warp_start = __shfl_sync(0xffffffffu, warps_inclusive, warp > 0 ? warp - 1 : 0);
+  int row = (warp > 0 ? warp_start : 0) + inclusive - rows;
+#pragma unroll
+  for (int k = 0; k < kGroupExpertsPerThread; ++k) {
+    const int e = first + k;
+    if (e >= num_experts) break;
+    g.expert_rows[e] = row;
+    counts[e] = row;
+    for (int b = 0; b < pairs[k]; b += kMoeTileRows) g.tile_expert[(row + b) / kMoeTileRows] = e;
+    row += padded_rows(pairs[k]);
   }
+  if (threadIdx.x == kGroupThreads - 1) g.expert_rows[num_experts] = row;  // the last thread ends at the total
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < num_pairs; i += blockDim.x) {
-    const int e = expert_ids[i] - first_expert;
-    if (e >= 0 && e < num_experts) {
-      const int row = atomicAdd(&cursor[e], 1);
-      g.pair_row[i] = row;
-      g.row_pair[row] = static_cast<int32_t>(i);
+
+  const auto place = [&](int64_t i, int e) {
+    if (e >= 0) {
+      const int r = atomicAdd(&counts[e], 1);
+      g.pair_row[i] = r;
+      g.row_pair[r] = static_cast<int32_t>(i);
     } else {
       g.pair_row[i] = -1;
     }
-  }
+  };
+  if (threadIdx.x < num_pairs) place(threadIdx.x, first_pair_expert);
+  for (int64_t i = threadIdx.x + kGroupThreads; i < num_pairs; i += kGroupThreads) place(i, local_expert(i));
 }
 
 // A 64 x 128 output tile per block of 4 warps (2 x 2, each 32 rows x 64 columns as 2 x 8 mma.sync m16n8k16
@@ -186,7 +232,12 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
 constexpr int kSkinnyWarps = 8;
 constexpr int kSkinnyRows = 8;
 
+// With Gated (MoeGemmParams::fuse_gated_activation) a warp takes gate column c and up column c + width of its rows
+// (one read of each input row for both) and writes their activation, from gate and up rounded to bf16 as the
+// unfused path stores them.
+template <bool Gated>
 __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmParams p) {
+  constexpr int kColumns = Gated ? 2 : 1;
   const int expert = p.tile_expert[blockIdx.y];
   if (expert < 0) return;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
@@ -197,30 +248,95 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
   const int num_rows = __syncthreads_count(pair >= 0);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int out_n = p.n / kColumns;
   const int n = blockIdx.x * kSkinnyWarps + warp;
-  if (n >= p.n) return;
-  const __nv_bfloat16* weight = p.weight + (static_cast<int64_t>(expert) * p.n + n) * p.k;
-  const float bias = p.bias ? __bfloat162float(p.bias[static_cast<int64_t>(expert) * p.n + n]) : 0.0f;
+  if (n >= out_n) return;
+  const __nv_bfloat16* weight[kColumns];
+  float bias[kColumns];
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+    const int64_t column = static_cast<int64_t>(expert) * p.n + n + j * out_n;
+    weight[j] = p.weight + column * p.k;
+    bias[j] = p.bias ? __bfloat162float(p.bias[column]) : 0.0f;
+  }
   for (int r0 = 0; r0 < num_rows; r0 += kSkinnyRows) {
     const int rows = min(kSkinnyRows, num_rows - r0);
-    float acc[kSkinnyRows] = {};
+    float acc[kColumns][kSkinnyRows] = {};
     for (int k = lane * 8; k < p.k; k += 32 * 8) {
-      float w[8];
-      load_f32x8(weight + k, w);
+      float w[kColumns][8];
+#pragma unroll
+      for (int j = 0; j < kColumns; ++j) load_f32x8(weight[j] + k, w[j]);
 #pragma unroll
       for (int r = 0; r < kSkinnyRows; ++r) {
         if (r >= rows) break;
         float a[8];
         load_f32x8(p.input + source_row[r0 + r] * p.k + k, a);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r] += w[j] * a[j];
+        for (int j = 0; j < kColumns; ++j) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[j][r] += w[j][i] * a[i];
+        }
       }
     }
 #pragma unroll
-    for (int r = 0; r < kSkinnyRows; ++r) acc[r] = warp_sum(acc[r]);
-    if (lane == 0) {
-      for (int r = 0; r < rows; ++r) p.out[(row0 + r0 + r) * p.n + n] = __float2bfloat16(acc[r] + bias);
+    for (int j = 0; j < kColumns; ++j) {
+#pragma unroll
+      for (int r = 0; r < kSkinnyRows; ++r) acc[j][r] = warp_sum(acc[j][r]);
     }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kSkinnyRows; ++r) {
+        if (r >= rows) break;
+        __nv_bfloat16* out = p.out + (row0 + r0 + r) * out_n + n;
+        if constexpr (Gated) {
+          const float gate = __bfloat162float(__float2bfloat16(acc[0][r] + bias[0]));
+          const float up = __bfloat162float(__float2bfloat16(acc[1][r] + bias[1]));
+          *out = __float2bfloat16(gated_activation(gate, up, p.activation));
+        } else {
+          *out = __float2bfloat16(acc[0][r] + bias[0]);
+        }
+      }
+    }
+  }
+}
+
+// A block per (tile, kActivationColumns columns), a thread per 4 columns of a row (8-byte accesses: width is a
+// multiple of 4 where the grouped GEMMs run), the block's threads spread over its tile's real rows.
+constexpr int kActivationThreads = 128;
+constexpr int kActivationVector = 4;
+constexpr int kActivationColumns = kActivationThreads * kActivationVector;
+static_assert(kActivationThreads >= kMoeTileRows, "a thread reads each row's pair");
+
+struct alignas(8) Bf16x4 {
+  __nv_bfloat162 pair[2];
+};
+
+__global__ void __launch_bounds__(kActivationThreads) moe_gated_activation_kernel(const __nv_bfloat16* gate_up,
+                                                                                  __nv_bfloat16* out,
+                                                                                  MoeGrouping g, int width,
+                                                                                  GatedActivationSpec spec) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int64_t tile = blockIdx.x;
+  if (g.tile_expert[tile] < 0) return;
+  const int64_t row0 = tile * kMoeTileRows;
+  // A tile's real rows come first (the grouping fills an expert's rows in order); the rest are padding.
+  const int num_rows = __syncthreads_count(threadIdx.x < kMoeTileRows && g.row_pair[row0 + threadIdx.x] >= 0);
+  const int c0 = blockIdx.y * kActivationColumns;
+  const int vectors = min(kActivationColumns, width - c0) / kActivationVector;  // a row's in this block
+  for (int i = threadIdx.x; i < num_rows * vectors; i += kActivationThreads) {
+    const int64_t row = row0 + i / vectors;
+    const int c = c0 + (i % vectors) * kActivationVector;
+    const Bf16x4 gate = *reinterpret_cast<const Bf16x4*>(gate_up + row * 2 * width + c);
+    const Bf16x4 up = *reinterpret_cast<const Bf16x4*>(gate_up + row * 2 * width + width + c);
+    Bf16x4 v;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 gf = __bfloat1622float2(gate.pair[h]);
+      const float2 uf = __bfloat1622float2(up.pair[h]);
+      v.pair[h] = __floats2bfloat162_rn(gated_activation(gf.x, uf.x, spec), gated_activation(gf.y, uf.y, spec));
+    }
+    *reinterpret_cast<Bf16x4*>(out + row * width + c) = v;
   }
 }
 
@@ -235,17 +351,50 @@ __global__ void gather_inputs_kernel(const __nv_bfloat16* x, const int32_t* row_
   }
 }
 
-__global__ void combine_kernel(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,
-                               __nv_bfloat16* out, int top_k, int hidden) {
+// A block per (token, 512 columns): at decode a token's row spreads over several blocks (hidden 2048: 4) instead of
+// one block walking it. The token's slots (pair_row, weights) come into shared memory once per block; each thread
+// then brings its 8 columns of up to kCombineSlotsInFlight slot rows at once and sums them in slot order.
+constexpr int kCombineThreads = 64;
+constexpr int kCombineColumns = kCombineThreads * 8;
+constexpr int kCombineSlotsInFlight = 8;
+
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __nv_bfloat16* rows, const int32_t* pair_row,
+                                                                  const float* weights, __nv_bfloat16* out,
+                                                                  int top_k, int hidden) {
+  extern __shared__ int32_t slot_rows[];  // [top_k], then the slots' weights [top_k]
+  float* slot_weights = reinterpret_cast<float*>(slot_rows + top_k);
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int64_t t = blockIdx.x;
-  for (int h = threadIdx.x; h < hidden; h += blockDim.x) {
-    float sum = 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      const int32_t row = pair_row[t * top_k + j];
-      if (row >= 0) sum += weights[t * top_k + j] * __bfloat162float(rows[static_cast<int64_t>(row) * hidden + h]);
-    }
-    out[t * hidden + h] = __float2bfloat16(sum);
+  for (int j = threadIdx.x; j < top_k; j += kCombineThreads) {
+    slot_rows[j] = pair_row[t * top_k + j];
+    slot_weights[j] = weights[t * top_k + j];
   }
+  __syncthreads();
+  const int c = blockIdx.y * kCombineColumns + threadIdx.x * 8;
+  if (c >= hidden) return;
+  float sum[8] = {};
+  for (int j0 = 0; j0 < top_k; j0 += kCombineSlotsInFlight) {
+    int32_t row[kCombineSlotsInFlight];
+    Bf16x8 v[kCombineSlotsInFlight];
+#pragma unroll
+    for (int s = 0; s < kCombineSlotsInFlight; ++s) {
+      row[s] = j0 + s < top_k ? slot_rows[j0 + s] : -1;
+      if (row[s] >= 0) v[s] = *reinterpret_cast<const Bf16x8*>(rows + static_cast<int64_t>(row[s]) * hidden + c);
+    }
+#pragma unroll
+    for (int s = 0; s < kCombineSlotsInFlight; ++s) {
+      if (row[s] < 0) continue;
+      const float w = slot_weights[j0 + s];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(v[s].pair[i]);
+        sum[2 * i] += w * f.x;
+        sum[2 * i + 1] += w * f.y;
+      }
+    }
+  }
+  store_f32x8(out + t * hidden + c, sum);
 }
 
 }  // namespace
@@ -257,8 +406,8 @@ void launch_moe_group_pairs(const int32_t* expert_ids, int64_t num_pairs, int fi
                                 std::to_string(kMaxGroupExperts) + ")");
   }
   if (num_pairs == 0) return;
-  group_pairs_kernel<<<1, kGroupThreads, 0, stream>>>(expert_ids, num_pairs, first_expert, num_experts, max_tiles,
-                                                      grouping);
+  launch_dependent("moe_experts (grouping)", group_pairs_kernel, 1, kGroupThreads, 0, stream, expert_ids, num_pairs,
+                   first_expert, num_experts, max_tiles, grouping);
 }
 
 void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
@@ -266,15 +415,36 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
     throw std::invalid_argument("moe_experts: GEMM of " + std::to_string(p.n) + " x " + std::to_string(p.k) +
                                 " (both must be positive multiples of 8)");
   }
+  if (p.fuse_gated_activation && !p.few_rows) {
+    throw std::invalid_argument("moe_experts: the gated activation fuses into the few-rows GEMM only");
+  }
   if (p.max_tiles == 0) return;
   if (p.max_tiles > 65535) throw std::invalid_argument("moe_experts: too many rows for one launch");
+  if (p.fuse_gated_activation) {
+    const dim3 grid((p.n / 2 + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
+    skinny_gemm_kernel<true><<<grid, kSkinnyWarps * 32, 0, stream>>>(p);
+    return;
+  }
   if (p.few_rows) {
     const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
-    skinny_gemm_kernel<<<grid, kSkinnyWarps * 32, 0, stream>>>(p);
+    skinny_gemm_kernel<false><<<grid, kSkinnyWarps * 32, 0, stream>>>(p);
     return;
   }
   const dim3 grid((p.n + kTileN - 1) / kTileN, static_cast<unsigned>(p.max_tiles));
   grouped_gemm_kernel<<<grid, kGemmThreads, 0, stream>>>(p);
+}
+
+void launch_moe_gated_activation(const __nv_bfloat16* gate_up, __nv_bfloat16* out, const MoeGrouping& grouping,
+                                 int64_t max_tiles, int width, const GatedActivationSpec& spec, cudaStream_t stream) {
+  if (width <= 0 || width % kActivationVector != 0) {
+    throw std::invalid_argument("moe_experts: activation width " + std::to_string(width) + " (a positive multiple of " +
+                                std::to_string(kActivationVector) + ")");
+  }
+  if (max_tiles == 0) return;
+  if (max_tiles > 0x7fffffff) throw std::invalid_argument("moe_experts: too many tiles for one activation");
+  const dim3 grid(static_cast<unsigned>(max_tiles), (width + kActivationColumns - 1) / kActivationColumns);
+  launch_dependent("moe_experts (activation)", moe_gated_activation_kernel, grid, kActivationThreads, 0, stream,
+                   gate_up, out, grouping, width, spec);
 }
 
 void launch_moe_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, int top_k, __nv_bfloat16* out,
@@ -286,8 +456,20 @@ void launch_moe_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, i
 
 void launch_moe_combine(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,
                         __nv_bfloat16* out, int64_t num_tokens, int top_k, int hidden, cudaStream_t stream) {
+  if (hidden % 8 != 0 || hidden <= 0) {
+    throw std::invalid_argument("moe_experts: hidden size " + std::to_string(hidden) +
+                                " for the combine (a positive multiple of 8)");
+  }
+  const size_t slot_bytes = static_cast<size_t>(top_k) * (sizeof(int32_t) + sizeof(float));
+  if (top_k < 0 || slot_bytes > 48 * 1024) {
+    throw std::invalid_argument("moe_experts: top_k " + std::to_string(top_k) + " for the combine (0 to " +
+                                std::to_string(48 * 1024 / (sizeof(int32_t) + sizeof(float))) + ")");
+  }
   if (num_tokens == 0) return;
-  combine_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(rows, pair_row, weights, out, top_k, hidden);
+  if (num_tokens > 0x7fffffff) throw std::invalid_argument("moe_experts: too many tokens for one combine");
+  const dim3 grid(static_cast<unsigned>(num_tokens), (hidden + kCombineColumns - 1) / kCombineColumns);
+  launch_dependent("moe_experts (combine)", combine_kernel, grid, kCombineThreads, slot_bytes, stream, rows, pair_row,
+                   weights, out, top_k, hidden);
 }
 
 }  // namespace tern::kernels

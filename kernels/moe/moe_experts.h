@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "elementwise/gated_activation.h"
+
 namespace tern::kernels {
 
 // Rows of a grouped-GEMM tile: each expert's rows are padded to a multiple of this.
@@ -44,6 +46,11 @@ struct MoeGemmParams {
   // Experts get a few rows each (decode): one warp per output column reads its weight row once for all of a
   // tile's rows instead of a tensor-core tile (then padding rows are left unwritten; nothing reads them).
   bool few_rows = false;
+  // few_rows only: a gate/up projection (n = 2 * width, the gate columns first) whose out is the gated activation
+  // [max_tiles * kMoeTileRows, width] instead: the warp of column c computes gate c and up c + width of its rows,
+  // so the activation needs no kernel and gate/up no round trip through memory.
+  bool fuse_gated_activation = false;
+  GatedActivationSpec activation;
 };
 
 // Whether `num_pairs` pairs over `num_experts` experts are few rows per expert (MoeGemmParams::few_rows).
@@ -51,6 +58,13 @@ bool moe_few_rows(int64_t num_pairs, int64_t num_experts);
 
 // out[r] = input row of r times weight[tile_expert[r / kMoeTileRows]]^T (+ bias).
 void launch_moe_grouped_gemm(const MoeGemmParams& params, cudaStream_t stream);
+
+// out[r] = the gated activation of gate_up[r] ([max_tiles * kMoeTileRows, 2 * width] -> [.., width]) for the rows
+// that hold a pair. A block takes one tile's rows (and up to 512 columns): blocks of unused tiles return after one
+// read, the others cover their tile's real rows only, so a grid sized for the worst case (graphs) costs what the
+// pairs need. Padding rows of out are left unwritten (the down GEMM's outputs for them are never combined).
+void launch_moe_gated_activation(const __nv_bfloat16* gate_up, __nv_bfloat16* out, const MoeGrouping& grouping,
+                                 int64_t max_tiles, int width, const GatedActivationSpec& spec, cudaStream_t stream);
 
 // out[r] = x[row_pair[r] / top_k] for the first `num_rows` rows, zeros for padding rows: the experts' inputs
 // side by side, for per-expert GEMMs that read contiguous rows.

@@ -1,7 +1,8 @@
 #pragma once
 // DeepSeek-V4's compressed attention path over the paged cache (layout in src/backend/compressed_kv.h): the
-// compressors that pool windows of tokens into compressed entries, the Lightning Indexer's top-k choice of entries
-// and attention over a sliding window of keys plus compressed entries. Layer state rows are float32; keys bf16.
+// compressors that pool windows of tokens into compressed entries and attention over a sliding window of keys plus
+// compressed entries (the Lightning Indexer's top-k choice of entries is in v4/indexer_topk.h). Layer state rows are
+// float32; keys bf16.
 // Every grid is sized by the step's tokens (never by context length), so recorded CUDA graphs replay at any length.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -41,28 +42,6 @@ struct CompressKvParams {
 // Writes every token's kv and biased gate into its state row, then the entry of each window a token closes.
 void launch_compress_kv(const CompressKvParams& params, cudaStream_t stream);
 
-struct SelectCompressedParams {
-  const __nv_bfloat16* query = nullptr;         // [num_tokens, num_heads, head_dim], rotated
-  const __nv_bfloat16* head_weights = nullptr;  // [num_tokens, num_heads]
-  const float* states = nullptr;                // [num_slots, state_dim]
-  int state_dim = 0;
-  int entry_offset = 0;  // the indexer's entries in a state row
-  int num_heads = 0;
-  int head_dim = 0;
-  int compress_rate = 0;
-  int top_k = 0;
-  float softmax_scale = 1.0f;
-  float weights_scale = 1.0f;
-  int32_t* selected = nullptr;  // [num_tokens, top_k]: best first, -1 past the closed windows
-  V4Tokens tokens;
-};
-
-constexpr int kMaxIndexerTopK = 2048;
-
-// One block per token: entries of the closed windows scored a block-width at a time and merged into a running
-// top-k in shared memory (equal scores to the lower entry).
-void launch_select_compressed(const SelectCompressedParams& params, cudaStream_t stream);
-
 struct CompressedAttentionParams {
   const __nv_bfloat16* query = nullptr;  // [num_tokens, num_heads, head_dim]
   const __nv_bfloat16* keys = nullptr;   // [num_slots, head_dim]: K = V
@@ -78,12 +57,18 @@ struct CompressedAttentionParams {
   int head_dim = 0;
   float scale = 1.0f;
   __nv_bfloat16* out = nullptr;  // [num_tokens, num_heads, head_dim]
+  // Workspace where compressed_attention_splits(num_tokens) > 1: each split's results, merged afterwards.
+  float* partial_out = nullptr;  // [num_tokens, splits, num_heads, head_dim]
+  float* partial_lse = nullptr;  // [num_tokens, splits, num_heads]
   V4Tokens tokens;
 };
 
 constexpr int kMaxCompressedHeadDim = 512;
 
-// One block per (token, head), an online softmax over the window's keys and the entries in float32.
+// Blocks that share a token's candidates, from the step's token count alone (so that recorded graphs replay).
+int compressed_attention_splits(int num_tokens);
+
+// On tensor cores, 64 heads of a token to a block (v4/compressed_attention.cu); head_dim a multiple of 8.
 void launch_compressed_attention(const CompressedAttentionParams& params, cudaStream_t stream);
 
 }  // namespace tern::kernels

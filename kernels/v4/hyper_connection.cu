@@ -19,6 +19,43 @@ __global__ void hyper_mix_kernel(HyperMixParams p) {
   v4::hyper_mix_row(p.mixes + row, p.base, p.scale, p.num_streams, p.width, p.sinkhorn_iters, p.eps, p.out + row);
 }
 
+// The full weights of V4's 4 streams with a lane per element of the 4 x 4 stream mix (16 lanes a token): Sinkhorn's
+// rounds are a chain of dependent divisions, which one thread per token runs 16 times slower (21 us a call on the
+// H200 with the row in registers, 54 us in global memory). Row sums meet over lanes 1 and 2 apart, column sums over
+// lanes 4 and 8 apart; the CPU reference adds the same four numbers in another order.
+constexpr int kWarpStreams = 4;
+constexpr int kLanesPerToken = kWarpStreams * kWarpStreams;
+
+__device__ __forceinline__ float sum_over_lanes(float v, int first_mask, int second_mask) {
+  v += __shfl_xor_sync(0xffffffffu, v, first_mask);
+  return v + __shfl_xor_sync(0xffffffffu, v, second_mask);
+}
+
+__global__ void hyper_mix_lanes_kernel(HyperMixParams p) {
+  const int t = (blockIdx.x * blockDim.x + threadIdx.x) / kLanesPerToken;
+  const int lane = threadIdx.x % kLanesPerToken;
+  constexpr int n = kWarpStreams;
+  constexpr int width = (2 + n) * n;
+  // Lanes past the last token compute on its row (every lane takes part in the shuffles) and write nothing.
+  const int64_t row = static_cast<int64_t>(min(t, p.num_tokens - 1)) * width;
+  if (lane < 2 * n) {
+    const float x = p.mixes[row + lane] * p.scale[lane < n ? 0 : 1] + p.base[lane];
+    const float w = lane < n ? v4::sigmoid(x) + p.eps : 2.0f * v4::sigmoid(x);
+    if (t < p.num_tokens) p.out[row + lane] = w;
+  }
+  float m = p.mixes[row + 2 * n + lane] * p.scale[2] + p.base[2 * n + lane];
+  float row_max = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+  m = expf(m - row_max);
+  m = m / sum_over_lanes(m, 1, 2) + p.eps;
+  m /= sum_over_lanes(m, 4, 8) + p.eps;
+  for (int i = 1; i < p.sinkhorn_iters; ++i) {
+    m /= sum_over_lanes(m, 1, 2) + p.eps;
+    m /= sum_over_lanes(m, 4, 8) + p.eps;
+  }
+  if (t < p.num_tokens) p.out[row + 2 * n + lane] = m;
+}
+
 // Grid (hidden / threads, tokens): a thread per hidden dim of a token.
 __global__ void hyper_collapse_kernel(const __nv_bfloat16* streams, const float* mix, __nv_bfloat16* out,
                                       int num_streams, int hidden, int mix_width) {
@@ -75,6 +112,11 @@ void launch_hyper_mix(const HyperMixParams& p, cudaStream_t stream) {
     throw std::invalid_argument("hyper_mix: width must be num_streams or (2 + num_streams) * num_streams");
   }
   if (p.num_tokens <= 0) return;
+  if (n == kWarpStreams && p.width == (2 + n) * n) {
+    const int64_t threads = static_cast<int64_t>(p.num_tokens) * kLanesPerToken;
+    hyper_mix_lanes_kernel<<<(threads + kMixThreads - 1) / kMixThreads, kMixThreads, 0, stream>>>(p);
+    return;
+  }
   hyper_mix_kernel<<<(p.num_tokens + kMixThreads - 1) / kMixThreads, kMixThreads, 0, stream>>>(p);
 }
 

@@ -20,7 +20,7 @@ struct HyperMixParams {
   float eps = 0.0f;
 };
 
-// One thread per token (v4::hyper_mix_row).
+// One thread per token (v4::hyper_mix_row); 16 lanes per token for the full weights of 4 streams (V4's).
 void launch_hyper_mix(const HyperMixParams& params, cudaStream_t stream);
 
 // out [T, hidden] = sum_i mix[t, i] * streams[t, i] over the streams, mix [T, mix_width >= num_streams].

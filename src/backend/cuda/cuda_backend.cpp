@@ -35,6 +35,7 @@
 #include "moe/moe_routing.h"
 #include "v4/compressed_kv.h"
 #include "v4/hyper_connection.h"
+#include "v4/indexer_topk.h"
 
 namespace tern {
 
@@ -617,7 +618,6 @@ class CudaBackend final : public Backend {
     Tensor row_pair = allocator_->allocate(DType::I32, {max_rows});
     Tensor tile_expert = allocator_->allocate(DType::I32, {max_tiles});
     Tensor expert_rows = allocator_->allocate(DType::I32, {num_experts + 1});
-    Tensor gate_up = allocator_->allocate(DType::BF16, {max_rows, 2 * intermediate});
     Tensor activated = allocator_->allocate(DType::BF16, {max_rows, intermediate});
     Tensor down = allocator_->allocate(DType::BF16, {max_rows, hidden});
     Tensor out = allocator_->allocate(DType::BF16, {num_tokens, hidden});
@@ -632,11 +632,11 @@ class CudaBackend final : public Backend {
     if (num_pairs >= kPerExpertGemmRows * num_experts && !capturing()) {
       expert_gemms(in, grouping, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
                    gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
-                   gate_up, activated, down);
+                   activated, down);
     } else {
       grouped_gemms(in, grouping, max_tiles, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
                     gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
-                    kernels::moe_few_rows(num_pairs, num_experts), gate_up, activated, down);
+                    kernels::moe_few_rows(num_pairs, num_experts), activated, down);
     }
     launch("moe_experts (combine)", [&] {
       kernels::launch_moe_combine(down.ptr<bf16>(), grouping.pair_row, routing.weights.ptr<float>(), out.ptr<bf16>(),
@@ -997,6 +997,15 @@ class CudaBackend final : public Backend {
     p.weights_scale = params.weights_scale;
     p.selected = out.ptr<int32_t>();
     p.tokens = v4_tokens(ctx, cache, layer);
+    // Splits from the token count alone, so that a recorded step replays at any context length.
+    p.num_splits = kernels::indexer_topk_splits(checked_int(num_tokens, "tokens"), num_sms_);
+    Tensor split_candidates, split_counts;
+    if (p.num_splits > 1) {
+      split_candidates = allocator_->allocate(DType::I64, {num_tokens, p.num_splits, params.top_k});
+      split_counts = allocator_->allocate(DType::I32, {num_tokens, p.num_splits});
+      p.split_candidates = static_cast<uint64_t*>(split_candidates.data);
+      p.split_counts = split_counts.ptr<int32_t>();
+    }
     launch("select_compressed", [&] { kernels::launch_select_compressed(p, stream_); });
     return out;
   }
@@ -1034,6 +1043,13 @@ class CudaBackend final : public Backend {
     p.scale = params.scale;
     p.out = out.ptr<bf16>();
     p.tokens = v4_tokens(ctx, cache, layer);
+    std::optional<Tensor> partial_out, partial_lse;
+    if (const int splits = kernels::compressed_attention_splits(p.tokens.num_tokens); splits > 1) {
+      partial_out = allocator_->allocate(DType::F32, {num_tokens, splits, num_heads, dim});
+      partial_lse = allocator_->allocate(DType::F32, {num_tokens, splits, num_heads});
+      p.partial_out = partial_out->ptr<float>();
+      p.partial_lse = partial_lse->ptr<float>();
+    }
     launch("compressed_attention", [&] { kernels::launch_compressed_attention(p, stream_); });
     return out;
   }
@@ -1207,11 +1223,12 @@ class CudaBackend final : public Backend {
     return status != cudaStreamCaptureStatusNone;
   }
 
-  // gate_up [rows, 2I] -> activated [rows, I] -> down [rows, H] for the grouping's rows, with one kernel each.
+  // gate_up [rows, 2I] -> activated [rows, I] -> down [rows, H] for the grouping's rows, with one kernel each; with
+  // few rows (a warp per output column) the gate_up GEMM writes the activation itself.
   void grouped_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int64_t max_tiles, int top_k,
                      const Tensor& gate_up_weight, const Tensor& down_weight, const Tensor* gate_up_bias,
-                     const Tensor* down_bias, const GluActivation& activation, bool few_rows, Tensor& gate_up,
-                     Tensor& activated, Tensor& down) {
+                     const Tensor* down_bias, const GluActivation& activation, bool few_rows, Tensor& activated,
+                     Tensor& down) {
     const int64_t intermediate = activated.size(1);
     kernels::MoeGemmParams up;
     up.input = in.ptr<bf16>();
@@ -1222,16 +1239,26 @@ class CudaBackend final : public Backend {
     up.max_tiles = max_tiles;
     up.weight = gate_up_weight.ptr<bf16>();
     up.bias = gate_up_bias ? gate_up_bias->ptr<bf16>() : nullptr;
-    up.out = gate_up.ptr<bf16>();
     up.n = checked_int(2 * intermediate, "intermediate size");
     up.k = checked_int(in.size(-1), "hidden size");
     up.few_rows = few_rows;
-    launch("moe_experts (gate_up)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
-    launch("moe_experts (activation)", [&] {
-      kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), activated.size(0), intermediate,
-                                       gated_spec(activation), stream_);
-    });
+    if (few_rows) {
+      up.out = activated.ptr<bf16>();
+      up.fuse_gated_activation = true;
+      up.activation = gated_spec(activation);
+      launch("moe_experts (gate_up, activation)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
+    } else {
+      Tensor gate_up = allocator_->allocate(DType::BF16, {activated.size(0), 2 * intermediate});
+      up.out = gate_up.ptr<bf16>();
+      launch("moe_experts (gate_up)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
+      launch("moe_experts (activation)", [&] {
+        kernels::launch_moe_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), grouping, max_tiles,
+                                             checked_int(intermediate, "intermediate size"), gated_spec(activation),
+                                             stream_);
+      });
+    }
     kernels::MoeGemmParams dn = up;
+    dn.fuse_gated_activation = false;
     dn.input = activated.ptr<bf16>();
     dn.gather_by_pair = false;
     dn.weight = down_weight.ptr<bf16>();
@@ -1246,7 +1273,7 @@ class CudaBackend final : public Backend {
   // the expert's padded rows (multiples of 64, which bounds the GEMM shapes planned).
   void expert_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int top_k, const Tensor& gate_up_weight,
                     const Tensor& down_weight, const Tensor* gate_up_bias, const Tensor* down_bias,
-                    const GluActivation& activation, Tensor& gate_up, Tensor& activated, Tensor& down) {
+                    const GluActivation& activation, Tensor& activated, Tensor& down) {
     const int64_t num_experts = gate_up_weight.size(0);
     const int64_t hidden = in.size(-1);
     const int64_t intermediate = activated.size(1);
@@ -1257,6 +1284,7 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(stream_), "moe_experts (expert rows)");
     const int64_t used_rows = rows.back();
     Tensor inputs = allocator_->allocate(DType::BF16, {used_rows, hidden});
+    Tensor gate_up = allocator_->allocate(DType::BF16, {used_rows, 2 * intermediate});
     launch("moe_experts (gather)", [&] {
       kernels::launch_moe_gather_inputs(in.ptr<bf16>(), grouping.row_pair, top_k, inputs.ptr<bf16>(), used_rows,
                                         checked_int(hidden, "hidden size"), stream_);

@@ -187,22 +187,23 @@ std::filesystem::path v4_without_choices(const std::filesystem::path& dir) {
 // The checkpoint as it is makes choices that rounding decides. transformers' own forward on the H200 (5.17, float32
 // weights under bf16 autocast) misses the goldens (float32, made on a CPU) of the 7- and 40-token prompts by 0.739
 // and 0.354, where a near-tied choice went the other way, and meets the 1-token prompt's at 9.8e-3
-// (docs/BENCHMARKS.md). The CUDA backend's bf16 must do the same: meet the first, and miss the others by as much.
+// (docs/BENCHMARKS.md). The CUDA backend's bf16 may miss them by no more than twice as much.
 class CudaV4ModelTest : public CudaModelTest {};
 
-TEST_P(CudaV4ModelTest, LogitsMissTheGoldensAsTransformersInBf16Does) {
+TEST_P(CudaV4ModelTest, LogitsWithinTwiceTransformersBf16Error) {
   const auto errors = golden_logit_errors();
   ASSERT_EQ(errors.size(), 3u);
-  EXPECT_LE(errors[0], 2e-2) << GetParam();
-  EXPECT_NEAR(errors[1], 0.739, 5e-2) << GetParam();
-  EXPECT_NEAR(errors[2], 0.354, 5e-2) << GetParam();
+  const double transformers_bf16[] = {9.8e-3, 0.739, 0.354};
+  for (size_t i = 0; i < errors.size(); ++i) {
+    EXPECT_LE(errors[i], 2 * transformers_bf16[i]) << GetParam() << " prompt " << i;
+  }
 }
 
 // Without choices, what is left is rounding: transformers' bf16 forward of the same variant departs from its float32
-// one by up to 2.45e-2 on the prompts alone (docs/BENCHMARKS.md), and the decode adds 24 steps to the sequence.
+// one by up to 2.45e-2 on the prompts alone (docs/BENCHMARKS.md); twice that, as for every bf16 kernel.
 TEST_P(CudaV4ModelTest, WithoutChoicesTeacherForcedDecodeMatchesCpuBackend) {
   const auto without_choices = v4_without_choices(dir);
-  expect_teacher_forced_decode_matches_cpu(without_choices, 4e-2);
+  expect_teacher_forced_decode_matches_cpu(without_choices, 4.9e-2);
   std::filesystem::remove_all(without_choices);
 }
 

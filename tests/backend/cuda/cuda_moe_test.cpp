@@ -1,6 +1,9 @@
 // The CUDA mixture-of-experts ops against the CPU reference: router top-k in every scoring mode (ids exactly,
 // weights to float rounding), the expert FFN on each of its three paths (bf16 intermediates, so a bf16
-// tolerance) with biases, gpt-oss's clamped GLU and a rank's share of the experts, and the gated activations.
+// tolerance) with biases, gpt-oss's clamped GLU, clamped SwiGLU and a rank's share of the experts, and the gated
+// activations.
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -43,6 +46,7 @@ struct RouterCase {
   float scaling;
   int64_t groups, top_groups;
   bool bias, hash;
+  bool tied = false;  // logits from four values: most choices are ties, which go to the lower expert
 };
 
 TEST_F(CudaMoeTest, RouteExpertsMatchesCpu) {
@@ -56,11 +60,21 @@ TEST_F(CudaMoeTest, RouteExpertsMatchesCpu) {
       {23, 48, 6, RouterScoring::sqrt_softplus, true, 1.5f, 1, 1, true, false},  // DeepSeek-V4
       {11, 16, 3, RouterScoring::sqrt_softplus, true, 1.0f, 1, 1, false, true},  // DeepSeek-V4 hash layers
       {3, 1000, 32, RouterScoring::softmax, true, 1.0f, 1, 1, false, false},
+      {1, 128, 8, RouterScoring::softmax, true, 1.0f, 1, 1, false, false},   // Qwen3-30B-A3B, one decode token
+      {1, 64, 6, RouterScoring::sqrt_softplus, true, 1.5f, 1, 1, true, false},  // DeepSeek-V4-Flash, one token
+      {2, 48, 6, RouterScoring::sigmoid, true, 1.0f, 4, 2, true, false},    // groups, the experts end mid-warp
+      {7, 1024, 32, RouterScoring::softmax, true, 1.0f, 1, 1, false, false, true},  // 32 experts a lane, ties
+      {9, 256, 8, RouterScoring::sigmoid, true, 2.5f, 8, 4, false, false, true},    // tied groups and experts
+      {4, 40, 5, RouterScoring::sqrt_softplus, false, 1.0f, 1, 1, false, false, true},
   };
   for (const RouterCase& c : cases) {
-    const std::string what = fmt::format("{} tokens, {} experts, top {}, scoring {}, groups {}/{}", c.tokens,
-                                         c.experts, c.top_k, static_cast<int>(c.scoring), c.top_groups, c.groups);
-    const auto logits_values = random_bf16_values(c.tokens * c.experts, 21, 2.0f);
+    const std::string what = fmt::format("{} tokens, {} experts, top {}, scoring {}, groups {}/{}{}", c.tokens,
+                                         c.experts, c.top_k, static_cast<int>(c.scoring), c.top_groups, c.groups,
+                                         c.tied ? ", tied" : "");
+    auto logits_values = random_bf16_values(c.tokens * c.experts, 21, 2.0f);
+    if (c.tied) {
+      for (float& v : logits_values) v = std::round(std::clamp(v, -1.0f, 2.0f));
+    }
     const Tensor cpu_logits = cpu->from_host_f32(logits_values, {c.tokens, c.experts});
     const Tensor gpu_logits = gpu->from_host_f32(logits_values, {c.tokens, c.experts});
     RouterParams cpu_params = router(c.scoring, c.top_k, c.normalize, c.scaling, c.groups, c.top_groups);
@@ -125,9 +139,24 @@ TEST_F(CudaMoeTest, RouteExpertsRejectsWhatItCannotRoute) {
   EXPECT_THROW(gpu->route_experts(gpu_logits, router(RouterScoring::sigmoid, 2, true, 1.0f, 3, 1), *step), Error);
 }
 
+enum class Glu {
+  swiglu,
+  clamped_swiglu,  // DeepSeek-V4's, clamped low enough that random rows cross the limit
+  gpt_oss,         // gpt-oss's clamped GLU, with biases
+};
+
+const char* glu_name(Glu glu) {
+  switch (glu) {
+    case Glu::swiglu: return "";
+    case Glu::clamped_swiglu: return ", clamped SwiGLU";
+    case Glu::gpt_oss: return ", gpt-oss GLU";
+  }
+  return "";
+}
+
 struct ExpertsCase {
   int64_t tokens, experts, top_k, hidden, intermediate;
-  bool gpt_oss;  // gpt-oss's clamped GLU with biases, else SwiGLU without
+  Glu glu;
   int64_t first_expert, local_experts;  // this rank's share (all experts when local_experts == experts)
   bool crowded = false;                 // every token routes to experts 0 .. top_k - 1
 };
@@ -135,25 +164,48 @@ struct ExpertsCase {
 TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
   const ExpertsCase cases[] = {
       // Few rows per expert (moe_few_rows: a warp per output column) ...
-      {1, 8, 2, 64, 32, false, 0, 8},      // the qwen3_moe fixture, one decode token
-      {4, 4, 2, 64, 64, true, 0, 4},       // the gpt_oss fixture
-      {16, 64, 2, 64, 32, false, 0, 64, true},  // all 16 tokens on the same two of 64 experts: more rows than a pass
-      {5, 33, 4, 64, 40, true, 11, 11},    // a middle share, with biases
+      {1, 8, 2, 64, 32, Glu::swiglu, 0, 8},      // the qwen3_moe fixture, one decode token
+      {4, 4, 2, 64, 64, Glu::gpt_oss, 0, 4},       // the gpt_oss fixture
+      {16, 64, 2, 64, 32, Glu::swiglu, 0, 64, true},  // all 16 tokens on the same two of 64 experts: more rows than a pass
+      {5, 33, 4, 64, 40, Glu::gpt_oss, 11, 11},    // a middle share, with biases
+      // Decode shapes: the combine spreads a token's row over blocks of 512 columns (bf16x8 a thread).
+      {1, 128, 8, 2048, 16, Glu::swiglu, 0, 128},    // Qwen3-30B-A3B, one token: 4 blocks
+      {1, 64, 6, 4096, 16, Glu::swiglu, 0, 64},      // DeepSeek-V4-Flash, one token: 8 blocks
+      {1, 128, 8, 2048, 16, Glu::swiglu, 32, 32},    // one token on an expert-parallel rank: slots without rows
+      {3, 128, 8, 520, 16, Glu::swiglu, 0, 128},     // a few tokens, the last block one thread wide
+      {16, 128, 8, 2048, 16, Glu::swiglu, 0, 128},   // batch 16
+      {3, 32, 10, 136, 16, Glu::swiglu, 0, 32},      // more slots than the combine brings at once
+      {4, 32, 10, 136, 16, Glu::gpt_oss, 8, 16},       // ... on a rank's share, with biases
+      {2, 1500, 4, 64, 8, Glu::swiglu, 0, 1500},     // more local experts than the grouping's threads
+      {600, 4096, 2, 64, 8, Glu::swiglu, 0, 4096},   // the grouping's most experts
+      // The gate_up GEMM writes the activation (a warp computes a column's gate and up), on ranks' shares:
+      {1, 64, 6, 256, 64, Glu::clamped_swiglu, 16, 32},  // one token
+      {1, 32, 4, 128, 64, Glu::gpt_oss, 8, 16},
+      {1, 16, 2, 64, 32, Glu::clamped_swiglu, 8, 8, true},  // no local pair: every tile unused
+      {16, 128, 8, 256, 64, Glu::clamped_swiglu, 0, 64},     // batch 16
+      {16, 64, 4, 128, 96, Glu::gpt_oss, 32, 32},
+      {16, 128, 8, 128, 768, Glu::gpt_oss, 64, 64},        // Qwen3-30B-A3B's intermediate size
       // ... and many (64-row tensor-core tiles).
-      {40, 8, 2, 64, 32, false, 0, 8},
-      {130, 8, 2, 136, 96, false, 0, 8},   // more rows than a tile per expert, odd widths
-      {300, 64, 8, 128, 48, false, 0, 64},
-      {57, 8, 2, 64, 32, false, 4, 4},     // the second of two expert-parallel ranks
-      {200, 8, 2, 64, 64, true, 0, 8},     // the gpt_oss fixture's experts
+      {40, 8, 2, 64, 32, Glu::swiglu, 0, 8},
+      {130, 8, 2, 136, 96, Glu::swiglu, 0, 8},   // more rows than a tile per expert, odd widths
+      {300, 64, 8, 128, 48, Glu::swiglu, 0, 64},
+      {128, 128, 8, 2048, 16, Glu::swiglu, 0, 128},  // Qwen3-30B-A3B at batch 128
+      {57, 8, 2, 64, 32, Glu::swiglu, 4, 4},     // the second of two expert-parallel ranks
+      {200, 8, 2, 64, 64, Glu::gpt_oss, 0, 8},     // the gpt_oss fixture's experts
+      // The activation over the used tiles' real rows only (a block per tile and 512 columns), on ranks' shares:
+      {128, 128, 8, 128, 768, Glu::clamped_swiglu, 64, 64},  // batch 128: two column blocks, the last partial
+      {128, 32, 4, 128, 40, Glu::gpt_oss, 16, 16},          // a width that is no multiple of 16
+      {128, 64, 6, 256, 64, Glu::swiglu, 0, 16},
+      {128, 16, 2, 64, 40, Glu::clamped_swiglu, 8, 8, true},  // no local pair: every tile unused
       // ... and 1,024 or more (long prefill chunks: one cuBLASLt GEMM per expert).
-      {4200, 4, 2, 64, 32, false, 0, 4},
-      {2100, 4, 2, 64, 64, true, 2, 2},    // gpt-oss's GLU with biases, the second of two ranks
-      {0, 8, 2, 64, 32, false, 0, 8},      // an empty step
+      {4200, 4, 2, 64, 32, Glu::swiglu, 0, 4},
+      {2100, 4, 2, 64, 64, Glu::gpt_oss, 2, 2},    // gpt-oss's GLU with biases, the second of two ranks
+      {0, 8, 2, 64, 32, Glu::swiglu, 0, 8},      // an empty step
   };
   for (const ExpertsCase& c : cases) {
     const std::string what = fmt::format("{} tokens, {} of {} experts from {}, top {}, {}x{}{}", c.tokens,
                                          c.local_experts, c.experts, c.first_expert, c.top_k, c.hidden,
-                                         c.intermediate, c.gpt_oss ? ", gpt-oss GLU" : "");
+                                         c.intermediate, glu_name(c.glu));
     const auto x = input(random_bf16_values(c.tokens * c.hidden, 31), {c.tokens, c.hidden});
     const auto gate_up = weight(random_bf16_values(c.local_experts * 2 * c.intermediate * c.hidden, 32, 0.2f),
                                 {c.local_experts, 2 * c.intermediate, c.hidden});
@@ -179,12 +231,14 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
                                     cpu->from_host_f32(weights, {c.tokens, c.top_k})};
     const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),
                                     gpu->from_host_f32(weights, {c.tokens, c.top_k})};
-    const GluActivation activation =
-        c.gpt_oss ? GluActivation{GluActivation::Kind::gpt_oss, 7.0f, 1.702f} : GluActivation{};
-    const ExpertWeights cpu_experts{gate_up.cpu, down.cpu, c.gpt_oss ? &gate_up_bias.cpu : nullptr,
-                                    c.gpt_oss ? &down_bias.cpu : nullptr, c.first_expert};
-    const ExpertWeights gpu_experts{gate_up.gpu, down.gpu, c.gpt_oss ? &gate_up_bias.gpu : nullptr,
-                                    c.gpt_oss ? &down_bias.gpu : nullptr, c.first_expert};
+    const bool gpt_oss = c.glu == Glu::gpt_oss;
+    GluActivation activation;
+    if (gpt_oss) activation = {GluActivation::Kind::gpt_oss, 7.0f, 1.702f};
+    if (c.glu == Glu::clamped_swiglu) activation.limit = 0.75f;
+    const ExpertWeights cpu_experts{gate_up.cpu, down.cpu, gpt_oss ? &gate_up_bias.cpu : nullptr,
+                                    gpt_oss ? &down_bias.cpu : nullptr, c.first_expert};
+    const ExpertWeights gpu_experts{gate_up.gpu, down.gpu, gpt_oss ? &gate_up_bias.gpu : nullptr,
+                                    gpt_oss ? &down_bias.gpu : nullptr, c.first_expert};
     const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, activation);
     const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, activation);
     ASSERT_EQ(got.shape, expected.shape) << what;

@@ -19,18 +19,22 @@ using testing::relative_error;
 class CudaV4OpsTest : public testing::CudaVsCpuTest {};
 
 TEST_F(CudaV4OpsTest, HyperMixMatchesCpu) {
-  const int64_t n = 4;
-  for (const int64_t width : {n, (2 + n) * n}) {
-    for (const int64_t tokens : {1, 7, 300}) {
-      const auto mixes = random_values(tokens * width, 11 + tokens, 2.0f);
-      const auto base = random_values(width, 12);
-      const std::vector<float> scale = width == n ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 1.3f, 2.0f};
-      const HyperMixParams params{n, 20, 1e-6f};
-      const auto run = [&](Backend& b) {
-        return b.to_host_f32(b.hyper_mix(b.from_host_f32(mixes, {tokens, width}), b.from_host_f32(base, {width}),
-                                         b.from_host_f32(scale, {static_cast<int64_t>(scale.size())}), params));
-      };
-      EXPECT_LE(relative_error(run(*gpu), run(*cpu)), 1e-5) << width << " mixes, " << tokens << " tokens";
+  // The full weights of 4 streams (V4's) take the kernel with a lane per stream-mix element; the rest the general one.
+  for (const int64_t n : {4, 3}) {
+    for (const int64_t width : {n, (2 + n) * n}) {
+      for (const int64_t tokens : {1, 7, 300}) {
+        const auto mixes = random_values(tokens * width, 11 + tokens, 2.0f);
+        const auto base = random_values(width, 12);
+        const std::vector<float> scale =
+            width == n ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 1.3f, 2.0f};
+        const HyperMixParams params{n, 20, 1e-6f};
+        const auto run = [&](Backend& b) {
+          return b.to_host_f32(b.hyper_mix(b.from_host_f32(mixes, {tokens, width}), b.from_host_f32(base, {width}),
+                                           b.from_host_f32(scale, {static_cast<int64_t>(scale.size())}), params));
+        };
+        EXPECT_LE(relative_error(run(*gpu), run(*cpu)), 1e-5)
+            << n << " streams, " << width << " mixes, " << tokens << " tokens";
+      }
     }
   }
 }
@@ -113,6 +117,7 @@ struct LayerCase {
   int64_t index_heads, index_dim, top_k;
   std::vector<std::pair<int, int>> sequences;  // (cached, new) tokens
   int block_size;
+  bool tied = false;  // every third token's head weights 0: all its scores tie
 };
 
 void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
@@ -227,7 +232,13 @@ TEST_P(CudaV4LayerTest, CompressedPathMatchesCpu) {
   if (indexer) {
     const auto query = input(testing::random_bf16_values(tokens * c.index_heads * c.index_dim, 61),
                              {tokens, c.index_heads, c.index_dim});
-    const auto head_weights = input(testing::random_bf16_values(tokens * c.index_heads, 62), {tokens, c.index_heads});
+    auto weight_values = testing::random_bf16_values(tokens * c.index_heads, 62);
+    if (c.tied) {
+      for (int64_t t = 1; t < tokens; t += 3) {
+        std::fill_n(weight_values.begin() + t * c.index_heads, c.index_heads, 0.0f);
+      }
+    }
+    const auto head_weights = input(weight_values, {tokens, c.index_heads});
     IndexerParams params;
     params.compress_rate = c.rate;
     params.top_k = c.top_k;
@@ -257,6 +268,13 @@ TEST_P(CudaV4LayerTest, CompressedPathMatchesCpu) {
           }
           return total;
         };
+        if (c.tied && token % 3 == 1) {
+          // Every score is 0: the entries in order, as equal scores go to the lower entry.
+          for (int64_t k = 0; k < c.top_k; ++k) {
+            ASSERT_EQ(ours_selected[token * c.top_k + k], k < visible ? k : -1)
+                << "token " << token << ", choice " << k;
+          }
+        }
         std::vector<double> ours_scores, reference_scores;
         std::set<int32_t> seen;
         for (int64_t k = 0; k < c.top_k; ++k) {
@@ -306,13 +324,22 @@ TEST_P(CudaV4LayerTest, CompressedPathMatchesCpu) {
 }
 
 // The fixture's dims (config.json of fixtures/models/deepseek_v4), then larger heads, windows and top-k with
-// sequences long enough for several chunks of candidates per token.
+// sequences long enough for several chunks of candidates per token, then the indexer's long-context and prefill
+// shapes.
 INSTANTIATE_TEST_SUITE_P(
     Layers, CudaV4LayerTest,
     ::testing::Values(LayerCase{"FixtureHca", 4, 32, 8, 8, 8, false, 0, 0, 0, {{0, 21}, {19, 1}, {7, 6}, {40, 1}}, 4},
                       LayerCase{"FixtureCsa", 4, 32, 8, 4, 8, true, 2, 16, 4, {{0, 21}, {19, 1}, {7, 6}, {40, 1}}, 4},
                       LayerCase{"LargeCsa", 8, 128, 64, 4, 128, true, 4, 64, 64, {{600, 3}, {0, 150}, {311, 1}}, 16},
-                      LayerCase{"LargeHca", 8, 512, 64, 16, 128, false, 0, 0, 0, {{600, 3}, {0, 150}, {311, 1}}, 16}),
+                      LayerCase{"LargeHca", 8, 512, 64, 16, 128, false, 0, 0, 0, {{600, 3}, {0, 150}, {311, 1}}, 16},
+                      // V4's indexer (64 heads of 128, top 512) for a few decode tokens: each token's thousands of
+                      // entries over many splits, the merge taking several rounds; one token sees fewer than top_k.
+                      LayerCase{"LongCsa", 8, 128, 64, 4, 128, true, 64, 128, 512,
+                                {{20000, 1}, {4093, 2}, {130, 1}}, 16},
+                      // Prefill: enough tokens for one split each, pruned many times; one head, so about half the
+                      // scores are exactly 0 and tie across the cut, and tokens whose scores all tie.
+                      LayerCase{"PrefillCsaTies", 8, 128, 64, 4, 128, true, 1, 64, 96, {{0, 1200}, {1500, 300}}, 16,
+                                true}),
     [](const ::testing::TestParamInfo<LayerCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
