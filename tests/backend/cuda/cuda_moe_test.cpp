@@ -185,6 +185,8 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
       {16, 128, 8, 256, 64, Glu::clamped_swiglu, 0, 64},     // batch 16
       {16, 64, 4, 128, 96, Glu::gpt_oss, 32, 32},
       {16, 128, 8, 128, 768, Glu::gpt_oss, 64, 64},        // Qwen3-30B-A3B's intermediate size
+      // ... ten rows on each of two experts (a second pass over the weight rows after the first eight), long rows.
+      {10, 10, 2, 1032, 1096, Glu::gpt_oss, 0, 10, true},
       // ... and many (64-row tensor-core tiles).
       {40, 8, 2, 64, 32, Glu::swiglu, 0, 8},
       {130, 8, 2, 136, 96, Glu::swiglu, 0, 8},   // more rows than a tile per expert, odd widths
