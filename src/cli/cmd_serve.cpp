@@ -162,6 +162,7 @@ void add_serve_command(CLI::App& app) {
     config.model.model_dir = options->model.model_dir();
     config.model.backend = options->model.backend;
     config.model.num_threads = options->model.threads;
+    config.model.quantization = options->model.online_quantization();
     config.model.parallel = options->engine.parallel;
     config.model.engine = options->engine.to_config(config.model.model_dir);
     config.model.on_load_progress = load_progress_display();

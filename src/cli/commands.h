@@ -8,6 +8,7 @@ namespace tern::cli {
 void add_generate_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_bench_tokenizer_command(CLI::App& app);

@@ -23,12 +23,22 @@ void ModelFlags::add_to(CLI::App& cmd, bool model_required) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd.add_option("--threads", threads, "CPU backend threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--quantization", quantization,
+                 "none, or fp8: quantize the linear layers' and experts' bf16/f16/f32 weights to block FP8 at load "
+                 "(128x128 blocks with float32 scales, the layout of DeepSeek's FP8 checkpoints; vLLM's online FP8). "
+                 "A block-FP8 checkpoint loads as it is; other quantized checkpoints are refused")
+      ->check(CLI::IsMember({"none", "fp8"}))
+      ->capture_default_str();
 }
 
 std::filesystem::path ModelFlags::model_dir() const { return resolve_model_path(model); }
 
+OnlineQuantization ModelFlags::online_quantization() const {
+  return parse_online_quantization(quantization, "--quantization");
+}
+
 std::unique_ptr<ShardedModel> ModelFlags::load(const ParallelConfig& parallel) const {
-  return ShardedModel::load(model_dir(), backend, parallel, threads, load_progress_display());
+  return ShardedModel::load(model_dir(), backend, parallel, threads, load_progress_display(), online_quantization());
 }
 
 void EngineFlags::add_to(CLI::App& cmd) {

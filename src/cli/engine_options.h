@@ -12,15 +12,17 @@
 
 namespace tern::cli {
 
-// --model, --backend and --threads, for every command that loads a model.
+// --model, --backend, --threads and --quantization, for every command that loads a model.
 struct ModelFlags {
   std::string model;  // a directory or a Hugging Face id (hub_cache.h)
   std::string backend = "auto";
   int threads = 0;
+  std::string quantization = "none";
 
   void add_to(CLI::App& cmd, bool model_required = true);
   // The model's directory: --model itself, or the hub cache's snapshot of the id.
   std::filesystem::path model_dir() const;
+  OnlineQuantization online_quantization() const;
   // Loads the model with a progress display on stderr.
   std::unique_ptr<ShardedModel> load(const ParallelConfig& parallel) const;
 };

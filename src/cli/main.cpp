@@ -7,6 +7,7 @@ int main(int argc, char** argv) {
   tern::cli::add_generate_command(app);
   tern::cli::add_chat_command(app);
   tern::cli::add_logits_command(app);
+  tern::cli::add_perplexity_command(app);
   tern::cli::add_bench_command(app);
   tern::cli::add_tokenize_command(app);
   tern::cli::add_bench_tokenizer_command(app);

@@ -1,5 +1,5 @@
 #pragma once
-// Element types of tensors in checkpoints and on backends, and their conversions to float32.
+// Element types of tensors in checkpoints and on backends, their conversions to float32, and float32 to e4m3.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,6 +38,11 @@ float f16_to_f32(uint16_t bits);
 float f8_e4m3_to_f32(uint8_t bits);
 float f8_e8m0_to_f32(uint8_t bits);
 float f4_e2m1_to_f32(uint8_t nibble);  // the low 4 bits
+
+// The nearest e4m3fn code to `value`, ties to the even code (OCP FP8's round-to-nearest-even). Magnitudes beyond 448
+// and infinities saturate to +-448, as the FP8 weight quantizers of transformers and vLLM clamp before their cast
+// (e4m3fn has no infinity); NaN gives NaN (0x7f with the sign).
+uint8_t f32_to_f8_e4m3(float value);
 
 // Converts `count` elements of `src` (of type `dtype`) to float32; FP8 elements as they are, without the block scales
 // of a quantized weight (dequantize_to_f32 in tensor_info.h applies those). F4_E2M1 reads count / 2 bytes.

@@ -75,7 +75,8 @@ class ShardedModel::RankThread {
 
 std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& dir, const std::string& backend_name,
                                                  const ParallelConfig& parallel, int num_threads,
-                                                 const LoadProgress::Listener& on_progress) {
+                                                 const LoadProgress::Listener& on_progress,
+                                                 OnlineQuantization quantization) {
   const int data_parallel_size = parallel.data_parallel_size;
   const int expert_parallel_size = parallel.expert_parallel_size;
   const int64_t num_redundant_experts = parallel.num_redundant_experts;
@@ -109,6 +110,7 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
   }
   std::unique_ptr<ShardedModel> sharded(new ShardedModel());
   sharded->dir_ = dir;
+  sharded->quantization_ = quantization;
   sharded->backend_group_ = make_backend_group(backend_name, size, num_threads);
   sharded->ranks_.resize(static_cast<size_t>(size));
   for (int r = 0; size > 1 && r < size; ++r) sharded->threads_.push_back(std::make_unique<RankThread>());
@@ -129,7 +131,7 @@ std::unique_ptr<ShardedModel> ShardedModel::load(const std::filesystem::path& di
            slot.backend->name());
     }
     slot.backend->set_decode_context_parallel(decode_context_parallel_size > 1);
-    slot.owned_model = load_model(dir, *slot.backend, on_progress ? &progress : nullptr);
+    slot.owned_model = load_model(dir, *slot.backend, on_progress ? &progress : nullptr, quantization);
     slot.model = slot.owned_model.get();
   });
   if (on_progress) progress.finish();
@@ -199,7 +201,7 @@ void ShardedModel::place_experts(const std::vector<std::vector<int64_t>>& loads)
     if (balanced != current) placements[i] = std::move(balanced);
   }
   if (std::none_of(placements.begin(), placements.end(), [](const auto& p) { return p.has_value(); })) return;
-  const Checkpoint checkpoint = Checkpoint::open(dir_);
+  const Checkpoint checkpoint = Checkpoint::open(dir_, nullptr, quantization_);
   run_on_ranks([&](int rank) {
     WeightLoader weights(checkpoint, backend(rank));
     const std::vector<SparseMoe*> rank_layers = model(rank).expert_layers();

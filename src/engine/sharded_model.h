@@ -38,10 +38,11 @@ class ShardedModel {
   // `backend_name` ("cpu": threads of this process sharing `num_threads`; "cuda": devices 0 .. size - 1), all ranks
   // at once. Combinations that do not fit fail naming the flags.
   // `backend_name` "auto" picks CUDA where there is a device. Prints the backend chosen on stderr; `on_progress`,
-  // where given, hears how many bytes of weights are loaded (LoadProgress).
+  // where given, hears how many bytes of weights are loaded (LoadProgress). `quantization` as load_model's.
   static std::unique_ptr<ShardedModel> load(const std::filesystem::path& dir, const std::string& backend_name,
                                             const ParallelConfig& parallel = {}, int num_threads = 0,
-                                            const LoadProgress::Listener& on_progress = {});
+                                            const LoadProgress::Listener& on_progress = {},
+                                            OnlineQuantization quantization = OnlineQuantization::none);
   // One whole model on one backend, both owned by the caller.
   ShardedModel(Model& model, Backend& backend);
   ~ShardedModel();
@@ -83,6 +84,7 @@ class ShardedModel {
   ShardedModel() = default;
 
   std::filesystem::path dir_;  // the checkpoint, which rebalancing reloads experts from; empty when not loaded here
+  OnlineQuantization quantization_ = OnlineQuantization::none;  // as the experts were loaded, for their reloads
   std::unique_ptr<BackendGroup> backend_group_;
   std::vector<Rank> ranks_;
   std::vector<std::unique_ptr<RankThread>> threads_;  // empty for a group of one

@@ -11,7 +11,7 @@
 
 namespace tern {
 
-Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* progress) {
+Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* progress, OnlineQuantization online) {
   Checkpoint checkpoint;
   checkpoint.dir_ = dir;
   checkpoint.progress_ = progress;
@@ -63,6 +63,13 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* prog
       fail("{}: malformed JSON: {}", config_path.string(), e.what());
     }
     checkpoint.quantization_ = QuantizationConfig::from_config(config, config_path.string());
+  }
+  if (online == OnlineQuantization::fp8) {
+    if (checkpoint.quantization_.mxfp4) {
+      fail("{}: --quantization fp8: the checkpoint is already quantized, as MXFP4 (quantization_config.quant_method "
+           "'mxfp4'); online FP8 takes an unquantized or a block-FP8 checkpoint", config_path.string());
+    }
+    checkpoint.quantizes_to_fp8_ = !checkpoint.quantization_.block_fp8;
   }
   checkpoint.attach_block_scales(config_path);
   checkpoint.attach_mxfp4_scales(config_path);

@@ -18,7 +18,9 @@ class LoadProgress;
 class Checkpoint {
  public:
   // `progress`, where given, learns the checkpoint's size here and the bytes loaded from the WeightLoader.
-  static Checkpoint open(const std::filesystem::path& dir, LoadProgress* progress = nullptr);
+  // `online` fp8 fails for an MXFP4 checkpoint and leaves a block-FP8 one as it is (as vLLM does).
+  static Checkpoint open(const std::filesystem::path& dir, LoadProgress* progress = nullptr,
+                         OnlineQuantization online = OnlineQuantization::none);
 
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   // The tensor `name`; fails naming the file and tensor if it is missing or its shape differs from `shape`.
@@ -27,6 +29,8 @@ class Checkpoint {
   std::vector<std::string> names() const;
   LoadProgress* progress() const { return progress_; }
   const QuantizationConfig& quantization() const { return quantization_; }
+  // Whether the linear weights it stores unquantized are quantized to block FP8 as they load (WeightLoader).
+  bool quantizes_to_fp8() const { return quantizes_to_fp8_; }
 
  private:
   // Points each F8_E4M3 weight's index entry at a copy with its `_scale_inv` attached, failing naming the file and
@@ -41,6 +45,7 @@ class Checkpoint {
   std::unordered_map<std::string, const TensorInfo*> index_;
   std::vector<std::shared_ptr<const TensorInfo>> scaled_weights_;  // what index_ points to for quantized weights
   QuantizationConfig quantization_;
+  bool quantizes_to_fp8_ = false;
   LoadProgress* progress_ = nullptr;
 };
 

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "model/model_config.h"
+#include "model/quantization_config.h"
 
 namespace tern {
 
@@ -26,7 +27,9 @@ class Model {
 };
 
 // Reads config.json and the weights of a Hugging Face model directory and builds the model for its architecture;
-// `progress`, where given, counts the bytes loaded.
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend, LoadProgress* progress = nullptr);
+// `progress`, where given, counts the bytes loaded. `quantization` fp8 quantizes unquantized linear weights to block
+// FP8 as they load (Checkpoint::open says which checkpoints take it).
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend, LoadProgress* progress = nullptr,
+                                  OnlineQuantization quantization = OnlineQuantization::none);
 
 }  // namespace tern

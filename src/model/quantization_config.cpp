@@ -69,4 +69,10 @@ QuantizationConfig QuantizationConfig::from_config(const nlohmann::json& config,
   return out;
 }
 
+OnlineQuantization parse_online_quantization(const std::string& name, const std::string& origin) {
+  if (name == "none") return OnlineQuantization::none;
+  if (name == "fp8") return OnlineQuantization::fp8;
+  fail("{}: quantization '{}' is not supported (supported: none, fp8)", origin, name);
+}
+
 }  // namespace tern

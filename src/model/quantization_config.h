@@ -27,4 +27,11 @@ struct QuantizationConfig {
   static QuantizationConfig from_config(const nlohmann::json& config, const std::string& origin);
 };
 
+// A quantization applied at load to the linear weights a checkpoint stores unquantized (vLLM's --quantization):
+// fp8 is block FP8 (model/block_fp8_weight.h).
+enum class OnlineQuantization { none, fp8 };
+
+// "none" or "fp8"; fails naming `origin` and the value otherwise.
+OnlineQuantization parse_online_quantization(const std::string& name, const std::string& origin);
+
 }  // namespace tern

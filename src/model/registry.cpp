@@ -33,7 +33,8 @@ const std::map<std::string, ModelFactory>& registry() {
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend, LoadProgress* progress) {
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& backend, LoadProgress* progress,
+                                  OnlineQuantization quantization) {
   const ModelConfig config = ModelConfig::load(dir);
   auto it = registry().find(config.architecture);
   if (it == registry().end()) {
@@ -41,7 +42,13 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& bac
     for (const auto& [name, factory] : registry()) known += (known.empty() ? "" : ", ") + name;
     fail("{}: unknown architecture '{}' (supported: {})", (dir / "config.json").string(), config.architecture, known);
   }
-  const Checkpoint checkpoint = Checkpoint::open(dir, progress);
+  // Online FP8 quantizes what the model code loads as linear weights (WeightLoader::linear_weights); DeepSeek-V4's
+  // code loads its weights as they are stored.
+  if (quantization == OnlineQuantization::fp8 && config.architecture == "DeepseekV4ForCausalLM") {
+    fail("{}: --quantization fp8 is not supported for {} (its weights load as stored)",
+         (dir / "config.json").string(), config.architecture);
+  }
+  const Checkpoint checkpoint = Checkpoint::open(dir, progress, quantization);
   return it->second(config, checkpoint, backend);
 }
 

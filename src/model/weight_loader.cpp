@@ -42,17 +42,47 @@ void check_format(const TensorInfo& info, bool takes_quantized) {
   }
 }
 
+// An unquantized weight matrix, what online FP8 quantizes (biases and other 1-D tensors stay as they are).
+bool quantizes_online(const TensorInfo& info) {
+  return !info.block_scales && info.shape.size() == 2 &&
+         (info.dtype == DType::BF16 || info.dtype == DType::F16 || info.dtype == DType::F32);
+}
+
 }  // namespace
 
-const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) const {
+WeightLoader WeightLoader::linear_weights() const {
+  WeightLoader linear(*this);
+  linear.takes_quantized_ = true;
+  if (checkpoint_.quantizes_to_fp8()) linear.fp8_weights_ = std::make_shared<Fp8Weights>();
+  return linear;
+}
+
+const TensorInfo& WeightLoader::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
   const TensorInfo& info = checkpoint_.get(name, shape);
+  if (!fp8_weights_ || !quantizes_online(info)) return info;
+  std::unique_ptr<BlockFp8Weight>& quantized = (*fp8_weights_)[name];
+  if (!quantized) quantized = std::make_unique<BlockFp8Weight>(info);
+  return quantized->info();
+}
+
+int64_t WeightLoader::checkpoint_bytes(const TensorInfo& part) const {
+  if (fp8_weights_ && fp8_weights_->count(part.name)) {
+    return part.numel() * static_cast<int64_t>(dtype_size(checkpoint_.get(part.name).dtype));
+  }
+  int64_t bytes = static_cast<int64_t>(part.size_bytes);
+  if (part.block_scales) bytes += static_cast<int64_t>(part.block_scales->scales->size_bytes);
+  return bytes;
+}
+
+const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) const {
+  const TensorInfo& info = tensor(name, shape);
   check_format(info, takes_quantized_);
   return info;
 }
 
 TensorInfo WeightLoader::plain_info(const std::string& name, const std::vector<int64_t>& shape,
                                     std::vector<float>& storage) const {
-  const TensorInfo& info = checkpoint_.get(name, shape);
+  const TensorInfo& info = tensor(name, shape);
   check_format(info, takes_quantized_);
   if (!info.block_scales) return info;
   storage.resize(static_cast<size_t>(info.numel()));
@@ -66,13 +96,13 @@ TensorInfo WeightLoader::plain_info(const std::string& name, const std::vector<i
 }
 
 Tensor WeightLoader::load(const std::string& name, const std::vector<int64_t>& shape) {
-  const TensorInfo* part = &checkpoint_.get(name, shape);
+  const TensorInfo* part = &tensor(name, shape);
   return load_parts({&part, 1});
 }
 
 Tensor WeightLoader::load_concat(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
   std::vector<const TensorInfo*> infos;
-  for (const auto& [name, shape] : parts) infos.push_back(&checkpoint_.get(name, shape));
+  for (const auto& [name, shape] : parts) infos.push_back(&tensor(name, shape));
   return load_parts(infos);
 }
 
@@ -104,7 +134,7 @@ Tensor WeightLoader::load_row_ranges(const std::vector<RowRange>& parts) {
   std::vector<TensorInfo> views;
   views.reserve(parts.size());
   for (const auto& part : parts) {
-    const TensorInfo& info = checkpoint_.get(part.name, part.shape);
+    const TensorInfo& info = tensor(part.name, part.shape);
     if (part.begin < 0 || part.count < 0 || part.begin + part.count > part.shape.at(0)) {
       fail("{}: rows [{}, {}) outside its {} rows", part.name, part.begin, part.begin + part.count, part.shape.at(0));
     }
@@ -117,7 +147,7 @@ Tensor WeightLoader::load_row_ranges(const std::vector<RowRange>& parts) {
 
 Tensor WeightLoader::load_column_shard(const std::string& name, const std::vector<int64_t>& shape) {
   if (shard_.size == 1) return load(name, shape);
-  const TensorInfo& info = checkpoint_.get(name, shape);
+  const TensorInfo& info = tensor(name, shape);
   if (shape.size() != 2) fail("tensor parallelism: {} is not 2-D, its columns cannot be split", name);
   const int64_t columns = shard_count(shape[1], "dimension 1 of " + name);
   const size_t element = info.size_bytes / static_cast<size_t>(info.numel());
@@ -162,10 +192,7 @@ Tensor WeightLoader::load_parts(std::span<const TensorInfo* const> parts) {
   Tensor weight = backend_.load_weight(parts);
   if (LoadProgress* progress = checkpoint_.progress()) {
     int64_t bytes = 0;
-    for (const TensorInfo* part : parts) {
-      bytes += static_cast<int64_t>(part->size_bytes);
-      if (part->block_scales) bytes += static_cast<int64_t>(part->block_scales->scales->size_bytes);
-    }
+    for (const TensorInfo* part : parts) bytes += checkpoint_bytes(*part);
     progress->add_loaded(bytes);
   }
   return weight;

@@ -4,12 +4,15 @@
 // Megatron-LM's column-parallel (output rows) and row-parallel (input columns) splits, and a vocab-parallel split
 // padded to equal shards.
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/block_fp8_weight.h"
 #include "model/checkpoint.h"
 
 namespace tern {
@@ -55,12 +58,10 @@ class WeightLoader {
   // A loader of the same checkpoint for the weights of linear layers and experts, which may be block-quantized
   // (FP8 with scales): the backend receives them in their format, scales attached, and picks the kernel. The
   // plain loader refuses a quantized tensor, so one where the architecture has no quantized op (an embedding, a
-  // norm, a router, a bias, the lm_head) fails at load, naming it.
-  WeightLoader linear_weights() const {
-    WeightLoader linear(*this);
-    linear.takes_quantized_ = true;
-    return linear;
-  }
+  // norm, a router, a bias, the lm_head) fails at load, naming it. Under online FP8 (Checkpoint::quantizes_to_fp8)
+  // this loader's 2-D BF16, F16 and F32 tensors reach the backend as block FP8 (BlockFp8Weight), each quantized
+  // whole, once, so that shards keep the whole weight's grid as a checkpoint's do.
+  WeightLoader linear_weights() const;
 
   const TensorParallelShard& shard() const { return shard_; }
   // A loader of the same checkpoint whose sharded loads give whole tensors: for layers whose weights every rank
@@ -86,10 +87,21 @@ class WeightLoader {
   int64_t vocab_shard_rows(int64_t vocab) const { return (vocab + shard_.size - 1) / shard_.size; }
 
  private:
+  using Fp8Weights = std::unordered_map<std::string, std::unique_ptr<BlockFp8Weight>>;
+
+  // The checkpoint tensor, or its online FP8 quantization on a linear_weights() loader under online FP8.
+  const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The bytes of checkpoint tensors `part` loads, for the load progress: an online-quantized part's elements as the
+  // checkpoint stores them.
+  int64_t checkpoint_bytes(const TensorInfo& part) const;
+
   const Checkpoint& checkpoint_;
   Backend& backend_;
   TensorParallelShard shard_;
   bool takes_quantized_ = false;
+  // By name, the weights this linear loader (and its copies) quantized to FP8; they live as long as it, one layer's
+  // loading, since tensors and views of them handed out point into them. Null unless under online FP8.
+  std::shared_ptr<Fp8Weights> fp8_weights_;
 };
 
 }  // namespace tern

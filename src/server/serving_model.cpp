@@ -58,7 +58,7 @@ std::unique_ptr<ServingModel> ServingModel::load(const ServingModelConfig& confi
     model->max_token_bytes_ = std::max(model->max_token_bytes_, model->tokenizer_.token_bytes(id).size());
   }
   model->model_ = ShardedModel::load(config.model_dir, config.backend, config.parallel, config.num_threads,
-                                    config.on_load_progress);
+                                    config.on_load_progress, config.quantization);
   model->grammars_ = std::make_unique<grammar::GrammarCache>(
       grammar_vocabulary(model->tokenizer_, model->model_->config().eos_token_ids), 256, grammar::CompileOptions{},
       config.grammar_cache_bytes);

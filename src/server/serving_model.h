@@ -20,6 +20,7 @@ struct ServingModelConfig {
   std::string backend = "cpu";
   int num_threads = 0;  // CPU backend threads; 0: all cores
   ParallelConfig parallel;
+  OnlineQuantization quantization = OnlineQuantization::none;  // --quantization
   EngineConfig engine;
   LoadProgress::Listener on_load_progress;  // hears how far loading the weights has come; none: quiet
   std::string chat_template_override;       // Jinja source in place of the model's template (--chat-template)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -39,6 +40,39 @@ TEST(DtypeTest, E4m3HasTwoNansNoInfinitiesAndIncreasesWithItsCode) {
     EXPECT_LT(f8_e4m3_to_f32(static_cast<uint8_t>(code - 1)), f8_e4m3_to_f32(static_cast<uint8_t>(code))) << code;
     EXPECT_EQ(f8_e4m3_to_f32(static_cast<uint8_t>(code | 0x80)), -f8_e4m3_to_f32(static_cast<uint8_t>(code)));
   }
+}
+
+// Encoding: each code's value encodes back to the code; a value between two neighbouring codes goes to the nearer,
+// the midpoint to the code with the even mantissa (round to nearest even); beyond 448 it saturates.
+TEST(DtypeTest, E4m3EncodesToTheNearestCodeTiesToEven) {
+  for (int code = 0; code < 0x7f; ++code) {
+    const auto bits = static_cast<uint8_t>(code);
+    EXPECT_EQ(f32_to_f8_e4m3(f8_e4m3_to_f32(bits)), bits) << code;
+    EXPECT_EQ(f32_to_f8_e4m3(-f8_e4m3_to_f32(bits)), bits | 0x80) << code;
+  }
+  for (int code = 1; code < 0x7f; ++code) {
+    const float below = f8_e4m3_to_f32(static_cast<uint8_t>(code - 1));
+    const float above = f8_e4m3_to_f32(static_cast<uint8_t>(code));
+    const float midpoint = (below + above) / 2;  // exact: the codes' values have at most 4 significant bits
+    const int even = code % 2 == 0 ? code : code - 1;
+    EXPECT_EQ(f32_to_f8_e4m3(midpoint), even) << code;
+    EXPECT_EQ(f32_to_f8_e4m3(-midpoint), even | 0x80) << code;
+    EXPECT_EQ(f32_to_f8_e4m3(std::nextafter(midpoint, 0.0f)), code - 1) << code;
+    EXPECT_EQ(f32_to_f8_e4m3(std::nextafter(midpoint, 1000.0f)), code) << code;
+  }
+  EXPECT_EQ(f32_to_f8_e4m3(1.0625f), 0x38);    // halfway between 1 (mantissa 0) and 1.125 (1): to 1
+  EXPECT_EQ(f32_to_f8_e4m3(1.1875f), 0x3a);    // halfway between 1.125 (1) and 1.25 (2): to 1.25
+  EXPECT_EQ(f32_to_f8_e4m3(0.0009765625f), 0x00);  // 2^-10, half the smallest subnormal: to zero
+  EXPECT_EQ(f32_to_f8_e4m3(0.0029296875f), 0x02);  // 1.5 x 2^-9: to 2 x 2^-9
+  EXPECT_EQ(f32_to_f8_e4m3(1e-30f), 0x00);
+  EXPECT_EQ(f32_to_f8_e4m3(-0.0f), 0x80);
+  EXPECT_EQ(f32_to_f8_e4m3(448.0f), 0x7e);
+  EXPECT_EQ(f32_to_f8_e4m3(464.0f), 0x7e);  // would tie to 480, which e4m3fn spends on NaN
+  EXPECT_EQ(f32_to_f8_e4m3(1e6f), 0x7e);
+  EXPECT_EQ(f32_to_f8_e4m3(-1e6f), 0xfe);
+  EXPECT_EQ(f32_to_f8_e4m3(std::numeric_limits<float>::infinity()), 0x7e);
+  EXPECT_EQ(f32_to_f8_e4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(f32_to_f8_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
 }
 
 TEST(DtypeTest, E8m0IsAPowerOfTwoWithBias127) {
