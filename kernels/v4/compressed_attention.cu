@@ -2,8 +2,9 @@
 // head of a token attends over the same candidates (one shared K = V head), so a block takes 64 heads of one token
 // as the rows of mma.m16n8k16 and reads each candidate once for all of them (FlashMLA's idea), in the tile layout
 // of attention/shared_kv_tile.cuh. Window keys (bf16) come by cp.async into their tile row; entries (float32 state
-// rows) come by cp.async into a staging tile and are rounded to bf16 into their row before the tile is used. Blocks of one token may split its candidates (decode steps, few tokens); their
-// partial results are merged with the attention sinks by compressed_attention_merge_kernel.
+// rows) come by cp.async into a staging tile and are rounded to bf16 into their row before the tile is used. Blocks
+// of one token may split its candidates (decode steps, few tokens); their partial results are merged with the
+// attention sinks by compressed_attention_merge_kernel.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 #include "attention/shared_kv_tile.cuh"
 #include "common/device_math.cuh"
 #include "v4/compressed_kv.h"
+#include "v4/v4_tokens.cuh"
 
 namespace tern::kernels {
 
@@ -35,11 +37,6 @@ constexpr int kTargetBlocks = 132;
 constexpr size_t shared_bytes(int dim) {
   return static_cast<size_t>((kRows + 2 * kKeys) * row_stride(dim) + kRows * kPStride) * sizeof(__nv_bfloat16) +
          static_cast<size_t>(kKeys) * dim * sizeof(float);
-}
-
-__device__ __forceinline__ int64_t token_slot(const V4Tokens& tokens, int token, int position) {
-  return v4::paged_slot(tokens.block_tables, tokens.block_table_offsets[tokens.token_seq[token]], position,
-                        tokens.block_size);
 }
 
 // A token's candidates, numbered: the window's keys first, then the compressed entries (the selected ones, or
@@ -66,12 +63,14 @@ __device__ __forceinline__ const void* candidate_source(const CompressedAttentio
                                                        int token, int c, bool& entry) {
   entry = false;
   if (c >= cands.count) return nullptr;
-  if (c < cands.num_window) return p.keys + token_slot(p.tokens, token, cands.first_window_position + c) * p.head_dim;
+  if (c < cands.num_window) {
+    return p.keys + v4::token_slot(p.tokens, token, cands.first_window_position + c) * p.head_dim;
+  }
   const int k = c - cands.num_window;
   const int e = p.selected ? p.selected[static_cast<int64_t>(token) * p.top_k + k] : k;
   if (e < 0 || e >= cands.num_closed) return nullptr;
   entry = true;
-  return p.states + token_slot(p.tokens, token, (e + 1) * p.compress_rate - 1) * p.state_dim + p.entry_offset;
+  return p.states + v4::token_slot(p.tokens, token, (e + 1) * p.compress_rate - 1) * p.state_dim + p.entry_offset;
 }
 
 template <int MaxDim, bool Split>
@@ -247,9 +246,7 @@ int compressed_attention_splits(int num_tokens) {
 }
 
 void launch_compressed_attention(const CompressedAttentionParams& p, cudaStream_t stream) {
-  if (p.tokens.num_tokens < 0 || p.tokens.block_size <= 0) {
-    throw std::invalid_argument("compressed_attention: needs a positive block size");
-  }
+  v4::check_tokens(p.tokens, "compressed_attention");
   if (p.head_dim <= 0 || p.head_dim % 8 != 0 || p.head_dim > kMaxCompressedHeadDim || p.num_heads <= 0 ||
       p.num_heads > 65535 * kRows) {
     throw std::invalid_argument("compressed_attention: head dim must be a multiple of 8 up to " +

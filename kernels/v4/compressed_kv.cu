@@ -3,6 +3,7 @@
 
 #include "common/device_math.cuh"
 #include "v4/compressed_kv.h"
+#include "v4/v4_tokens.cuh"
 
 namespace tern::kernels {
 
@@ -10,11 +11,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-
-__device__ __forceinline__ int64_t token_slot(const V4Tokens& tokens, int token, int position) {
-  return v4::paged_slot(tokens.block_tables, tokens.block_table_offsets[tokens.token_seq[token]], position,
-                        tokens.block_size);
-}
 
 // The block's sum (Max = false) or maximum of one value per thread; every thread gets it. `scratch` holds kWarps.
 template <bool Max>
@@ -35,7 +31,7 @@ __global__ void __launch_bounds__(kThreads) compress_rows_kernel(CompressKvParam
   const int t = blockIdx.x;
   const int position = p.tokens.positions[t];
   const int width = p.overlapping ? 2 * p.entry_dim : p.entry_dim;
-  float* row = p.states + token_slot(p.tokens, t, position) * p.state_dim + p.state_offset;
+  float* row = p.states + v4::token_slot(p.tokens, t, position) * p.state_dim + p.state_offset;
   const __nv_bfloat16* kv = p.kv + static_cast<int64_t>(t) * width;
   const __nv_bfloat16* gate = p.gate + static_cast<int64_t>(t) * width;
   const __nv_bfloat16* bias = p.position_bias + static_cast<int64_t>(position % p.compress_rate) * width;
@@ -61,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) compress_entries_kernel(CompressKvPa
   const auto source_row = [&](int s, int& feature_offset) {
     const v4::PoolSource source = v4::pool_source(start, s, rate, dim, p.overlapping);
     feature_offset = source.feature_offset;
-    return p.states + token_slot(p.tokens, t, source.position) * p.state_dim + p.state_offset;
+    return p.states + v4::token_slot(p.tokens, t, source.position) * p.state_dim + p.state_offset;
   };
   float sum_squares = 0.0f;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
@@ -94,20 +90,14 @@ __global__ void __launch_bounds__(kThreads) compress_entries_kernel(CompressKvPa
     v4::rotate_pair(entry + p.rope.first_dim, pair, p.rope, static_cast<float>(start), false);
   }
   __syncthreads();
-  float* out = p.states + token_slot(p.tokens, t, position) * p.state_dim + p.state_offset + 2 * width;
+  float* out = p.states + v4::token_slot(p.tokens, t, position) * p.state_dim + p.state_offset + 2 * width;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = entry[d];
-}
-
-void check_tokens(const V4Tokens& tokens, const char* what) {
-  if (tokens.num_tokens < 0 || tokens.block_size <= 0) {
-    throw std::invalid_argument(std::string(what) + ": needs a positive block size");
-  }
 }
 
 }  // namespace
 
 void launch_compress_kv(const CompressKvParams& p, cudaStream_t stream) {
-  check_tokens(p.tokens, "compress_kv");
+  v4::check_tokens(p.tokens, "compress_kv");
   const int width = p.overlapping ? 2 * p.entry_dim : p.entry_dim;
   if (p.compress_rate <= 0 || p.entry_dim <= 0) {
     throw std::invalid_argument("compress_kv: compress rate and entry dim must be positive");

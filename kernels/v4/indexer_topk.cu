@@ -3,6 +3,7 @@
 #include <string>
 
 #include "v4/indexer_topk.h"
+#include "v4/v4_tokens.cuh"
 
 namespace tern::kernels {
 
@@ -420,9 +421,7 @@ void set_shared_bytes(const void* kernel, int bytes) {
 }  // namespace
 
 void launch_select_compressed(const SelectCompressedParams& p, cudaStream_t stream) {
-  if (p.tokens.num_tokens < 0 || p.tokens.block_size <= 0) {
-    throw std::invalid_argument("select_compressed: needs a positive block size");
-  }
+  v4::check_tokens(p.tokens, "select_compressed");
   if (p.compress_rate <= 0 || p.top_k <= 0 || p.top_k > kMaxIndexerTopK || p.num_heads <= 0 || p.head_dim <= 0) {
     throw std::invalid_argument("select_compressed: needs a positive compress rate, heads, head dim and top_k up to " +
                                 std::to_string(kMaxIndexerTopK));
