@@ -2,9 +2,10 @@
 // of 128, top 512 of entries compressed 4:1) for 1, 16 and 128 decode tokens, each of its own sequence, at 8K, 32K
 // and 256K entries (candidates) per token, and a prefill step of 8,192 tokens; the whole op (scoring and exact
 // selection) in microseconds per call and per query row, with the scoring's float32 TFLOP/s and the time the
-// entries take to read at the device-to-device copy bandwidth measured in the same run. The selection with next to
-// no scoring (one head of 4 dims, same candidates) stands in for the top-k alone, to set beside torch.topk.
-// Medians of graph replays after warm-up; fixed seeds. Usage: indexer_topk_bench [--quick]
+// entries take to read at the device-to-device copy bandwidth measured in the same run (medians of graph replays).
+// Then the top-k alone (elementwise/row_topk.h) on float32 rows of normal values, the rows of
+// scripts/gpu/topk_reference.py's torch.topk: timed like it, one launch between CUDA events, and as graph replays.
+// Fixed seeds. Usage: indexer_topk_bench [--quick]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cuda_bench.cuh"
+#include "elementwise/row_topk.h"
 #include "v4/indexer_topk.h"
 
 using namespace tern::kernels;
@@ -100,10 +102,10 @@ void bench(const char* label, const Cache& cache, const std::vector<int32_t>& po
   p.tokens.block_size = kBlockSize;
   p.tokens.num_tokens = num_tokens;
   p.num_splits = indexer_topk_splits(num_tokens, num_sms);
-  if (p.num_splits > 1) {
-    p.split_candidates = device_alloc<uint64_t>(size_t(num_tokens) * p.num_splits * kTopK);
-    p.split_counts = device_alloc<int32_t>(size_t(num_tokens) * p.num_splits);
-  }
+  p.score_stride = ((*std::max_element(positions.begin(), positions.end()) + 1) / kRate + 3) / 4 * 4;
+  p.score_rows = num_tokens;
+  p.scores = device_alloc<float>(size_t(num_tokens) * p.score_stride);
+  p.row_lengths = device_alloc<int32_t>(num_tokens);
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
   const int calls = 5;
@@ -119,10 +121,36 @@ void bench(const char* label, const Cache& cache, const std::vector<int32_t>& po
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   for (const void* ptr : {static_cast<const void*>(p.query), static_cast<const void*>(p.head_weights),
                           static_cast<const void*>(p.selected), static_cast<const void*>(p.tokens.positions),
-                          static_cast<const void*>(p.tokens.token_seq), static_cast<const void*>(p.split_candidates),
-                          static_cast<const void*>(p.split_counts)}) {
+                          static_cast<const void*>(p.tokens.token_seq), static_cast<const void*>(p.scores),
+                          static_cast<const void*>(p.row_lengths)}) {
     check(cudaFree(const_cast<void*>(ptr)), "cudaFree");
   }
+}
+
+// Top kTopK of `rows` rows of `length` normal floats: one launch between events (as torch.topk is timed), and
+// graph replays.
+void bench_row_topk(int rows, int length, int reps) {
+  std::vector<float> host(size_t(rows) * length);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + length));
+  std::normal_distribution<float> normal;
+  for (float& x : host) x = normal(rng);
+  RowTopkParams p;
+  p.values = upload(host);
+  p.row_stride = length;
+  p.length = length;
+  p.num_rows = rows;
+  p.k = kTopK;
+  p.out = device_alloc<int32_t>(size_t(rows) * kTopK);
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  const double eager_ms = median_ms([&] { launch_row_topk(p, stream); }, 3, reps, stream);
+  const double graph_ms = graph_median_ms([&](int) { launch_row_topk(p, stream); }, 5, 2, reps, stream);
+  std::printf("row_topk rows=%4d candidates=%7d k=%d: %8.1f us, %8.2f us/row (one launch); %8.1f us, %8.2f us/row "
+              "(graph replays)\n",
+              rows, length, kTopK, eager_ms * 1e3, eager_ms * 1e3 / rows, graph_ms * 1e3, graph_ms * 1e3 / rows);
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  check(cudaFree(const_cast<float*>(p.values)), "cudaFree");
+  check(cudaFree(p.out), "cudaFree");
 }
 
 }  // namespace
@@ -148,5 +176,8 @@ int main(int argc, char** argv) {
   std::vector<int32_t> prefill(max_tokens);
   std::iota(prefill.begin(), prefill.end(), 0);
   bench("prefill", cache, prefill, true, 64, 128, num_sms, copy_tbs, quick ? 3 : reps);
+  for (const int candidates : {8192, 32768, 262144}) {
+    for (const int rows : {1, 16, 128}) bench_row_topk(rows, candidates, reps);
+  }
   return 0;
 }

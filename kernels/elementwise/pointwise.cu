@@ -63,12 +63,16 @@ __global__ void add_kernel(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t cou
 }
 
 __global__ void f32_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_t count) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     dst[i] = __float2bfloat16(src[i]);
   }
 }
 
 __global__ void bf16_to_f32_kernel(const __nv_bfloat16* src, float* dst, int64_t count) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     dst[i] = __bfloat162float(src[i]);
   }
@@ -140,12 +144,12 @@ void launch_add(__nv_bfloat16* x, const __nv_bfloat16* y, int64_t count, cudaStr
 
 void launch_f32_to_bf16(const float* src, __nv_bfloat16* dst, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  f32_to_bf16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(src, dst, count);
+  launch_dependent("f32_to_bf16", f32_to_bf16_kernel, blocks_for(count), kThreads, 0, stream, src, dst, count);
 }
 
 void launch_bf16_to_f32(const __nv_bfloat16* src, float* dst, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  bf16_to_f32_kernel<<<blocks_for(count), kThreads, 0, stream>>>(src, dst, count);
+  launch_dependent("bf16_to_f32", bf16_to_f32_kernel, blocks_for(count), kThreads, 0, stream, src, dst, count);
 }
 
 void launch_gather_rows(const void* table, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,

@@ -65,10 +65,11 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const RmsNormParams 
   }
 }
 
-// Rows of up to kThreads * 8 * kMaxVectors elements in 16-byte vectors (the hidden sizes of the models served):
-// the row stays in registers between the sum of squares and the scaling, and the weight, a constant, is loaded
-// before waiting for the kernel that writes x, so that a decode step's norm costs one round trip to memory.
-constexpr int kMaxVectors = 4;
+// Rows of up to kThreads * 8 * kMaxVectors elements in 16-byte vectors (the hidden sizes of the models served, and
+// DeepSeek-V4's 4 hyper-connection streams of 4,096 flattened): the row stays in registers between the sum of
+// squares and the scaling, and the weight, a constant, is loaded before waiting for the kernel that writes x, so
+// that a decode step's norm costs one round trip to memory.
+constexpr int kMaxVectors = 8;
 
 template <int Vectors>
 __global__ void __launch_bounds__(kThreads) rms_norm_registers_kernel(const RmsNormParams p) {
@@ -124,6 +125,8 @@ void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
     launch_dependent("rms_norm", rms_norm_registers_kernel<1>, p.num_rows, kThreads, 0, stream, p);
   } else if (aligned && vectors <= 2) {
     launch_dependent("rms_norm", rms_norm_registers_kernel<2>, p.num_rows, kThreads, 0, stream, p);
+  } else if (aligned && vectors <= 4) {
+    launch_dependent("rms_norm", rms_norm_registers_kernel<4>, p.num_rows, kThreads, 0, stream, p);
   } else if (aligned && vectors <= kMaxVectors) {
     launch_dependent("rms_norm", rms_norm_registers_kernel<kMaxVectors>, p.num_rows, kThreads, 0, stream, p);
   } else if (aligned) {

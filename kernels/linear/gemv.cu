@@ -174,6 +174,43 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   if (p.trigger_at_end) allow_dependent_grids();
 }
 
+constexpr int kSkinnyThreads = 256;
+constexpr int kSkinnyUnroll = 4;  // 16-byte weight loads in flight per thread
+
+// A block per weight row; the row's weight chunks (constants) are loaded before waiting for the kernel that writes
+// x, as gemv_kernel does.
+__global__ void __launch_bounds__(kSkinnyThreads) skinny_gemv_f32_kernel(const __nv_bfloat16* x,
+                                                                         const __nv_bfloat16* weight, float* out,
+                                                                         int k) {
+  const int chunks = k / 8;
+  const uint4* w = reinterpret_cast<const uint4*>(weight + static_cast<int64_t>(blockIdx.x) * k);
+  uint4 loaded[kSkinnyUnroll];
+#pragma unroll
+  for (int u = 0; u < kSkinnyUnroll; ++u) {
+    const int c = threadIdx.x + kSkinnyThreads * u;
+    loaded[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+  }
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  float acc = 0.0f;
+  for (int c0 = threadIdx.x; c0 < chunks; c0 += kSkinnyThreads * kSkinnyUnroll) {
+#pragma unroll
+    for (int u = 0; u < kSkinnyUnroll; ++u) {
+      const int c = c0 + kSkinnyThreads * u;
+      if (c >= chunks) break;
+      float wf[8], xf[8];
+      load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&loaded[u]), wf);
+      load_f32x8(x + 8 * c, xf);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+      const int ahead = c + kSkinnyThreads * kSkinnyUnroll;
+      loaded[u] = ahead < chunks ? __ldg(w + ahead) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  acc = block_sum<kSkinnyThreads / 32>(acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = acc;
+}
+
 template <bool Norm>
 void launch_with_output(const GemvParams& p, unsigned blocks, size_t shared_bytes, cudaStream_t stream) {
   switch (p.output) {
@@ -227,6 +264,19 @@ void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   } else {
     launch_with_output<false>(p, blocks, shared_bytes, stream);
   }
+}
+
+bool skinny_gemv_f32_supports(int64_t m, int64_t n, int64_t k) {
+  return m == 1 && n > 0 && n <= 256 && k > 0 && k % 8 == 0 && k < (int64_t{1} << 31);
+}
+
+void launch_skinny_gemv_f32(const __nv_bfloat16* x, const __nv_bfloat16* weight, float* out, int n, int k,
+                            cudaStream_t stream) {
+  if (!skinny_gemv_f32_supports(1, n, k)) {
+    throw std::invalid_argument("skinny_gemv_f32: " + std::to_string(n) + " rows of " + std::to_string(k) +
+                                " (up to 256 rows, a multiple of 8 long)");
+  }
+  launch_dependent("skinny_gemv_f32", skinny_gemv_f32_kernel, n, kSkinnyThreads, 0, stream, x, weight, out, k);
 }
 
 }  // namespace tern::kernels

@@ -64,4 +64,11 @@ bool gemv_supports_rope_kv(int64_t n, int64_t num_q_rows, int64_t num_kv_heads, 
 // Throws std::invalid_argument on shapes or an output the kernel does not support.
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
 
+// out [1, N] in float32 = x [1, K] * weight [N, K]^T for few long rows: a block per weight row, its threads along K.
+// A warp per row (launch_gemv) keeps most SMs idle when N is tens and K long, as in DeepSeek-V4's hyper-connection
+// mixes (24 rows of 16,384) and routers (64 of 4,096), where cuBLAS splits K over two kernels.
+bool skinny_gemv_f32_supports(int64_t m, int64_t n, int64_t k);
+void launch_skinny_gemv_f32(const __nv_bfloat16* x, const __nv_bfloat16* weight, float* out, int n, int k,
+                            cudaStream_t stream);
+
 }  // namespace tern::kernels

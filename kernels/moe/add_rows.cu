@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 #include "moe/add_rows.h"
 
@@ -26,6 +27,8 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
 // not depend on how the work is spread (no atomics).
 template <typename Out, typename In>
 __global__ void add_rows_kernel(Out* out, const In* x, int64_t width, RowsByTarget rows) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int g = blockIdx.x;
   Out* target = out + static_cast<int64_t>(rows.target_rows[g]) * width;
   const int begin = rows.source_begin[g];
@@ -45,7 +48,7 @@ template <typename Out, typename In>
 void launch_add_rows(Out* out, const In* x, int64_t width, const RowsByTarget& rows, cudaStream_t stream) {
   if (width < 0 || rows.num_targets < 0) throw std::invalid_argument("add_rows: negative width or target count");
   if (width == 0 || rows.num_targets == 0) return;
-  add_rows_kernel<Out, In><<<rows.num_targets, kThreads, 0, stream>>>(out, x, width, rows);
+  launch_dependent("add_rows", add_rows_kernel<Out, In>, rows.num_targets, kThreads, 0, stream, out, x, width, rows);
 }
 
 template void launch_add_rows<float, float>(float*, const float*, int64_t, const RowsByTarget&, cudaStream_t);

@@ -124,6 +124,8 @@ constexpr int kRowStride = kTileK + kPad;
 constexpr int kGemmThreads = 128;
 
 __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParams p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int expert = p.tile_expert[blockIdx.y];
   if (expert < 0) return;
   __shared__ alignas(128) __nv_bfloat16 a_tile[kStages][kMoeTileRows * kRowStride];
@@ -238,6 +240,8 @@ constexpr int kSkinnyRows = 8;
 template <bool Gated>
 __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmParams p) {
   constexpr int kColumns = Gated ? 2 : 1;
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int expert = p.tile_expert[blockIdx.y];
   if (expert < 0) return;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
@@ -342,6 +346,8 @@ __global__ void __launch_bounds__(kActivationThreads) moe_gated_activation_kerne
 
 __global__ void gather_inputs_kernel(const __nv_bfloat16* x, const int32_t* row_pair, int top_k,
                                      __nv_bfloat16* out, int hidden) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int64_t r = blockIdx.x;
   const int32_t pair = row_pair[r];
   for (int c = threadIdx.x * 8; c < hidden; c += blockDim.x * 8) {
@@ -422,16 +428,16 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   if (p.max_tiles > 65535) throw std::invalid_argument("moe_experts: too many rows for one launch");
   if (p.fuse_gated_activation) {
     const dim3 grid((p.n / 2 + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
-    skinny_gemm_kernel<true><<<grid, kSkinnyWarps * 32, 0, stream>>>(p);
+    launch_dependent("moe_experts", skinny_gemm_kernel<true>, grid, kSkinnyWarps * 32, 0, stream, p);
     return;
   }
   if (p.few_rows) {
     const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
-    skinny_gemm_kernel<false><<<grid, kSkinnyWarps * 32, 0, stream>>>(p);
+    launch_dependent("moe_experts", skinny_gemm_kernel<false>, grid, kSkinnyWarps * 32, 0, stream, p);
     return;
   }
   const dim3 grid((p.n + kTileN - 1) / kTileN, static_cast<unsigned>(p.max_tiles));
-  grouped_gemm_kernel<<<grid, kGemmThreads, 0, stream>>>(p);
+  launch_dependent("moe_experts", grouped_gemm_kernel, grid, kGemmThreads, 0, stream, p);
 }
 
 void launch_moe_gated_activation(const __nv_bfloat16* gate_up, __nv_bfloat16* out, const MoeGrouping& grouping,
@@ -451,7 +457,8 @@ void launch_moe_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, i
                               int64_t num_rows, int hidden, cudaStream_t stream) {
   if (hidden % 8 != 0) throw std::invalid_argument("moe_experts: hidden size " + std::to_string(hidden) + " is not a multiple of 8");
   if (num_rows == 0) return;
-  gather_inputs_kernel<<<static_cast<unsigned>(num_rows), 128, 0, stream>>>(x, row_pair, top_k, out, hidden);
+  launch_dependent("moe_experts (gather)", gather_inputs_kernel, static_cast<unsigned>(num_rows), 128, 0, stream, x,
+                   row_pair, top_k, out, hidden);
 }
 
 void launch_moe_combine(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attention/shared_kv_tile.cuh"
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 #include "v4/compressed_kv.h"
 #include "v4/v4_tokens.cuh"
@@ -80,6 +81,8 @@ __global__ void __launch_bounds__(kThreads, 1) compressed_attention_kernel(const
   __shared__ float half_max[2][kRows];
   __shared__ float half_sum[2][kRows];
   __shared__ bool key_valid[2][kKeys];
+  wait_for_prior_grids();
+  allow_dependent_grids();
   __shared__ bool key_is_entry[kKeys];  // of the tile in the staging buffer
 
   const int dim = p.head_dim;
@@ -204,28 +207,43 @@ __global__ void __launch_bounds__(kThreads, 1) compressed_attention_kernel(const
 
 constexpr int kMergeThreads = 128;
 
-// Grid (tokens, heads): the splits' partial results of a (token, head) under one softmax with its sink.
+// Grid (tokens, heads, dim chunks of 128): the splits' partial results of a (token, head) under one softmax with its
+// sink. The first warp turns the splits' log-sum-exps into weights (a lane per split); then each thread sums one
+// dim over the splits, whose loads are independent: a loop that exponentiated and loaded split after split waited
+// on memory at every step (about 20 us a call at batch 1).
+static_assert(kMaxSplits <= 32, "a lane per split");
 __global__ void __launch_bounds__(kMergeThreads)
     compressed_attention_merge_kernel(const CompressedAttentionParams p, int num_splits) {
+  __shared__ float split_weight[kMaxSplits];
+  __shared__ float scale;
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int token = blockIdx.x, head = blockIdx.y;
   const auto row = [&](int s) { return (static_cast<int64_t>(token) * num_splits + s) * p.num_heads + head; };
-  float max_lse = p.sinks ? p.sinks[head] * kLog2e : -INFINITY;
-  for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, p.partial_lse[row(s)]);
-  const int64_t out_row = (static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim;
-  if (max_lse == -INFINITY) {
-    for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) p.out[out_row + d] = __float2bfloat16(0.0f);
-    return;
-  }
-  float denominator = p.sinks ? fast_exp2(p.sinks[head] * kLog2e - max_lse) : 0.0f;
-  for (int s = 0; s < num_splits; ++s) denominator += fast_exp2(p.partial_lse[row(s)] - max_lse);
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int s = 0; s < num_splits; ++s) {
-      const float lse = p.partial_lse[row(s)];
-      if (lse != -INFINITY) sum += fast_exp2(lse - max_lse) * p.partial_out[row(s) * p.head_dim + d];
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const float lse = lane < num_splits ? p.partial_lse[row(lane)] : -INFINITY;
+    const float sink = p.sinks ? p.sinks[head] * kLog2e : -INFINITY;
+    float max_lse = fmaxf(lse, sink);
+    for (int offset = 16; offset > 0; offset /= 2) {
+      max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
     }
-    p.out[out_row + d] = __float2bfloat16(sum / denominator);
+    const float w = lse == -INFINITY ? 0.0f : fast_exp2(lse - max_lse);
+    float denominator = w;
+    for (int offset = 16; offset > 0; offset /= 2) denominator += __shfl_xor_sync(0xffffffffu, denominator, offset);
+    if (lane < kMaxSplits) split_weight[lane] = w;
+    if (lane == 0) {
+      if (sink != -INFINITY) denominator += fast_exp2(sink - max_lse);
+      scale = max_lse == -INFINITY ? 0.0f : 1.0f / denominator;  // nothing to attend: zeros
+    }
   }
+  __syncthreads();
+  const int d = blockIdx.z * kMergeThreads + threadIdx.x;
+  if (d >= p.head_dim) return;
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int s = 0; s < num_splits; ++s) sum += split_weight[s] * p.partial_out[row(s) * p.head_dim + d];
+  p.out[(static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim + d] = __float2bfloat16(sum * scale);
 }
 
 template <int MaxDim, bool Split>
@@ -236,7 +254,7 @@ void launch_tiles(const CompressedAttentionParams& p, int num_splits, cudaStream
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxShared);
   if (err != cudaSuccess) throw std::runtime_error(std::string("compressed_attention: ") + cudaGetErrorString(err));
   const dim3 grid(p.tokens.num_tokens, (p.num_heads + kRows - 1) / kRows, num_splits);
-  kernel<<<grid, kThreads, shared_bytes(p.head_dim), stream>>>(p);
+  launch_dependent("compressed_attention", kernel, grid, kThreads, shared_bytes(p.head_dim), stream, p);
 }
 
 }  // namespace
@@ -270,8 +288,9 @@ void launch_compressed_attention(const CompressedAttentionParams& p, cudaStream_
     return;
   }
   p.head_dim <= 128 ? launch_tiles<128, true>(p, num_splits, stream) : launch_tiles<512, true>(p, num_splits, stream);
-  const dim3 merge_grid(p.tokens.num_tokens, p.num_heads);
-  compressed_attention_merge_kernel<<<merge_grid, kMergeThreads, 0, stream>>>(p, num_splits);
+  const dim3 merge_grid(p.tokens.num_tokens, p.num_heads, (p.head_dim + kMergeThreads - 1) / kMergeThreads);
+  launch_dependent("compressed_attention (merge)", compressed_attention_merge_kernel, merge_grid, kMergeThreads, 0,
+                   stream, p, num_splits);
 }
 
 }  // namespace tern::kernels

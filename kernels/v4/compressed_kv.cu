@@ -1,6 +1,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 #include "v4/compressed_kv.h"
 #include "v4/v4_tokens.cuh"
@@ -28,6 +29,8 @@ __device__ float block_reduce(float v, float* scratch) {
 
 // One block per token: its kv and its gate plus the position bias of its place in the window.
 __global__ void __launch_bounds__(kThreads) compress_rows_kernel(CompressKvParams p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int t = blockIdx.x;
   const int position = p.tokens.positions[t];
   const int width = p.overlapping ? 2 * p.entry_dim : p.entry_dim;
@@ -47,6 +50,8 @@ __global__ void __launch_bounds__(kThreads) compress_rows_kernel(CompressKvParam
 __global__ void __launch_bounds__(kThreads) compress_entries_kernel(CompressKvParams p) {
   extern __shared__ float entry[];  // [entry_dim]
   __shared__ float scratch[kWarps];
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int t = blockIdx.x;
   const int position = p.tokens.positions[t];
   if ((position + 1) % p.compress_rate != 0) return;
@@ -110,8 +115,9 @@ void launch_compress_kv(const CompressKvParams& p, cudaStream_t stream) {
     throw std::invalid_argument("compress_kv: the rotated dims lie outside the entry");
   }
   if (p.tokens.num_tokens == 0) return;
-  compress_rows_kernel<<<p.tokens.num_tokens, kThreads, 0, stream>>>(p);
-  compress_entries_kernel<<<p.tokens.num_tokens, kThreads, p.entry_dim * sizeof(float), stream>>>(p);
+  launch_dependent("compress_kv", compress_rows_kernel, p.tokens.num_tokens, kThreads, 0, stream, p);
+  launch_dependent("compress_kv", compress_entries_kernel, p.tokens.num_tokens, kThreads, p.entry_dim * sizeof(float),
+                   stream, p);
 }
 
 }  // namespace tern::kernels

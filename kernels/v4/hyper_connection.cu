@@ -1,6 +1,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/dependent_launch.cuh"
 #include "v4/hyper_connection.h"
 #include "v4/v4_math.h"
 
@@ -13,6 +14,8 @@ constexpr int kStreamThreads = 256;
 constexpr int kMaxStreams = 16;  // the expand kernel keeps a token's mix weights in shared memory
 
 __global__ void hyper_mix_kernel(HyperMixParams p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= p.num_tokens) return;
   const int64_t row = static_cast<int64_t>(t) * p.width;
@@ -32,6 +35,8 @@ __device__ __forceinline__ float sum_over_lanes(float v, int first_mask, int sec
 }
 
 __global__ void hyper_mix_lanes_kernel(HyperMixParams p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int t = (blockIdx.x * blockDim.x + threadIdx.x) / kLanesPerToken;
   const int lane = threadIdx.x % kLanesPerToken;
   constexpr int n = kWarpStreams;
@@ -59,6 +64,8 @@ __global__ void hyper_mix_lanes_kernel(HyperMixParams p) {
 // Grid (hidden / threads, tokens): a thread per hidden dim of a token.
 __global__ void hyper_collapse_kernel(const __nv_bfloat16* streams, const float* mix, __nv_bfloat16* out,
                                       int num_streams, int hidden, int mix_width) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   const int t = blockIdx.y;
   if (d >= hidden) return;
@@ -71,6 +78,8 @@ __global__ void hyper_collapse_kernel(const __nv_bfloat16* streams, const float*
 
 __global__ void hyper_expand_kernel(const __nv_bfloat16* streams, const __nv_bfloat16* block_out, const float* mix,
                                     __nv_bfloat16* out, int num_streams, int hidden) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
   __shared__ float weights[(2 + kMaxStreams) * kMaxStreams];
   const int t = blockIdx.y;
   const int mix_width = (2 + num_streams) * num_streams;
@@ -114,10 +123,12 @@ void launch_hyper_mix(const HyperMixParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return;
   if (n == kWarpStreams && p.width == (2 + n) * n) {
     const int64_t threads = static_cast<int64_t>(p.num_tokens) * kLanesPerToken;
-    hyper_mix_lanes_kernel<<<(threads + kMixThreads - 1) / kMixThreads, kMixThreads, 0, stream>>>(p);
+    launch_dependent("hyper_mix", hyper_mix_lanes_kernel, (threads + kMixThreads - 1) / kMixThreads, kMixThreads, 0,
+                     stream, p);
     return;
   }
-  hyper_mix_kernel<<<(p.num_tokens + kMixThreads - 1) / kMixThreads, kMixThreads, 0, stream>>>(p);
+  launch_dependent("hyper_mix", hyper_mix_kernel, (p.num_tokens + kMixThreads - 1) / kMixThreads, kMixThreads, 0,
+                   stream, p);
 }
 
 void launch_hyper_collapse(const __nv_bfloat16* streams, const float* mix, __nv_bfloat16* out, int num_tokens,
@@ -125,16 +136,16 @@ void launch_hyper_collapse(const __nv_bfloat16* streams, const float* mix, __nv_
   check_streams(num_tokens, num_streams, hidden, "hyper_collapse");
   if (mix_width < num_streams) throw std::invalid_argument("hyper_collapse: fewer mix weights than streams");
   if (num_tokens == 0) return;
-  hyper_collapse_kernel<<<stream_grid(num_tokens, hidden), kStreamThreads, 0, stream>>>(streams, mix, out,
-                                                                                       num_streams, hidden, mix_width);
+  launch_dependent("hyper_collapse", hyper_collapse_kernel, stream_grid(num_tokens, hidden), kStreamThreads, 0, stream,
+                   streams, mix, out, num_streams, hidden, mix_width);
 }
 
 void launch_hyper_expand(const __nv_bfloat16* streams, const __nv_bfloat16* block_out, const float* mix,
                          __nv_bfloat16* out, int num_tokens, int num_streams, int hidden, cudaStream_t stream) {
   check_streams(num_tokens, num_streams, hidden, "hyper_expand");
   if (num_tokens == 0) return;
-  hyper_expand_kernel<<<stream_grid(num_tokens, hidden), kStreamThreads, 0, stream>>>(streams, block_out, mix, out,
-                                                                                     num_streams, hidden);
+  launch_dependent("hyper_expand", hyper_expand_kernel, stream_grid(num_tokens, hidden), kStreamThreads, 0, stream,
+                   streams, block_out, mix, out, num_streams, hidden);
 }
 
 }  // namespace tern::kernels

@@ -3,8 +3,9 @@
 # tool: carry [".device"]). End to end on a model with random bf16 weights, Llama-3.1-8B-shaped unless E2E_CONFIG
 # names another config in .device/configs (e.g. qwen3-30b-a3b.json): makes the checkpoint and measures transformers
 # (scripts/gpu/hf_bench.py), then `tern bench --backend cuda` on the same checkpoint and workloads. Logs and JSON
-# results go to $OUT (or ./gpu-logs).
-#   [E2E_CONFIG=name.json] bash scripts/gpu/e2e_bench.sh [--skip-hf]
+# results go to $OUT (or ./gpu-logs). E2E_WORKLOADS picks tern's runs (default: the three transformers also runs);
+# long_131k is one 131,072-token prompt and 128 new tokens, long_131k_b8 eight of them.
+#   [E2E_CONFIG=name.json] [E2E_WORKLOADS="decode_batch1 long_131k"] bash scripts/gpu/e2e_bench.sh [--skip-hf]
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${OUT:-$root/gpu-logs}"
@@ -41,8 +42,15 @@ run() {  # name, then bench flags
     "$out/tern_$name.json" 2>/dev/null || cat "$out/tern_$name.json"
   [ "$rc" -eq 0 ] || status=1
 }
-run decode_batch1 --num-prompts 1 --input-len 128 --output-len 256
-run prefill_8x2048 --num-prompts 8 --input-len 2048 --output-len 1
-run throughput_128x512x128 --num-prompts 128 --input-len 512 --output-len 128
+for workload in ${E2E_WORKLOADS:-decode_batch1 prefill_8x2048 throughput_128x512x128}; do
+  case "$workload" in
+    decode_batch1) run decode_batch1 --num-prompts 1 --input-len 128 --output-len 256 ;;
+    prefill_8x2048) run prefill_8x2048 --num-prompts 8 --input-len 2048 --output-len 1 ;;
+    throughput_128x512x128) run throughput_128x512x128 --num-prompts 128 --input-len 512 --output-len 128 ;;
+    long_131k) run long_131k --num-prompts 1 --input-len 131072 --output-len 128 ;;
+    long_131k_b8) run long_131k_b8 --num-prompts 8 --input-len 131072 --output-len 128 ;;
+    *) echo "unknown workload $workload"; status=1 ;;
+  esac
+done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$out/smi_after.txt"
 exit $status

@@ -5,7 +5,9 @@ The trace is cut into steps after each sampling kernel (argmax or sample: the la
 steps kept are the last --steps of those with the most common kernel count (the steady decode steps of a
 `tern bench` run), or with --all-steps (a prefill run) every step that took at least a quarter of the longest
 one's busy time, past the first (which holds the weights' upload). For them it prints the GPU span of a step, the
-time kernels were busy, and per kernel (name and grid) and per op family the time and launches per step.
+time kernels were busy, and per kernel (name and grid) and per op family the time and launches per step, each
+record's time counted from the end of the records before it (exclusive_times), so that the times add up to the
+busy time also where kernels overlap as programmatic dependents.
 
   python3 scripts/gpu/kernel_trace_summary.py trace.tsv [--steps 100 | --all-steps] [--layers N] [--json out.json]
 """
@@ -24,13 +26,14 @@ FAMILIES = [
     ("experts (grouped GEMM, warp per column)", r"grouped_gemm_kernel|skinny_gemm_kernel"),
     ("routing (router top-k, grouping)", r"route_experts_kernel|group_pairs_kernel"),
     ("expert gather/combine", r"gather_inputs_kernel|combine_kernel|add_rows_kernel"),
-    ("indexer top-k", r"score_entries_kernel|merge_splits_kernel"),
+    ("indexer top-k", r"score_entries_kernel|row_topk_kernel"),
     ("sparse/compressed attention", r"compressed_attention_kernel|compressed_attention_merge_kernel"),
     ("compressor", r"compress_rows_kernel|compress_entries_kernel"),
     ("mHC (hyper-connections)", r"hyper_mix|hyper_collapse_kernel|hyper_expand_kernel"),
     ("attention", r"attention|chunk_kernel|tile_kernel|merge_shares|merge_attention|all_heads_kernel|"
                   r"context_shard"),
-    ("dense GEMV/GEMM (projections, lm_head)", r"gemv_kernel|gemm|nvjet|cutlass|xmma|cublas|dot_kernel|splitKreduce"),
+    ("dense GEMV/GEMM (projections, lm_head)", r"gemv_kernel|skinny_gemv|gemm|nvjet|cutlass|xmma|cublas|dot_kernel|"
+                                               r"splitKreduce"),
     ("norms", r"rms_norm"),
     ("rope and cache write", r"rope|kv_write"),
     ("activations", r"silu_mul|gated_activation"),
@@ -100,6 +103,17 @@ def busy_ns(step):
     return total
 
 
+def exclusive_times(step):
+    """Each record with the part of its time that no earlier record covered: from the later of its start and the
+    end of everything before it, to its end. A kernel launched as a programmatic dependent starts while its
+    predecessor runs and waits for it, so its own span would count the predecessor's time again; the exclusive
+    times add up to the busy time, each the time the step spent waiting on that kernel."""
+    reach = 0
+    for start, end, kind, grid, name in step:
+        yield start, end, kind, grid, name, max(0, end - max(start, reach))
+        reach = max(reach, end)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace")
@@ -129,12 +143,12 @@ def main():
     per_kernel = collections.defaultdict(lambda: [0, 0])
     per_family = collections.defaultdict(lambda: [0, 0])
     for step in kept:
-        for start, end, kind, grid, name in step:
+        for start, end, kind, grid, name, exclusive in exclusive_times(step):
             key = (short_name(name) if kind == "kernel" else kind, grid)
-            per_kernel[key][0] += end - start
+            per_kernel[key][0] += exclusive
             per_kernel[key][1] += 1
             family = family_of(name if kind == "kernel" else kind)
-            per_family[family][0] += end - start
+            per_family[family][0] += exclusive
             per_family[family][1] += 1
 
     span_us = statistics.median(spans) / 1e3

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 
@@ -507,7 +509,7 @@ class CudaBackend final : public Backend {
     }
     const int64_t num_tokens = x.numel() / (groups * k);
     const Tensor in = activation(x, "grouped_linear");
-    const Tensor w = activation(weight, "grouped_linear (weight)");
+    const Tensor w = constant(weight, DType::BF16, "grouped_linear (weight)");
     Tensor out = allocator_->allocate(DType::BF16, {num_tokens, groups, n});
     gemm_->run_grouped(in.data, w.data, out.data, num_tokens, n, k, groups);
     return out;
@@ -556,7 +558,7 @@ class CudaBackend final : public Backend {
     std::optional<Tensor> bias;
     if (params.selection_bias) {
       if (params.selection_bias->numel() != num_experts) fail("route_experts: selection bias size differs from experts");
-      bias = f32(*params.selection_bias, "route_experts (selection bias)");
+      bias = constant(*params.selection_bias, DType::F32, "route_experts (selection bias)");
       p.selection_bias = bias->ptr<float>();
     }
     if (params.token_expert_table) {
@@ -749,7 +751,7 @@ class CudaBackend final : public Backend {
     std::optional<Tensor> sinks;
     if (params.sinks) {
       if (params.sinks->numel() != num_heads) fail("attention: {} sinks for {} heads", params.sinks->numel(), num_heads);
-      sinks = f32(*params.sinks, "attention (sinks)");
+      sinks = constant(*params.sinks, DType::F32, "attention (sinks)");
     }
     kernels::AttentionShape shape{num_heads, static_cast<int>(spec.num_kv_heads), head_dim, params.scale,
                                   checked_int(params.sliding_window, "sliding_window"),
@@ -887,7 +889,9 @@ class CudaBackend final : public Backend {
     check_hyper_mix(mixes, base, scale, params);
     const int64_t n = params.num_streams;
     const int64_t width = mixes.size(-1);
-    const Tensor m = f32(mixes, "hyper_mix"), b = f32(base, "hyper_mix (base)"), s = f32(scale, "hyper_mix (scale)");
+    const Tensor m = f32(mixes, "hyper_mix");
+    const Tensor b = constant(base, DType::F32, "hyper_mix (base)");
+    const Tensor s = constant(scale, DType::F32, "hyper_mix (scale)");
     const int64_t num_rows = mixes.numel() / width;
     Tensor out = allocator_->allocate(DType::F32, {num_rows, width});
     kernels::HyperMixParams p;
@@ -997,15 +1001,23 @@ class CudaBackend final : public Backend {
     p.weights_scale = params.weights_scale;
     p.selected = out.ptr<int32_t>();
     p.tokens = v4_tokens(ctx, cache, layer);
-    // Splits from the token count alone, so that a recorded step replays at any context length.
+    // Splits from the token count alone, so that a recorded step replays at any context length; score rows as long
+    // as the step's longest context, or while a graph records, as the longest the cache can hold.
     p.num_splits = kernels::indexer_topk_splits(checked_int(num_tokens, "tokens"), num_sms_);
-    Tensor split_candidates, split_counts;
-    if (p.num_splits > 1) {
-      split_candidates = allocator_->allocate(DType::I64, {num_tokens, p.num_splits, params.top_k});
-      split_counts = allocator_->allocate(DType::I32, {num_tokens, p.num_splits});
-      p.split_candidates = static_cast<uint64_t*>(split_candidates.data);
-      p.split_counts = split_counts.ptr<int32_t>();
+    int64_t longest = 0;
+    for (const SequenceChunk& seq : step.batch().sequences) {
+      longest = std::max<int64_t>(longest, seq.num_cached_tokens + seq.num_new_tokens);
     }
+    if (capturing()) longest = states.size(0) * cache.context_shard.size;
+    const int64_t stride = (longest / params.compress_rate + 3) / 4 * 4;
+    constexpr int64_t kScoreBytes = int64_t{256} << 20;
+    const int64_t rows = std::clamp<int64_t>(kScoreBytes / std::max<int64_t>(1, stride * 4), 1, num_tokens);
+    Tensor scores = allocator_->allocate(DType::F32, {rows, std::max<int64_t>(stride, 1)});
+    Tensor row_lengths = allocator_->allocate(DType::I32, {rows});
+    p.scores = scores.ptr<float>();
+    p.score_stride = checked_int(stride, "indexer score row");
+    p.score_rows = checked_int(rows, "indexer score rows");
+    p.row_lengths = row_lengths.ptr<int32_t>();
     launch("select_compressed", [&] { kernels::launch_select_compressed(p, stream_); });
     return out;
   }
@@ -1021,7 +1033,7 @@ class CudaBackend final : public Backend {
     ctx.check_block_tables(cache.block_size);
     const Tensor q = activation(query, "compressed_attention");
     std::optional<Tensor> sinks;
-    if (params.sinks) sinks = f32(*params.sinks, "compressed_attention (sinks)");
+    if (params.sinks) sinks = constant(*params.sinks, DType::F32, "compressed_attention (sinks)");
     Tensor out = allocator_->allocate(DType::BF16, {num_tokens, num_heads, dim});
     kernels::CompressedAttentionParams p;
     p.query = q.ptr<bf16>();
@@ -1351,13 +1363,32 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // A weight or other constant in `dtype` (bf16 or float32), converted once and kept while the weight lives: the
+  // float32 vectors that model code makes with from_host_f32 (norm weights of ones) and the bf16 parameters that
+  // kernels read as float32 (sinks, mHC's base and scale, routers' bias) cost a conversion kernel per use otherwise,
+  // tens of launches in each DeepSeek-V4 decode step.
+  Tensor constant(const Tensor& t, DType dtype, const char* op) {
+    if (t.dtype == dtype) return t;
+    if (converted_constants_.size() >= 2 * live_constants_ + 64) {  // drop conversions of weights that are gone
+      std::erase_if(converted_constants_, [](const auto& item) { return item.second.source.expired(); });
+      live_constants_ = converted_constants_.size();
+    }
+    ConvertedConstant& entry = converted_constants_[{t.data, dtype}];
+    const bool same_weight = !entry.source.owner_before(t.storage) && !t.storage.owner_before(entry.source);
+    if (entry.source.expired() || !same_weight) {
+      entry.source = t.storage;
+      entry.converted = dtype == DType::F32 ? f32(t, op) : activation(t, op);
+    }
+    return entry.converted;
+  }
+
   void norm(const Tensor& in, Tensor* residual, const Tensor& weight, float eps, Tensor& out, const char* op) {
     const int64_t width = weight.numel();
     if (width == 0 || in.numel() % width != 0 || in.size(-1) % width != 0) {
       fail("{}: input of shape {} does not split into rows of the weight's {} values", op, shape_string(in.shape),
            width);
     }
-    const Tensor w = activation(weight, op);
+    const Tensor w = constant(weight, DType::BF16, op);
     kernels::RmsNormParams p;
     p.x = in.ptr<bf16>();
     p.residual = residual ? residual->ptr<bf16>() : nullptr;
@@ -1435,7 +1466,7 @@ class CudaBackend final : public Backend {
     p.k = static_cast<int>(k);
     p.norm_weight = gemv.inputs.emplace_back(activation(input.norm_weight, "pre-norm GEMV (norm weight)")).ptr<bf16>();
     p.eps = input.eps;
-    if (bias) p.bias = gemv.inputs.emplace_back(activation(*bias, "pre-norm GEMV (bias)")).ptr<bf16>();
+    if (bias) p.bias = gemv.inputs.emplace_back(constant(*bias, DType::BF16, "pre-norm GEMV (bias)")).ptr<bf16>();
     gemv.next_residual = residual;
     if (input.addend) {
       p.addend = gemv.inputs.emplace_back(activation(*input.addend, "pre-norm GEMV (addend)")).ptr<bf16>();
@@ -1516,11 +1547,11 @@ class CudaBackend final : public Backend {
     const int64_t k = weight.size(1);
     if (x.shape.empty() || x.size(-1) != k) fail("linear: input has {} features, weight expects {}", x.shape.empty() ? 0 : x.size(-1), k);
     const Tensor in = activation(x, "linear");
-    const Tensor w = activation(weight, "linear (weight)");
+    const Tensor w = constant(weight, DType::BF16, "linear (weight)");
     std::optional<Tensor> b;
     if (bias) {
       if (bias->numel() != n) fail("linear: bias has {} values for {} outputs", bias->numel(), n);
-      b = out_dtype == DType::F32 ? f32(*bias, "linear (bias)") : activation(*bias, "linear (bias)");
+      b = constant(*bias, out_dtype == DType::F32 ? DType::F32 : DType::BF16, "linear (bias)");
     }
     const int64_t m = x.numel() / k;
     Tensor out = allocator_->allocate(out_dtype, {m, n});
@@ -1535,6 +1566,14 @@ class CudaBackend final : public Backend {
       launch("linear (gemv)", [&] { kernels::launch_gemv(p, stream_); });
       return out;
     }
+    if (out_dtype == DType::F32 && !b && kernels::skinny_gemv_f32_supports(m, n, k) && aligned16(in.data) &&
+        aligned16(w.data)) {
+      launch("linear (skinny gemv)", [&] {
+        kernels::launch_skinny_gemv_f32(in.ptr<bf16>(), w.ptr<bf16>(), out.ptr<float>(), static_cast<int>(n),
+                                        static_cast<int>(k), stream_);
+      });
+      return out;
+    }
     gemm_->run(in.data, w.data, b ? b->data : nullptr, out.data, m, n, k, out_dtype == DType::F32);
     return out;
   }
@@ -1546,6 +1585,12 @@ class CudaBackend final : public Backend {
   }
 
   std::shared_ptr<cuda::DeviceAllocator> allocator_;
+  struct ConvertedConstant {
+    std::weak_ptr<void> source;  // the weight's storage: a later tensor at the same address is another weight
+    Tensor converted;
+  };
+  std::map<std::pair<const void*, DType>, ConvertedConstant> converted_constants_;
+  size_t live_constants_ = 0;  // entries after the last sweep of expired ones
   std::shared_ptr<cuda::NcclGroup> group_;
   int rank_ = 0;
   std::string device_name_;

@@ -58,9 +58,10 @@ TEST_F(CudaOpsTest, EmbeddingRejectsTokenOutsideVocabulary) {
 }
 
 TEST_F(CudaOpsTest, RmsNormAndAddRmsNorm) {
-  // Row widths held in 1, 2 and 4 registers' vectors per thread, wider ones (9216) and unaligned ones (100).
+  // Row widths held in 1, 2, 4 and 8 registers' vectors per thread (16384: DeepSeek-V4's 4 flattened streams),
+  // wider ones (20480) and unaligned ones (100).
   for (auto [rows, width] : {std::pair{1, 64}, {7, 16}, {33, 4096}, {5, 100}, {130, 256}, {3, 1000}, {1, 5120},
-                             {2, 7168}, {2, 9216}}) {
+                             {2, 7168}, {2, 9216}, {1, 16384}, {2, 20480}}) {
     const auto x = input(random_bf16_values(rows * width, 3), {rows, width});
     const auto w = weight(random_bf16_values(width, 4, 0.5f), {width});
     const std::string what = fmt::format("{}x{}", rows, width);
@@ -81,9 +82,11 @@ TEST_F(CudaOpsTest, RmsNormOverHeads) {
 }
 
 TEST_F(CudaOpsTest, LinearWithAndWithoutBias) {
+  // One row into few outputs in float32 (16384 x 24, 4096 x 64, 2048 x 128) takes the skinny GEMV.
   for (auto [rows, k, n] : {std::tuple{1, 64, 512}, {7, 64, 192}, {40, 256, 1024}, {3, 128, 40}, {300, 512, 768},
                             {1, 4096, 4096}, {17, 96, 8}, {2, 1024, 300}, {4, 2048, 264}, {128, 4096, 640},
-                            {64, 14336, 384}, {129, 256, 384}, {65, 1536, 136}}) {
+                            {64, 14336, 384}, {129, 256, 384}, {65, 1536, 136}, {1, 16384, 24}, {1, 4096, 64},
+                            {1, 2048, 128}}) {
     const auto x = input(random_bf16_values(rows * k, 8), {rows, k});
     const auto w = weight(random_bf16_values(n * k, 9, 0.1f), {n, k});
     const auto b = weight(random_bf16_values(n, 10), {n});
@@ -93,6 +96,8 @@ TEST_F(CudaOpsTest, LinearWithAndWithoutBias) {
     const Tensor wide = gpu->linear_f32(x.gpu, w.gpu, &b.gpu);
     EXPECT_EQ(wide.dtype, DType::F32);
     expect_close(wide, cpu->linear(x.cpu, w.cpu, &b.cpu), 1e-3, "linear_f32+bias " + what);
+    expect_close(gpu->linear_f32(x.gpu, w.gpu, nullptr), cpu->linear(x.cpu, w.cpu, nullptr), 1e-3,
+                 "linear_f32 " + what);
   }
 }
 
