@@ -16,5 +16,6 @@ void add_bench_grammar_command(CLI::App& app);
 void add_render_chat_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_gateway_command(CLI::App& app);
+void add_convert_deepseek_v4_command(CLI::App& app);
 
 }  // namespace tern::cli

@@ -69,9 +69,10 @@ void EngineFlags::add_to(CLI::App& cmd) {
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd.add_option("--speculative-config", speculative_config,
                  "Speculative decoding, as vLLM's JSON object: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
-                 "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (prompt lookup) or '{\"model\": DIR, "
-                 "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer); greedy outputs are unchanged, "
-                 "sampled ones keep their distribution. Turns --overlap-schedule off");
+                 "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (prompt lookup), '{\"model\": DIR, "
+                 "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer) or '{\"method\": "
+                 "\"deepseek_mtp\", \"num_speculative_tokens\": 1}' (DeepSeek-V3's multi-token prediction layer); "
+                 "greedy outputs are unchanged, sampled ones keep their distribution. Turns --overlap-schedule off");
   cmd.add_option("--host-kv-cache-memory", host_kv_cache_memory,
                  "Host-memory tier under the KV cache, e.g. 32GiB (pinned on GPUs; default: none): prefix-cache "
                  "blocks the device evicts go there, and a later prompt sharing them loads them back instead of "
@@ -106,7 +107,13 @@ EngineConfig EngineFlags::to_config(const std::filesystem::path& model_dir) cons
   config.policy = policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   config.eplb_interval_steps = eplb_interval_or_default(eplb_interval_steps, parallel.num_redundant_experts);
   config.overlap_schedule = overlap_schedule == "on";
-  if (!speculative_config.empty()) config.speculative = parse_speculative_config(speculative_config);
+  if (!speculative_config.empty()) {
+    config.speculative = parse_speculative_config(speculative_config);
+    // vLLM's MTP reads the next-n layer from the target's own checkpoint unless "model" names another.
+    if (config.speculative->method == SpeculativeMethod::kDeepseekMtp && config.speculative->draft_model_dir.empty()) {
+      config.speculative->draft_model_dir = model_dir;
+    }
+  }
   if (!host_kv_cache_memory.empty()) {
     config.host_kv_cache_bytes = parse_byte_size(host_kv_cache_memory, "--host-kv-cache-memory");
     if (config.host_kv_cache_bytes <= 0) {

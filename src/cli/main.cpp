@@ -15,5 +15,6 @@ int main(int argc, char** argv) {
   tern::cli::add_render_chat_command(app);
   tern::cli::add_serve_command(app);
   tern::cli::add_gateway_command(app);
+  tern::cli::add_convert_deepseek_v4_command(app);
   return tern::cli::run(app, argc, argv);
 }

@@ -17,6 +17,7 @@ size_t dtype_size(DType dtype) {
     case DType::F8_E4M3: return 1;
     case DType::F8_E8M0: return 1;
     case DType::U8: return 1;
+    case DType::I8: return 1;
     case DType::F4_E2M1: fail("F4_E2M1 has no byte size per element: two are packed into a byte");
   }
   fail("unknown dtype {}", static_cast<int>(dtype));
@@ -32,6 +33,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::F8_E4M3: return "F8_E4M3";
     case DType::F8_E8M0: return "F8_E8M0";
     case DType::U8: return "U8";
+    case DType::I8: return "I8";
     case DType::F4_E2M1: return "F4_E2M1";
   }
   return "?";
@@ -148,6 +150,11 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
     }
     case DType::U8: {
       const auto* in = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
+      return;
+    }
+    case DType::I8: {
+      const auto* in = static_cast<const int8_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
       return;
     }

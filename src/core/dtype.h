@@ -9,10 +9,11 @@ namespace tern {
 
 // F8_E4M3 is OCP FP8 e4m3fn (PyTorch's float8_e4m3fn): no infinities, 0x7f and 0xff are NaN, 448 the largest value.
 // F8_E8M0 is OCP MX's e8m0 scale (PyTorch's float8_e8m0fnu): 2^(bits - 127), 0xff NaN, no sign and no zero.
-// U8 is safetensors' raw bytes, as MXFP4 checkpoints store their packed blocks and e8m0 scales.
+// U8 is safetensors' raw bytes, as MXFP4 checkpoints store their packed blocks and e8m0 scales; I8 the signed bytes
+// in which DeepSeek-V4's released checkpoints store their packed FP4 experts (torch.float4_e2m1fn_x2 viewed as int8).
 // F4_E2M1 is OCP MX's FP4 (1 sign, 2 exponent, 1 mantissa bit: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}) packed two to a byte,
 // element 2i in the low nibble of byte i: the elements of an MXFP4 weight, which only checkpoint tensors hold.
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, F8_E4M3, F8_E8M0, U8, F4_E2M1 };
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, F8_E4M3, F8_E8M0, U8, I8, F4_E2M1 };
 
 // Bytes per element; fails for F4_E2M1, whose elements are half a byte.
 size_t dtype_size(DType dtype);

@@ -3,11 +3,14 @@
 // proposer for up to k tokens per decoding sequence, the scheduler gives each such sequence 1 + k tokens, the
 // sampler accepts a prefix of them (engine/rejection_sampler.h). Proposers here draft point masses (the draft
 // token is certain given the sequence), which rejection sampling verifies exactly; a proposer with a draft
-// distribution (MTP, EAGLE-3, DSpark's Markov head) would return it beside its tokens.
+// distribution (EAGLE-3's sampled drafts, DSpark's Markov head) would return it beside its tokens.
+// A proposer that drafts from the target's hidden states (MTP) also observes each step the target ran.
 #include <cstdint>
 #include <span>
 #include <unordered_map>
 #include <vector>
+
+#include "backend/tensor.h"
 
 namespace tern {
 
@@ -22,12 +25,32 @@ struct DraftRequest {
 // Draft tokens by sequence id; a sequence left out (or given none) decodes one token.
 using DraftTokens = std::unordered_map<uint64_t, std::vector<int32_t>>;
 
+// One chunk of a step the target computed, as a proposer reading the target's hidden states sees it.
+struct ComputedChunk {
+  uint64_t sequence_id = 0;
+  int32_t first_position = 0;  // of the chunk's first token
+  // The chunk's tokens, drafts included; their hidden states are rows [first_row, first_row + num_tokens).
+  int32_t num_tokens = 0;
+  int32_t first_row = 0;
+  // The sequence's tokens once the step is applied (prompt and output), empty when it finished. The chunk's rows
+  // of positions before the last of them are hidden states of these tokens; rows past them, of rejected drafts.
+  std::span<const int32_t> token_ids;
+};
+
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
   virtual DraftTokens propose(std::span<const DraftRequest> requests) = 0;
   // Drops what the proposer keeps for sequences that have finished.
   virtual void forget(std::span<const uint64_t> sequence_ids) { (void)sequence_ids; }
+  // Whether observe() reads the target's hidden states (Model::forward_with_hidden_states), which cost the target a
+  // final norm over every token of a step and its recorded decode steps.
+  virtual bool reads_hidden_states() const { return false; }
+  // After each step the target ran and the scheduler applied: the step's chunks and the target's hidden states
+  // [step tokens, hidden] in the backend's memory, chunks back to back in plan order.
+  virtual void observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) {
+    (void)chunks, (void)hidden_states;
+  }
 };
 
 }  // namespace tern

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/draft_model_proposer.h"
 #include "engine/host_pool_disk_tier.h"
+#include "engine/mtp_proposer.h"
 #include "engine/ngram_proposer.h"
 #include "engine/request_field_error.h"
 #include "model/sequence_runner.h"
@@ -104,6 +105,23 @@ std::unique_ptr<Model> load_draft_model(const std::filesystem::path& dir, const 
   return draft;
 }
 
+// The multi-token prediction layer of speculative decoding, from `dir` (the target's checkpoint unless another was
+// given), on the target's backend; it reads the target's hidden states and writes its token ids.
+std::unique_ptr<MtpModel> load_target_mtp_layer(const std::filesystem::path& dir, const Model& target,
+                                                Backend& backend) {
+  if (!std::filesystem::is_directory(dir)) {
+    fail("--speculative-config: deepseek_mtp: the checkpoint '{}' is not a directory", dir.string());
+  }
+  auto mtp = load_mtp_model(dir, backend);
+  if (mtp->config().vocab_size != target.config().vocab_size ||
+      mtp->config().hidden_size != target.config().hidden_size) {
+    fail("--speculative-config: the multi-token prediction layer of '{}' has vocabulary {} and hidden size {}, the "
+         "target {} and {}", dir.string(), mtp->config().vocab_size, mtp->config().hidden_size,
+         target.config().vocab_size, target.config().hidden_size);
+  }
+  return mtp;
+}
+
 // The host tier's blocks: as many of the device pool's blocks as host_kv_cache_bytes holds.
 int32_t host_kv_blocks(const EngineConfig& config, const KvCacheBudget& budget) {
   if (config.host_kv_cache_bytes < 0) fail("--host-kv-cache-memory: {} bytes", config.host_kv_cache_bytes);
@@ -195,6 +213,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   }
   const int num_ranks = model_.size();
   std::unique_ptr<Model> draft_model;
+  std::unique_ptr<MtpModel> mtp_layer;
   if (config.speculative) {
     if (num_ranks != 1) {
       fail("--speculative-config: speculative decoding runs on one rank (tensor, data and context parallel size 1); "
@@ -203,6 +222,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     // Loaded before the KV pool is sized, so that its weights count as used memory.
     if (config.speculative->method == SpeculativeMethod::kDraftModel) {
       draft_model = load_draft_model(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
+    } else if (config.speculative->method == SpeculativeMethod::kDeepseekMtp) {
+      mtp_layer = load_target_mtp_layer(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
     }
   }
   std::vector<KvCacheBudget> budgets(static_cast<size_t>(num_ranks));
@@ -211,9 +232,11 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     Backend& backend = model_.backend(rank);
     Model& model = model_.model(rank);
     if (rank == 0) on_device = backend.device_memory().has_value();
-    // A draft model's pool has as many blocks as the target's: a block of the budget pays for both.
+    // A draft model's (or MTP layer's) pool has as many blocks as the target's: a block of the budget pays for both.
     const int64_t draft_bytes_per_token =
-        draft_model ? measure_kv_bytes_per_token(backend, draft_model->kv_layers(), config.block_size) : 0;
+        draft_model ? measure_kv_bytes_per_token(backend, draft_model->kv_layers(), config.block_size)
+        : mtp_layer ? measure_kv_bytes_per_token(backend, mtp_layer->kv_layers(), config.block_size)
+                    : 0;
     budgets[rank] = resolve_budget(
         config, backend, model,
         measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size) + draft_bytes_per_token,
@@ -248,13 +271,18 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     }
   }
   overlap_schedule_ = config.overlap_schedule && !config.speculative;
-  const bool draft_model_runs = draft_model != nullptr;
+  // Neither a draft model's eager steps (which share the backend) nor an MTP layer's hidden states go with
+  // recorded decode steps.
+  const bool records_decode_steps = draft_model == nullptr && mtp_layer == nullptr;
   if (config.speculative) {
     const SpeculativeConfig& speculative = *config.speculative;
     num_speculative_tokens_ = speculative.num_speculative_tokens;
     if (draft_model) {
       proposer_ = std::make_unique<DraftModelProposer>(std::move(draft_model), model_.backend(0), budget_.num_blocks,
                                                        budget_.block_size);
+    } else if (mtp_layer) {
+      proposer_ = std::make_unique<MtpProposer>(std::move(mtp_layer), model_.backend(0), budget_.num_blocks,
+                                                budget_.block_size, config.enable_prefix_cache);
     } else {
       proposer_ = std::make_unique<NgramProposer>(speculative.prompt_lookup_min, speculative.prompt_lookup_max);
     }
@@ -282,7 +310,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     // sequences.
     const bool samples = rank == 0 || data_parallel;
     const int32_t data_parallel_rank = data_parallel ? rank : -1;
-    if (on_device && !draft_model_runs) {
+    if (on_device && records_decode_steps) {
       // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size),
@@ -294,6 +322,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
           samples, data_parallel_rank);
     }
     if (num_host_blocks > 0) runners_[rank]->allocate_host_kv_cache(num_host_blocks);
+    if (proposer_ && proposer_->reads_hidden_states()) runners_[rank]->return_hidden_states();
   });
   if (config.log_kv_cache && recorded[0] > 0) {
     std::fprintf(stderr, "tern: recorded decode steps for %d batch sizes in %.2f s\n", recorded[0],
@@ -415,11 +444,13 @@ std::vector<RequestOutput> EngineCore::step() {
   };
   double update_s = 0.0;
   const auto finish_timed = [&](const StepPlan& finished_plan, std::vector<PendingStep> ranks) {
+    const Tensor hidden_states = ranks.front().hidden_states;
     std::vector<StepResult> results(runners_.size());
     model_.run_on_ranks([&](int rank) { results[rank] = runners_[rank]->finish(std::move(ranks[rank])); });
     const auto applying = Clock::now();
     append(scheduler_->update(finished_plan, merge_results(finished_plan, std::move(results))));
     update_s += std::chrono::duration<double>(Clock::now() - applying).count();
+    if (proposer_ && proposer_->reads_hidden_states()) observe(finished_plan, hidden_states);
   };
   const auto apply_in_flight = [&] {
     if (!in_flight_) return;
@@ -450,6 +481,18 @@ std::vector<RequestOutput> EngineCore::step() {
     steps_since_placement_ = 0;
   }
   return outputs;
+}
+
+void EngineCore::observe(const StepPlan& plan, const Tensor& hidden_states) {
+  std::vector<ComputedChunk> chunks;
+  int32_t first_row = 0;
+  for (const auto& chunk : plan.chunks) {
+    const auto num_tokens = static_cast<int32_t>(chunk.token_ids.size());
+    chunks.push_back({chunk.sequence_id, chunk.num_cached_tokens, num_tokens, first_row,
+                      scheduler_->token_ids(chunk.sequence_id)});
+    first_row += num_tokens;
+  }
+  if (!chunks.empty()) proposer_->observe(chunks, hidden_states);
 }
 
 void EngineCore::with_cached_prompt_blocks(std::span<const int32_t> prompt, int32_t first_block, int32_t max_blocks,

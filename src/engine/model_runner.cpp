@@ -57,6 +57,11 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t 
   }
 }
 
+Tensor ModelRunner::forward(const StepContext& step, PendingStep& pending) {
+  if (returns_hidden_states_) return model_.forward_with_hidden_states(step, cache_, pending.hidden_states);
+  return model_.forward(step, cache_);
+}
+
 int32_t ModelRunner::bucket_for(size_t num_seqs) const {
   for (int32_t bucket : decode_buckets_) {
     if (static_cast<size_t>(bucket) >= num_seqs) return bucket;
@@ -113,8 +118,8 @@ PendingStep ModelRunner::launch_verify(const StepPlan& plan, const ForwardBatch&
   previous_ids_ = Tensor{};
   previous_rows_.clear();
   const auto step = backend_.begin_step(batch);
-  const Tensor logits = model_.forward(*step, cache_);
   PendingStep pending;
+  const Tensor logits = forward(*step, pending);
   if (!samples_tokens_) return pending;
   std::vector<float> host = backend_.to_host_f32(logits);
   const size_t vocab = host.size() / batch.logit_rows.size();
@@ -237,7 +242,8 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
   const bool all_decode = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
     return chunk.sample && chunk.token_ids.size() == 1;
   });
-  const int32_t bucket = all_plain_greedy && all_decode ? bucket_for(plan.chunks.size()) : 0;
+  const bool recordable = all_plain_greedy && all_decode && !returns_hidden_states_;
+  const int32_t bucket = recordable ? bucket_for(plan.chunks.size()) : 0;
   if (bucket > 0) {
     if (auto ids = run_recorded_decode(batch, bucket)) {
       return finish_launch(ids->rows(0, static_cast<int64_t>(num_rows)), std::vector<bool>(num_rows, true));
@@ -251,7 +257,7 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
   std::future<void> masks = prepare_masks_async(std::move(constrained));
 
   const auto step = backend_.begin_step(batch);
-  const Tensor logits = model_.forward(*step, cache_);
+  const Tensor logits = forward(*step, pending);
   if (masks.valid()) masks.get();
   if (row_samplers.empty()) return finish_launch(Tensor{}, {});
 

@@ -21,6 +21,9 @@ struct PendingStep {
   StepResult result;  // a token per sampled row; rows sampled on the device get their ids in finish
   std::vector<bool> from_device;           // per row of `result`: its id is row r of device_ids
   std::unique_ptr<PendingIds> device_ids;  // null when no row samples on the device, or on a rank that does not sample
+  // With ModelRunner::return_hidden_states: the model's hidden states at every token of the step [T, hidden] in the
+  // backend's memory, chunks back to back in plan order (Model::forward_with_hidden_states); else empty.
+  Tensor hidden_states;
 };
 
 class ModelRunner {
@@ -67,11 +70,16 @@ class ModelRunner {
   void copy_tier_blocks(std::span<const KvTierCopy> copies);
   void wait_kv_copies() { backend_.wait_kv_copies(); }
   double kv_copy_seconds() { return backend_.kv_copy_seconds(); }
+  // From now on every step also returns the model's hidden states (PendingStep::hidden_states), for a proposer
+  // that drafts from them (MTP); decode steps then run eagerly.
+  void return_hidden_states() { returns_hidden_states_ = true; }
   // Records the decode step of every batch-size bucket now (at start), so no step pays for a recording later.
   // Returns the number of buckets recorded (0 where the backend does not record).
   int record_decode_steps();
 
  private:
+  // The model's forward over the step, with its hidden states into `pending` where they are asked for.
+  Tensor forward(const StepContext& step, PendingStep& pending);
   // The bucket a decode batch of `num_seqs` sequences is padded to; 0 when it is larger than every bucket.
   int32_t bucket_for(size_t num_seqs) const;
   // Pads a batch of one-token decode sequences to `bucket` with scratch sequences and runs it recorded; nullopt
@@ -91,6 +99,7 @@ class ModelRunner {
   KvCache host_cache_;  // the host tier's twin of cache_ (no blocks without one)
   int32_t scratch_block_ = -1;
   bool samples_tokens_ = true;
+  bool returns_hidden_states_ = false;
   int32_t data_parallel_rank_ = -1;
   std::vector<int32_t> decode_buckets_;  // ascending
   std::unordered_map<uint64_t, SequenceSampler> samplers_;

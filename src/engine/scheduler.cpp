@@ -117,6 +117,12 @@ std::vector<DraftRequest> Scheduler::draft_requests(int32_t max_draft_tokens) co
   return requests;
 }
 
+std::span<const int32_t> Scheduler::token_ids(uint64_t sequence_id) const {
+  const auto it = sequences_.find(sequence_id);
+  if (it == sequences_.end() || it->second->status == SequenceStatus::kFinished) return {};
+  return it->second->token_ids;
+}
+
 int32_t Scheduler::max_draft_tokens(const Sequence& seq) const {
   if (seq.num_uncomputed_tokens() != 1 || seq.num_tokens_in_flight > 0) return 0;
   // The step's own token is one more output; each kept draft another.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -74,6 +75,8 @@ class Scheduler {
   // The running sequences whose next step is a decode with room for drafts, for a proposer of up to
   // `max_draft_tokens` tokens. Their token spans stay valid until the next schedule().
   std::vector<DraftRequest> draft_requests(int32_t max_draft_tokens) const;
+  // The sequence's tokens (prompt, then output); empty once it finished. Valid until the next update().
+  std::span<const int32_t> token_ids(uint64_t sequence_id) const;
   // Applies the step's sampled tokens: appends them, checks stop conditions, streams outputs, frees finished
   // sequences and offers newly full blocks to the prefix cache. Tokens of sequences that finished meanwhile (EOS,
   // a stop string or an abort known only after the next step was scheduled) are dropped.

@@ -19,7 +19,12 @@ int32_t positive_int(const nlohmann::json& value, const char* key, int32_t max) 
 }  // namespace
 
 std::string_view speculative_method_name(SpeculativeMethod method) {
-  return method == SpeculativeMethod::kNgram ? "ngram" : "draft_model";
+  switch (method) {
+    case SpeculativeMethod::kNgram: return "ngram";
+    case SpeculativeMethod::kDraftModel: return "draft_model";
+    case SpeculativeMethod::kDeepseekMtp: return "deepseek_mtp";
+  }
+  return "unknown";
 }
 
 SpeculativeConfig parse_speculative_config(std::string_view json_text) {
@@ -58,10 +63,12 @@ SpeculativeConfig parse_speculative_config(std::string_view json_text) {
   } else if (method == "draft_model") {
     config.method = SpeculativeMethod::kDraftModel;
     if (config.draft_model_dir.empty()) fail("--speculative-config: method draft_model needs \"model\": a directory");
+  } else if (method == "deepseek_mtp" || method == "mtp") {
+    config.method = SpeculativeMethod::kDeepseekMtp;
   } else if (method.empty()) {
     fail("--speculative-config: give a method (\"ngram\") or a draft model (\"model\": DIR)");
   } else {
-    fail("--speculative-config: unknown method '{}' (tern has ngram and draft_model)", method);
+    fail("--speculative-config: unknown method '{}' (tern has ngram, draft_model and deepseek_mtp)", method);
   }
   if (config.num_speculative_tokens == 0) fail("--speculative-config: num_speculative_tokens is required");
   // vLLM's defaults: each bound the other where only one is given, 5 where neither is.

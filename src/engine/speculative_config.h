@@ -8,7 +8,7 @@
 
 namespace tern {
 
-enum class SpeculativeMethod { kNgram, kDraftModel };
+enum class SpeculativeMethod { kNgram, kDraftModel, kDeepseekMtp };
 
 struct SpeculativeConfig {
   SpeculativeMethod method = SpeculativeMethod::kNgram;
@@ -16,14 +16,17 @@ struct SpeculativeConfig {
   // ngram (prompt lookup): the longest n-gram in [min, max] that ends the sequence and occurred earlier in it.
   int32_t prompt_lookup_min = 5;
   int32_t prompt_lookup_max = 5;
-  std::filesystem::path draft_model_dir;  // draft_model: a smaller model with the target's vocabulary
+  // draft_model: a smaller model with the target's vocabulary. deepseek_mtp: the checkpoint holding the
+  // multi-token prediction layer, the target's own (the commands fill it in when "model" is not given).
+  std::filesystem::path draft_model_dir;
 };
 
 // The most drafts a step verifies per sequence (vLLM allows more, but acceptance falls off long before).
 constexpr int32_t kMaxSpeculativeTokens = 16;
 
-// Parses vLLM's JSON object: "method" ("ngram", or "draft_model", implied by "model"), "num_speculative_tokens",
-// "prompt_lookup_min", "prompt_lookup_max", "model". Throws tern::Error naming the bad key or value.
+// Parses vLLM's JSON object: "method" ("ngram"; "draft_model", implied by "model"; "deepseek_mtp", or "mtp" as
+// newer vLLM names it), "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model". Throws
+// tern::Error naming the bad key or value.
 SpeculativeConfig parse_speculative_config(std::string_view json_text);
 
 std::string_view speculative_method_name(SpeculativeMethod method);

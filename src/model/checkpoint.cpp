@@ -72,6 +72,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* prog
     checkpoint.quantizes_to_fp8_ = !checkpoint.quantization_.block_fp8;
   }
   checkpoint.attach_block_scales(config_path);
+  checkpoint.attach_fp4_expert_scales(config_path);
   checkpoint.attach_mxfp4_scales(config_path);
   for (const auto& [tensor, file] : expected_file) {
     auto it = checkpoint.index_.find(tensor);
@@ -90,7 +91,7 @@ void Checkpoint::attach_block_scales(const std::filesystem::path& config_path) {
   for (auto& [name, entry] : index_) {
     const TensorInfo& weight = *entry;
     // A scale of the wrong dtype is reported as such with its weight, not as a weight without scales.
-    if (weight.dtype != DType::F8_E4M3 || name.ends_with("_scale_inv")) continue;
+    if (weight.dtype != DType::F8_E4M3 || name.ends_with("_scale_inv") || name.ends_with(".scale")) continue;
     if (!quantization_.block_fp8) {
       fail("{}: tensor '{}' is F8_E4M3 but {} has no fp8 quantization_config", weight.file.string(), name,
            config_path.string());
@@ -99,12 +100,19 @@ void Checkpoint::attach_block_scales(const std::filesystem::path& config_path) {
       fail("{}: F8_E4M3 tensor '{}' has shape {}; block-quantized weights are 2-D [out, in] (embeddings, norms, "
            "routers and biases are not quantized)", weight.file.string(), name, shape_string(weight.shape));
     }
-    // DeepSeek's inference/fp8_cast_bf16.py finds a weight's scales under its name + "_scale_inv".
-    const std::string scale_name = name + "_scale_inv";
-    const auto scale = index_.find(scale_name);
+    // DeepSeek-V3's inference/fp8_cast_bf16.py finds a weight's scales under its name + "_scale_inv"; DeepSeek-V4's
+    // released checkpoints name them after the module, `X.scale` beside `X.weight` (inference/model.py's Linear
+    // keeps `self.scale`; vLLM's deepseek_v4.py maps `.scale` to `.weight_scale_inv`).
+    const std::string scale_inv_name = name + "_scale_inv";
+    const std::string module_scale_name =
+        name.ends_with(".weight") ? name.substr(0, name.size() - std::string_view(".weight").size()) + ".scale" : "";
+    auto scale = index_.find(scale_inv_name);
+    if (scale == index_.end() && !module_scale_name.empty()) scale = index_.find(module_scale_name);
     if (scale == index_.end()) {
-      fail("{}: FP8 weight '{}' has no scale tensor '{}'", weight.file.string(), name, scale_name);
+      fail("{}: FP8 weight '{}' has no scale tensor '{}'{}", weight.file.string(), name, scale_inv_name,
+           module_scale_name.empty() ? "" : " (nor '" + module_scale_name + "', DeepSeek-V4's released naming)");
     }
+    const std::string& scale_name = scale->first;
     const TensorInfo& scales = *scale->second;
     const bool float_scale = scales.dtype == DType::F32 || scales.dtype == DType::BF16 || scales.dtype == DType::F16;
     if (!float_scale && !(scales.dtype == DType::F8_E8M0 && quantization_.power_of_two_scales)) {
@@ -123,6 +131,50 @@ void Checkpoint::attach_block_scales(const std::filesystem::path& config_path) {
     scaled->block_scales = BlockScales{&scales, quantization_.block_rows, quantization_.block_columns, 0, 0};
     entry = scaled.get();
     scaled_weights_.push_back(std::move(scaled));
+  }
+}
+
+void Checkpoint::attach_fp4_expert_scales(const std::filesystem::path& config_path) {
+  // DeepSeek-V4's released routed experts (expert_dtype "fp4"; inference/model.py's Linear for
+  // torch.float4_e2m1fn_x2, which safetensors stores as I8): `X.weight` [out, in / 2] holds two e2m1 values a byte
+  // along `in`, element 2j in the low nibble of byte j (inference/convert.py's cast_e2m1fn_to_e4m3fn unpacks
+  // `x & 0x0F` before `x >> 4`), and `X.scale` F8_E8M0 [out, in / 32] one scale per 32 of them. Dequantized, that is
+  // OCP MX FP4: e2m1 value x 2^(scale - 127), as gpt-oss's MXFP4 (attach_mxfp4_scales).
+  constexpr int64_t kGroup = 32;
+  for (auto& [name, entry] : index_) {
+    const TensorInfo& packed = *entry;
+    if (packed.dtype != DType::I8) continue;
+    if (!quantization_.fp4_experts) {
+      fail("{}: tensor '{}' is I8 (DeepSeek-V4's packed FP4 experts) but {} has no expert_dtype \"fp4\"",
+           packed.file.string(), name, config_path.string());
+    }
+    if (packed.shape.size() != 2 || !name.ends_with(".weight") || (packed.shape[1] * 2) % kGroup != 0) {
+      fail("{}: FP4 expert tensor '{}' is I8 {}; expected `X.weight` I8 [out, in / 2] with `in` a multiple of {}",
+           packed.file.string(), name, shape_string(packed.shape), kGroup);
+    }
+    const std::string scale_name = name.substr(0, name.size() - std::string_view(".weight").size()) + ".scale";
+    const auto scale = index_.find(scale_name);
+    if (scale == index_.end()) {
+      fail("{}: FP4 expert weight '{}' has no scale tensor '{}'", packed.file.string(), name, scale_name);
+    }
+    const TensorInfo& scales = *scale->second;
+    const std::vector<int64_t> shape = {packed.shape[0], packed.shape[1] * 2};
+    const std::vector<int64_t> expected = {shape[0], shape[1] / kGroup};
+    if (scales.dtype != DType::F8_E8M0) {
+      fail("{}: scale tensor '{}' is {}; FP4 expert scales are F8_E8M0", scales.file.string(), scale_name,
+           dtype_name(scales.dtype));
+    }
+    if (scales.shape != expected) {
+      fail("{}: scale tensor '{}' has shape {}, expected {} for the FP4 expert weight '{}' of {} values",
+           scales.file.string(), scale_name, shape_string(scales.shape), shape_string(expected), name,
+           shape_string(shape));
+    }
+    auto weight = std::make_shared<TensorInfo>(packed);
+    weight->dtype = DType::F4_E2M1;
+    weight->shape = shape;
+    weight->block_scales = BlockScales{&scales, 1, kGroup, 0, 0};
+    entry = weight.get();
+    scaled_weights_.push_back(std::move(weight));
   }
 }
 

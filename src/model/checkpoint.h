@@ -1,7 +1,7 @@
 #pragma once
 // A Hugging Face model directory's weights: model.safetensors, or shards listed by model.safetensors.index.json.
-// A block-quantized weight (config.json's quantization_config: block FP8 or MXFP4) comes with its scales attached
-// (TensorInfo's block_scales), checked when the checkpoint opens.
+// A block-quantized weight (config.json's quantization_config: block FP8, MXFP4 or DeepSeek-V4's FP4 experts) comes
+// with its scales attached (TensorInfo's block_scales), checked when the checkpoint opens.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -33,9 +33,14 @@ class Checkpoint {
   bool quantizes_to_fp8() const { return quantizes_to_fp8_; }
 
  private:
-  // Points each F8_E4M3 weight's index entry at a copy with its `_scale_inv` attached, failing naming the file and
-  // tensor where the scale is missing, of another dtype or of the wrong shape.
+  // Points each F8_E4M3 weight's index entry at a copy with its `_scale_inv` (DeepSeek-V4's released naming:
+  // `X.scale` for `X.weight`) attached, failing naming the file and tensor where the scale is missing, of another
+  // dtype or of the wrong shape.
   void attach_block_scales(const std::filesystem::path& config_path);
+  // Points each I8 `X.weight` entry (DeepSeek-V4's FP4 experts) at an F4_E2M1 weight of its logical shape [out, in]
+  // with `X.scale` attached (1x32 blocks), failing naming the file and tensor where the config has no expert_dtype
+  // "fp4" or the scale is missing or misshapen.
+  void attach_fp4_expert_scales(const std::filesystem::path& config_path);
   // Points each MXFP4 `X_blocks` entry at an F4_E2M1 weight of its logical shape [..., K] with `X_scales` attached
   // (1x32 blocks), failing naming the file and tensor where blocks or scales are missing or misshapen.
   void attach_mxfp4_scales(const std::filesystem::path& config_path);

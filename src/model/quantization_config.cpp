@@ -24,6 +24,13 @@ std::string string_field(const nlohmann::json& q, const char* key, const std::st
 
 QuantizationConfig QuantizationConfig::from_config(const nlohmann::json& config, const std::string& origin) {
   QuantizationConfig out;
+  // A top-level field of DeepSeek-V4's config.json, which vLLM reads as hf_config.expert_dtype.
+  if (const auto expert = config.find("expert_dtype"); expert != config.end() && !expert->is_null()) {
+    if (!expert->is_string() || (*expert != "fp4" && *expert != "fp8")) {
+      fail("{}: expert_dtype {} is not supported (supported: \"fp4\", \"fp8\")", origin, expert->dump());
+    }
+    out.fp4_experts = *expert == "fp4";
+  }
   const auto it = config.find("quantization_config");
   if (it == config.end() || it->is_null()) return out;
   const nlohmann::json& q = *it;

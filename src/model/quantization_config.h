@@ -7,6 +7,9 @@
 // MXFP4 is gpt-oss's {"quant_method": "mxfp4", "modules_to_not_convert": [...]} (transformers' Mxfp4Config, which
 // also has a load-time "dequantize" flag): only the MoE experts are quantized (integrations/mxfp4.py replaces
 // GptOssExperts alone; attention, routers, embeddings and lm_head are in modules_to_not_convert).
+// DeepSeek-V4's released checkpoints add a top-level "expert_dtype" beside an fp8 quantization_config (scale_fmt
+// "ue8m0"): "fp4" (V4-Flash, V4-Pro) stores the routed experts as packed e2m1 with e8m0 scales per 32 inputs, "fp8"
+// (V4-Flash-Base) as the same block FP8 as the rest (vLLM's DeepseekV4FP8Config, models/deepseek_v4.py).
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -21,9 +24,11 @@ struct QuantizationConfig {
   bool power_of_two_scales = false;
   // MXFP4 experts: `X_blocks` (U8 [..., K / 32, 16], e2m1 pairs) with `X_scales` (U8 e8m0 [..., K / 32]).
   bool mxfp4 = false;
+  // DeepSeek-V4's expert_dtype "fp4": `X.weight` I8 [out, in / 2] (e2m1 pairs) with `X.scale` F8_E8M0 [out, in / 32].
+  bool fp4_experts = false;
 
-  // From a parsed config.json; fails naming `origin` and the field for a method, format, activation scheme or
-  // block size that tern cannot load.
+  // From a parsed config.json; fails naming `origin` and the field for a method, format, activation scheme, block
+  // size or expert_dtype that tern cannot load.
   static QuantizationConfig from_config(const nlohmann::json& config, const std::string& origin);
 };
 

@@ -3,12 +3,14 @@
 #include <map>
 
 #include "core/error.h"
+#include "model/arch/deepseek_mtp.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/deepseek_v4/deepseek_v4.h"
 #include "model/arch/llama_family.h"
 #include "model/arch/sparse_moe_family.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "model/mtp_model.h"
 
 namespace tern {
 
@@ -42,14 +44,25 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& bac
     for (const auto& [name, factory] : registry()) known += (known.empty() ? "" : ", ") + name;
     fail("{}: unknown architecture '{}' (supported: {})", (dir / "config.json").string(), config.architecture, known);
   }
-  // Online FP8 quantizes what the model code loads as linear weights (WeightLoader::linear_weights); DeepSeek-V4's
-  // code loads its weights as they are stored.
-  if (quantization == OnlineQuantization::fp8 && config.architecture == "DeepseekV4ForCausalLM") {
-    fail("{}: --quantization fp8 is not supported for {} (its weights load as stored)",
-         (dir / "config.json").string(), config.architecture);
+  // Online FP8 of DeepSeek-V4's bf16 checkpoints is not done yet; one already in block FP8 (DeepSeek's released
+  // layout) loads as it is, as any block-FP8 checkpoint does under online FP8.
+  if (quantization == OnlineQuantization::fp8 && config.architecture == "DeepseekV4ForCausalLM" &&
+      !QuantizationConfig::from_config(config.raw, (dir / "config.json").string()).block_fp8) {
+    fail("{}: --quantization fp8 is not supported for {}'s unquantized checkpoints (its FP8 checkpoints, in "
+         "DeepSeek's released layout, load as they are)", (dir / "config.json").string(), config.architecture);
   }
   const Checkpoint checkpoint = Checkpoint::open(dir, progress, quantization);
   return it->second(config, checkpoint, backend);
+}
+
+std::unique_ptr<MtpModel> load_mtp_model(const std::filesystem::path& dir, Backend& backend) {
+  const ModelConfig config = ModelConfig::load(dir);
+  if (config.architecture != "DeepseekV3ForCausalLM") {
+    fail("{}: multi-token prediction (deepseek_mtp) reads DeepSeek-V3 checkpoints (DeepseekV3ForCausalLM), not {}",
+         (dir / "config.json").string(), config.architecture);
+  }
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  return std::make_unique<DeepseekMtpModel>(config, checkpoint, backend);
 }
 
 }  // namespace tern

@@ -25,9 +25,11 @@ TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count) {
   return view;
 }
 
-// Element types that are only the codes or scales of a quantized weight (MXFP4's U8 blocks and scales included).
+// Element types that are only the codes or scales of a quantized weight (MXFP4's U8 blocks and scales and
+// DeepSeek-V4's I8 FP4 experts included).
 bool needs_block_scales(DType dtype) {
-  return dtype == DType::F8_E4M3 || dtype == DType::F8_E8M0 || dtype == DType::U8 || dtype == DType::F4_E2M1;
+  return dtype == DType::F8_E4M3 || dtype == DType::F8_E8M0 || dtype == DType::U8 || dtype == DType::I8 ||
+         dtype == DType::F4_E2M1;
 }
 
 // Fails unless `info` is a plain tensor, or a block-quantized one where `takes_quantized`.

@@ -111,6 +111,15 @@ TEST(DtypeTest, E2m1CodesAndPackedNibbles) {
   EXPECT_EQ(dtype_name(DType::F4_E2M1), "F4_E2M1");
   EXPECT_EQ(dtype_size(DType::U8), 1u);
   EXPECT_THROW(dtype_size(DType::F4_E2M1), Error);
+  // I8: DeepSeek-V4's packed experts as safetensors stores them; as values, signed bytes.
+  EXPECT_EQ(dtype_size(DType::I8), 1u);
+  EXPECT_EQ(dtype_name(DType::I8), "I8");
+  const uint8_t signed_bytes[] = {0x7f, 0x80, 0xff};
+  float bytes_out[3];
+  convert_to_f32(DType::I8, signed_bytes, bytes_out, 3);
+  EXPECT_EQ(bytes_out[0], 127.0f);
+  EXPECT_EQ(bytes_out[1], -128.0f);
+  EXPECT_EQ(bytes_out[2], -1.0f);
   // Element 2j in the low nibble of byte j.
   const uint8_t packed[] = {0x72, 0x0f};
   float out[4];

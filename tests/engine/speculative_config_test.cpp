@@ -21,6 +21,20 @@ TEST(SpeculativeConfig, ReadsNgramAndDraftModelObjects) {
   EXPECT_EQ(draft.num_speculative_tokens, 4);
 }
 
+TEST(SpeculativeConfig, ReadsDeepseekMtpUnderBothOfVllmsNames) {
+  for (const char* json : {R"({"method": "deepseek_mtp", "num_speculative_tokens": 1})",
+                           R"({"method": "mtp", "num_speculative_tokens": 2})"}) {
+    const auto mtp = parse_speculative_config(json);
+    EXPECT_EQ(mtp.method, SpeculativeMethod::kDeepseekMtp) << json;
+    EXPECT_TRUE(mtp.draft_model_dir.empty()) << json;  // the target's checkpoint, filled in by the commands
+    EXPECT_EQ(speculative_method_name(mtp.method), "deepseek_mtp");
+  }
+  const auto elsewhere =
+      parse_speculative_config(R"({"method": "deepseek_mtp", "model": "/models/v3", "num_speculative_tokens": 3})");
+  EXPECT_EQ(elsewhere.draft_model_dir, "/models/v3");
+  EXPECT_EQ(elsewhere.num_speculative_tokens, 3);
+}
+
 TEST(SpeculativeConfig, LookupBoundsDefaultAsVllms) {
   const auto only_max = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})");
   EXPECT_EQ(only_max.prompt_lookup_min, 3);

@@ -1,8 +1,12 @@
 // Speculative decoding end to end on the fixture models (CPU backend): with each proposer and k = 1..5, greedy
 // outputs, finish reasons and logprobs equal those of the same engine without speculation, at batch sizes 1 and
-// 9, with prefix caching, chunked prefill, preemption, stop tokens, parallel samples and a grammar.
+// 9, with prefix caching, chunked prefill, preemption, stop tokens, parallel samples and a grammar. DeepSeek MTP on
+// copies of the DeepSeek-V3 fixture with a next-n layer (mtp_checkpoint.h): a random one, whose drafts are mostly
+// rejected, and an oracle, whose drafts are all accepted; and sampled tokens after its drafts follow the target's
+// distribution.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 #include <string>
@@ -13,14 +17,18 @@
 #include "fixtures.h"
 #include "grammar/compiled_grammar.h"
 #include "greedy_request.h"
+#include "model/checkpoint.h"
+#include "mtp_checkpoint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
 namespace {
 
+using testing::deepseek_v3_with_mtp;
 using testing::fixtures_dir;
 using testing::greedy;
 using testing::load_fixture_model;
+using testing::MtpLayerKind;
 
 struct Outcome {
   std::vector<int32_t> tokens;
@@ -52,6 +60,14 @@ SpeculativeConfig draft_model(const std::string& fixture, int32_t k) {
   s.method = SpeculativeMethod::kDraftModel;
   s.num_speculative_tokens = k;
   s.draft_model_dir = fixtures_dir() / "models" / fixture;
+  return s;
+}
+
+SpeculativeConfig deepseek_mtp(const std::filesystem::path& checkpoint, int32_t k) {
+  SpeculativeConfig s;
+  s.method = SpeculativeMethod::kDeepseekMtp;
+  s.num_speculative_tokens = k;
+  s.draft_model_dir = checkpoint;  // the target's own checkpoint (the commands fill it in)
   return s;
 }
 
@@ -284,6 +300,204 @@ TEST(SpeculativeDecoding, GrammarConstrainedOutputsEqualThoseWithout) {
     expect_same(expected, run(*model, *backend, config, requests, &stats),
                 std::string(speculative_method_name(speculative.method)));
     EXPECT_GT(stats.num_spec_drafts, 0);
+  }
+}
+
+// DeepSeek MTP on the DeepSeek-V3 fixture with a next-n layer: `kind` random (drafts mostly rejected) or oracle
+// (every draft accepted: the bookkeeping of full acceptance over k positions).
+class DeepseekMtpDecoding : public ::testing::TestWithParam<MtpLayerKind> {
+ protected:
+  void SetUp() override {
+    dir_ = deepseek_v3_with_mtp(GetParam());
+    backend_ = make_cpu_backend(2);
+    model_ = load_model(dir_, *backend_);
+  }
+  bool oracle() const { return GetParam() == MtpLayerKind::oracle; }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(DeepseekMtpDecoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
+  const auto prompts = repetitive_prompts(9, model_->config().vocab_size, 3);
+  const auto all = greedy_requests(prompts);
+  const std::vector<GenerateRequest> one(all.begin() + 4, all.begin() + 5);
+  for (const auto* requests : {&one, &all}) {
+    const Outcomes expected = run(*model_, *backend_, small_config(256), *requests);
+    for (int32_t k = 1; k <= 3; ++k) {
+      const std::string what = "k=" + std::to_string(k) + ", batch " + std::to_string(requests->size());
+      EngineConfig config = small_config(256);
+      config.speculative = deepseek_mtp(dir_, k);
+      EngineStats stats;
+      expect_same(expected, run(*model_, *backend_, config, *requests, &stats), what);
+      EXPECT_GT(stats.num_spec_drafts, 0) << what;
+      EXPECT_EQ(stats.num_spec_accepted_tokens_per_pos.size(), static_cast<size_t>(k)) << what;
+      if (oracle()) {
+        EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+        // Every decode after the first verifies k drafts, fewer only where max_tokens leaves less room.
+        EXPECT_GT(stats.num_spec_draft_tokens, stats.num_spec_drafts * (k - 1)) << what;
+      }
+    }
+  }
+}
+
+TEST_P(DeepseekMtpDecoding, PrefixCachingChunkedPrefillAndPreemptionGiveTheSameTokens) {
+  const auto prompts = repetitive_prompts(12, model_->config().vocab_size, 8);
+  std::vector<GenerateRequest> requests;
+  for (const auto& prompt : prompts) requests.push_back(greedy(prompt, 24));
+  for (bool prefix_cache : {true, false}) {
+    EngineConfig base = small_config(10, 24);
+    base.enable_prefix_cache = prefix_cache;
+    const Outcomes expected = run(*model_, *backend_, base, requests);
+    const std::string what = prefix_cache ? "with prefix cache" : "without prefix cache";
+    EngineConfig config = base;
+    config.speculative = deepseek_mtp(dir_, 3);
+    EngineStats stats;
+    expect_same(expected, run(*model_, *backend_, config, requests, &stats), what);
+    EXPECT_GT(stats.num_preemptions, 0) << what;
+    EXPECT_GT(stats.num_spec_drafts, 0) << what;
+    if (prefix_cache) {
+      EXPECT_GT(stats.prefix_hit_tokens, 0) << what;
+    }
+    if (oracle()) {
+      EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+    }
+  }
+}
+
+TEST_P(DeepseekMtpDecoding, StopTokensMaxTokensLogprobsAndParallelSamplesAsWithout) {
+  const auto prompts = repetitive_prompts(6, model_->config().vocab_size, 21);
+  std::vector<GenerateRequest> requests = greedy_requests(prompts);
+  const Outcomes free_run = run(*model_, *backend_, small_config(256), requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& tokens = free_run.at({i + 1, 0}).tokens;
+    requests[i].stop.stop_token_ids = {tokens[tokens.size() / 2]};
+    requests[i].sampling.logprobs = 3;
+    requests[i].sampling.n = i % 2 == 0 ? 2 : 1;
+    requests[i].stop.ignore_eos = i % 3 == 0;
+  }
+  const Outcomes expected = run(*model_, *backend_, small_config(256), requests);
+  EngineConfig config = small_config(256);
+  config.speculative = deepseek_mtp(dir_, 3);
+  expect_same(expected, run(*model_, *backend_, config, requests), "deepseek_mtp");
+}
+
+TEST_P(DeepseekMtpDecoding, SeededSampledRequestsAreReproducible) {
+  const auto prompts = repetitive_prompts(4, model_->config().vocab_size, 5);
+  std::vector<GenerateRequest> requests = greedy_requests(prompts);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].sampling.temperature = 0.8f;
+    requests[i].sampling.top_p = 0.9f;
+    requests[i].sampling.seed = 100 + i;
+    requests[i].sampling.presence_penalty = i % 2 ? 0.3f : 0.0f;
+  }
+  EngineConfig config = small_config(256);
+  config.speculative = deepseek_mtp(dir_, 2);
+  EngineStats stats;
+  const Outcomes first = run(*model_, *backend_, config, requests, &stats);
+  expect_same(first, run(*model_, *backend_, config, requests), "seeded");
+  EXPECT_GT(stats.num_spec_drafts, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(NextNLayers, DeepseekMtpDecoding,
+                         ::testing::Values(MtpLayerKind::random, MtpLayerKind::oracle),
+                         [](const auto& info) { return info.param == MtpLayerKind::random ? "Random" : "Oracle"; });
+
+// The chi-square statistic's 0.001 critical values for 1..10 degrees of freedom (the seeds are fixed: a correct
+// engine passes always).
+constexpr double kChiSquareCritical[] = {10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59};
+
+// The oracle target is a bigram model: its logits after token t are lm_head(rms_norm(embed[t]) * norm), computed
+// here in float64 from the checkpoint, softmaxed at `temperature` -> [vocab][vocab].
+std::vector<std::vector<double>> bigram_probabilities(const std::filesystem::path& dir, double temperature) {
+  const Checkpoint checkpoint = Checkpoint::open(dir);
+  const auto values = [&](const std::string& name) {
+    const TensorInfo& info = checkpoint.get(name);
+    std::vector<float> v(static_cast<size_t>(info.numel()));
+    dequantize_to_f32(info, v.data());
+    return v;
+  };
+  const auto embed = values("model.embed_tokens.weight");
+  const auto head = values("lm_head.weight");
+  const auto norm = values("model.norm.weight");
+  const size_t hidden = norm.size(), vocab = embed.size() / hidden;
+  std::vector<std::vector<double>> probabilities(vocab, std::vector<double>(vocab));
+  for (size_t t = 0; t < vocab; ++t) {
+    double sum = 0.0;
+    for (size_t i = 0; i < hidden; ++i) sum += double(embed[t * hidden + i]) * embed[t * hidden + i];
+    const double scale = 1.0 / std::sqrt(sum / hidden + 1e-6);
+    std::vector<double> logits(vocab);
+    for (size_t v = 0; v < vocab; ++v) {
+      double dot = 0.0;
+      for (size_t i = 0; i < hidden; ++i) dot += double(head[v * hidden + i]) * embed[t * hidden + i] * scale * norm[i];
+      logits[v] = dot / temperature;
+    }
+    const double top = *std::max_element(logits.begin(), logits.end());
+    double total = 0.0;
+    for (double& l : logits) total += (l = std::exp(l - top));
+    for (size_t v = 0; v < vocab; ++v) probabilities[t][v] = logits[v] / total;
+  }
+  return probabilities;
+}
+
+// The second sampled token is the first verified against a draft (the step after the first token verifies the
+// MTP's draft for it): over many seeds its frequencies match the target's marginal, sum over the first token t of
+// p(t | prompt) p(. | t).
+TEST(DeepseekMtpSampling, TokensAfterDraftsFollowTheTargetsDistribution) {
+  const auto dir = deepseek_v3_with_mtp(MtpLayerKind::oracle);
+  auto backend = make_cpu_backend(2);
+  auto model = load_model(dir, *backend);
+  constexpr double kTemperature = 0.5;
+  const auto p = bigram_probabilities(dir, kTemperature);
+  const std::vector<int32_t> prompt = {22, 506, 217};
+  std::vector<double> marginal(p.size(), 0.0);
+  for (size_t t = 0; t < p.size(); ++t) {
+    for (size_t v = 0; v < p.size(); ++v) marginal[v] += p[prompt.back()][t] * p[t][v];
+  }
+  constexpr int32_t kSamples = 2000;
+  std::vector<GenerateRequest> requests;
+  for (int32_t i = 0; i < kSamples; ++i) {
+    GenerateRequest request = greedy(prompt, 3);
+    request.sampling.temperature = static_cast<float>(kTemperature);
+    request.sampling.seed = 1000 + i;
+    requests.push_back(std::move(request));
+  }
+  EngineConfig config = small_config(512, 1024);
+  config.speculative = deepseek_mtp(dir, 1);
+  EngineStats stats;
+  const Outcomes outcomes = run(*model, *backend, config, requests, &stats);
+  // Drafts were both kept and replaced (rejection sampling ran both ways).
+  EXPECT_GT(stats.num_spec_accepted_tokens, 0);
+  EXPECT_LT(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens);
+  std::vector<int64_t> counts(p.size(), 0);
+  for (const auto& [key, outcome] : outcomes) ++counts.at(static_cast<size_t>(outcome.tokens.at(1)));
+  // The nine likeliest tokens apart, the rest together.
+  std::vector<size_t> order(p.size());
+  for (size_t v = 0; v < order.size(); ++v) order[v] = v;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return marginal[a] > marginal[b]; });
+  double statistic = 0.0, rest_expected = kSamples;
+  int64_t rest_count = kSamples;
+  for (size_t i = 0; i < 9; ++i) {
+    const double e = marginal[order[i]] * kSamples;
+    statistic += (counts[order[i]] - e) * (counts[order[i]] - e) / e;
+    rest_expected -= e;
+    rest_count -= counts[order[i]];
+  }
+  ASSERT_GT(rest_expected, 5.0);
+  statistic += (rest_count - rest_expected) * (rest_count - rest_expected) / rest_expected;
+  EXPECT_LT(statistic, kChiSquareCritical[8]) << "chi-square with 9 degrees of freedom";
+}
+
+TEST(DeepseekMtpSampling, ACheckpointWithoutTheLayerIsRefusedAtStart) {
+  auto m = load_fixture_model("deepseek_v3");
+  EngineConfig config = small_config(64);
+  config.speculative = deepseek_mtp(fixtures_dir() / "models" / "deepseek_v3", 1);
+  try {
+    EngineCore core(*m.model, *m.backend, config);
+    ADD_FAILURE() << "a checkpoint without its next-n layer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no multi-token prediction layer"), std::string::npos) << e.what();
   }
 }
 

@@ -31,8 +31,7 @@ float softmax_scale(const ModelConfig& config, int64_t qk_head_dim) {
 
 }  // namespace
 
-std::unique_ptr<Model> make_deepseek_v3_model(const ModelConfig& config, const Checkpoint& checkpoint,
-                                              Backend& backend) {
+DecoderLayerBuilder deepseek_v3_layer_builder(const ModelConfig& config, Backend& backend) {
   if (config.hidden_act != "silu") fail("{}: unsupported hidden_act '{}'", config.architecture, config.hidden_act);
   const auto& raw = config.raw;
   const int64_t hidden = config.hidden_size;
@@ -64,16 +63,21 @@ std::unique_ptr<Model> make_deepseek_v3_model(const ModelConfig& config, const C
   moe.router.params.top_k_groups = raw.value("topk_group", 1);
   moe.shared_intermediate_size = moe.intermediate_size * raw.value("n_shared_experts", 0);
   const int64_t first_dense = raw.value("first_k_dense_replace", 0);
+  const int64_t intermediate = config.intermediate_size;
 
-  return std::make_unique<DecoderModel>(
-      config, checkpoint, backend, [&](WeightLoader& weights, int64_t i, const std::string& prefix, DecoderLayer& layer) {
-        layer.attention = std::make_unique<MlaAttention>(weights, prefix + ".self_attn", mla, rope);
-        if (i < first_dense) {
-          layer.feed_forward = std::make_unique<GatedMlp>(weights, prefix + ".mlp", hidden, config.intermediate_size);
-        } else {
-          layer.feed_forward = std::make_unique<SparseMoe>(weights, prefix + ".mlp", moe);
-        }
-      });
+  return [=](WeightLoader& weights, int64_t i, const std::string& prefix, DecoderLayer& layer) {
+    layer.attention = std::make_unique<MlaAttention>(weights, prefix + ".self_attn", mla, rope);
+    if (i < first_dense) {
+      layer.feed_forward = std::make_unique<GatedMlp>(weights, prefix + ".mlp", hidden, intermediate);
+    } else {
+      layer.feed_forward = std::make_unique<SparseMoe>(weights, prefix + ".mlp", moe);
+    }
+  };
+}
+
+std::unique_ptr<Model> make_deepseek_v3_model(const ModelConfig& config, const Checkpoint& checkpoint,
+                                              Backend& backend) {
+  return std::make_unique<DecoderModel>(config, checkpoint, backend, deepseek_v3_layer_builder(config, backend));
 }
 
 }  // namespace tern

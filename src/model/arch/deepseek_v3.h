@@ -5,11 +5,17 @@
 #include <memory>
 
 #include "model/checkpoint.h"
+#include "model/layers/decoder_stack.h"
 #include "model/model.h"
 
 namespace tern {
 
 std::unique_ptr<Model> make_deepseek_v3_model(const ModelConfig& config, const Checkpoint& checkpoint,
                                               Backend& backend);
+
+// The blocks of layer i as config.json describes them (MLA attention; a dense MLP below first_k_dense_replace, the
+// sparse MoE from there on): for the decoder stack's layers and for the multi-token prediction layer after them
+// (deepseek_mtp.h), which is built as its index would be.
+DecoderLayerBuilder deepseek_v3_layer_builder(const ModelConfig& config, Backend& backend);
 
 }  // namespace tern

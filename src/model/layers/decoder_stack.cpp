@@ -12,16 +12,16 @@ DecoderStack::DecoderStack(const ModelConfig& config, WeightLoader& weights, con
   if (config.num_layers < 1) fail("{}: num_hidden_layers {} must be >= 1", config.architecture, config.num_layers);
   // Vocab-parallel under tensor parallelism: each rank holds a shard of the embedding and of the lm_head.
   vocab_shard_ = {weights.shard().rank * weights.vocab_shard_rows(config.vocab_size), config.vocab_size};
-  embed_tokens_ = weights.load_vocab_shard("model.embed_tokens.weight", {config.vocab_size, hidden});
+  embed_tokens_ = weights.load_vocab_shard(names.embed_tokens, {config.vocab_size, hidden});
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    const std::string prefix = "model.layers." + std::to_string(i);
+    const std::string prefix = names.layers + "." + std::to_string(i);
     DecoderLayer& layer = layers_.emplace_back();
     layer.attention_norm = weights.load(prefix + "." + names.attention_norm + ".weight", {hidden});
     layer.feed_forward_norm = weights.load(prefix + "." + names.feed_forward_norm + ".weight", {hidden});
     build_layer(weights, i, prefix, layer);
     if (!layer.attention || !layer.feed_forward) fail("{}: layer {} was built without its blocks", config.architecture, i);
   }
-  final_norm_ = weights.load("model.norm.weight", {hidden});
+  final_norm_ = weights.load(names.final_norm, {hidden});
   if (config.tie_word_embeddings) return;
   for (const auto& name : names.lm_head) {
     if (weights.has(name)) {
@@ -57,7 +57,7 @@ Tensor DecoderStack::logits(Backend& backend, const BlockInput& rows) const {
   return backend.all_gather_columns(rows.linear(lm_head_ ? *lm_head_ : embed_tokens_), vocab_shard_.vocab_size);
 }
 
-Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache) const {
+Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache, Tensor* hidden_states) const {
   Tensor residual = embed(backend, step);
   // Each block's output is added into the residual by the norm that reads it next (BlockInput): the next block's,
   // or the final norm.
@@ -69,6 +69,13 @@ Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache&
                                  cache, static_cast<int>(i), step);
     output = layer.feed_forward->forward(
         backend, BlockInput(backend, residual, attended, layer.feed_forward_norm, norm_eps_), step);
+  }
+  if (hidden_states) {
+    *hidden_states = output ? backend.add_rms_norm(residual, *output, final_norm_, norm_eps_)
+                            : backend.rms_norm(residual, final_norm_, norm_eps_);
+    return backend.all_gather_columns(
+        backend.linear(backend.gather_logit_rows(*hidden_states, step), lm_head_ ? *lm_head_ : embed_tokens_, nullptr),
+        vocab_shard_.vocab_size);
   }
   // The final norm runs only on the rows whose logits are asked for, as one op with the lm_head (at batch-1 decode
   // on the CUDA backend the lm_head's GEMV adds and normalizes).

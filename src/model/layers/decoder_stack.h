@@ -26,8 +26,11 @@ struct DecoderLayer {
   std::unique_ptr<FeedForwardBlock> feed_forward;
 };
 
-// Checkpoint names of the shell's weights; layer norms are `model.layers.<i>.<name>.weight`.
+// Checkpoint names of the shell's weights; layer norms are `<layers>.<i>.<name>.weight`.
 struct DecoderWeightNames {
+  std::string embed_tokens = "model.embed_tokens.weight";
+  std::string layers = "model.layers";
+  std::string final_norm = "model.norm.weight";
   std::string attention_norm = "input_layernorm";
   std::string feed_forward_norm = "post_attention_layernorm";
   // The first of these present in the checkpoint; unused when config.tie_word_embeddings.
@@ -35,14 +38,14 @@ struct DecoderWeightNames {
 };
 
 // Fills `layer.attention` and `layer.feed_forward` of layer `index`, whose weights are under `prefix`
-// ("model.layers.<index>").
+// ("<layers>.<index>", "model.layers.<index>" by default).
 using DecoderLayerBuilder =
     std::function<void(WeightLoader& weights, int64_t index, const std::string& prefix, DecoderLayer& layer)>;
 
 class DecoderStack {
  public:
-  // Loads model.embed_tokens, each layer's norms (building its blocks with `build_layer`), model.norm and the
-  // lm_head (or ties it to the embedding).
+  // Loads the embedding, each layer's norms (building its blocks with `build_layer`), the final norm and the
+  // lm_head (or ties it to the embedding), by the names in `names`.
   DecoderStack(const ModelConfig& config, WeightLoader& weights, const DecoderLayerBuilder& build_layer,
                const DecoderWeightNames& names = {});
 
@@ -53,8 +56,9 @@ class DecoderStack {
 
   Tensor embed(Backend& backend, const StepContext& step) const;  // -> [T, hidden]
   // The pre-norm residual stream (h += attention(norm(h)); h += ffn(norm(h))) through every layer, then the final
-  // norm and the lm_head on the step's logit rows -> [R, vocab].
-  Tensor forward(Backend& backend, const StepContext& step, KvCache& cache) const;
+  // norm and the lm_head on the step's logit rows -> [R, vocab]. With `hidden_states`, the final norm runs on every
+  // token and its output [T, hidden] goes there too (Model::forward_with_hidden_states).
+  Tensor forward(Backend& backend, const StepContext& step, KvCache& cache, Tensor* hidden_states = nullptr) const;
   // rows [R, hidden] -> logits [R, vocab], for a residual stream that ends elsewhere (DeepSeek-V4's mHC head).
   Tensor final_norm_logits(Backend& backend, const Tensor& rows) const;
 
@@ -80,6 +84,9 @@ class DecoderModel final : public Model {
   const ModelConfig& config() const override { return config_; }
   std::vector<KvLayerSpec> kv_layers() const override { return stack_->kv_layers(); }
   Tensor forward(const StepContext& step, KvCache& cache) override { return stack_->forward(backend_, step, cache); }
+  Tensor forward_with_hidden_states(const StepContext& step, KvCache& cache, Tensor& hidden_states) override {
+    return stack_->forward(backend_, step, cache, &hidden_states);
+  }
   std::vector<SparseMoe*> expert_layers() override { return stack_->expert_layers(); }
 
  private:

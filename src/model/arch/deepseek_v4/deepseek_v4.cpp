@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/arch/deepseek_v4/hyper_connection.h"
 #include "model/arch/deepseek_v4/v4_attention.h"
+#include "model/arch/deepseek_v4/v4_checkpoint_names.h"
 #include "model/arch/deepseek_v4/v4_config.h"
 #include "model/layers/decoder_stack.h"
 #include "model/layers/rope_table.h"
@@ -34,6 +35,7 @@ class DeepseekV4Model final : public Model {
       : config_(config), v4_(read_deepseek_v4_config(config)), backend_(backend) {
     if (config.hidden_act != "silu") fail("{}: unsupported hidden_act '{}'", config.architecture, config.hidden_act);
     WeightLoader weights(checkpoint, backend);
+    const V4CheckpointNames checkpoint_names = v4_checkpoint_names(checkpoint);
     const int64_t hidden = config.hidden_size;
     const float eps = static_cast<float>(config.rms_norm_eps);
     HyperMixParams hc;
@@ -60,9 +62,12 @@ class DeepseekV4Model final : public Model {
     moe.router.params.routed_scaling = v4_.routed_scaling;
 
     DecoderWeightNames names;
+    names.embed_tokens = checkpoint_names.embed_tokens;
+    names.layers = checkpoint_names.layers;
+    names.final_norm = checkpoint_names.final_norm;
     names.attention_norm = "attn_norm";
     names.feed_forward_norm = "ffn_norm";
-    names.lm_head = {"head.weight", "lm_head.weight"};
+    names.lm_head = checkpoint_names.lm_head;
     stack_.emplace(
         config, weights,
         [&](WeightLoader& layer_weights, int64_t i, const std::string& prefix, DecoderLayer& layer) {
@@ -72,15 +77,16 @@ class DeepseekV4Model final : public Model {
                                             prefix + ".hc_ffn_scale", hidden, hc, false, eps)});
           const V4AttentionKind kind = v4_.attention_kinds[i];
           layer.attention = std::make_unique<V4Attention>(layer_weights, prefix + ".attn", config, v4_, kind,
-                                                          kind == V4AttentionKind::sliding ? main_rope : compress_rope);
+                                                          kind == V4AttentionKind::sliding ? main_rope : compress_rope,
+                                                          checkpoint_names.kv_norm);
           SparseMoeConfig layer_moe = moe;
           layer_moe.router.hash_table = v4_.hash_moe[i];
           if (!v4_.hash_moe[i]) layer_moe.router.selection_bias_name = "bias";
           layer.feed_forward = std::make_unique<SparseMoe>(layer_weights, prefix + ".ffn", layer_moe);
         },
         names);
-    head_hc_.emplace(weights, "model.hc_head.hc_fn", "model.hc_head.hc_base", "model.hc_head.hc_scale", hidden, hc,
-                     true, eps);
+    head_hc_.emplace(weights, checkpoint_names.hc_head_fn, checkpoint_names.hc_head_base,
+                     checkpoint_names.hc_head_scale, hidden, hc, true, eps);
   }
 
   const ModelConfig& config() const override { return config_; }

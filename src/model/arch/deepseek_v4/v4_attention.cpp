@@ -7,7 +7,8 @@
 namespace tern {
 
 V4Attention::V4Attention(WeightLoader& weights, const std::string& prefix, const ModelConfig& config,
-                         const DeepseekV4Config& v4, V4AttentionKind kind, const RopeTable& rope)
+                         const DeepseekV4Config& v4, V4AttentionKind kind, const RopeTable& rope,
+                         const std::string& kv_norm)
     : kind_(kind),
       num_heads_(config.num_heads),
       head_dim_(config.head_dim),
@@ -24,15 +25,16 @@ V4Attention::V4Attention(WeightLoader& weights, const std::string& prefix, const
   if (config.num_kv_heads != 1) fail("{}: V4 attention shares one K=V head, got {}", prefix, config.num_kv_heads);
   const int64_t hidden = config.hidden_size;
   const int64_t width = num_heads_ * head_dim_;
-  q_a_weight_ = weights.load(prefix + ".wq_a.weight", {v4.q_lora_rank, hidden});
+  WeightLoader linear = weights.linear_weights();
+  q_a_weight_ = linear.load(prefix + ".wq_a.weight", {v4.q_lora_rank, hidden});
   q_a_norm_ = weights.load(prefix + ".q_norm.weight", {v4.q_lora_rank});
-  q_b_weight_ = weights.load(prefix + ".wq_b.weight", {width, v4.q_lora_rank});
+  q_b_weight_ = linear.load(prefix + ".wq_b.weight", {width, v4.q_lora_rank});
   head_ones_ = weights.backend().from_host_f32(std::vector<float>(head_dim_, 1.0f), {head_dim_});
-  kv_weight_ = weights.load(prefix + ".wkv.weight", {head_dim_, hidden});
-  kv_norm_ = weights.load(prefix + ".norm.weight", {head_dim_});
-  o_a_weight_ = weights.load(prefix + ".wo_a.weight", {o_groups_ * o_lora_rank_, width / o_groups_})
+  kv_weight_ = linear.load(prefix + ".wkv.weight", {head_dim_, hidden});
+  kv_norm_ = weights.load(prefix + "." + kv_norm + ".weight", {head_dim_});
+  o_a_weight_ = linear.load(prefix + ".wo_a.weight", {o_groups_ * o_lora_rank_, width / o_groups_})
                     .reshape({o_groups_, o_lora_rank_, width / o_groups_});
-  o_b_weight_ = weights.load(prefix + ".wo_b.weight", {hidden, o_groups_ * o_lora_rank_});
+  o_b_weight_ = linear.load(prefix + ".wo_b.weight", {hidden, o_groups_ * o_lora_rank_});
   sinks_ = weights.load(prefix + ".attn_sink", {num_heads_});
   if (kind_ == V4AttentionKind::sliding) return;
 
@@ -43,8 +45,8 @@ V4Attention::V4Attention(WeightLoader& weights, const std::string& prefix, const
     indexer.head_dim = v4.index_head_dim;
     indexer.compressor = load_compressor(weights, prefix + ".indexer.compressor", hidden, v4.index_head_dim,
                                          compressor_->params.state_dim());
-    indexer.query_weight = weights.load(prefix + ".indexer.wq_b.weight",
-                                        {v4.index_num_heads * v4.index_head_dim, v4.q_lora_rank});
+    indexer.query_weight = linear.load(prefix + ".indexer.wq_b.weight",
+                                       {v4.index_num_heads * v4.index_head_dim, v4.q_lora_rank});
     indexer.weights_proj = weights.load(prefix + ".indexer.weights_proj.weight", {v4.index_num_heads, hidden});
     indexer.params.compress_rate = compress_rate_;
     indexer.params.top_k = v4.index_topk;

@@ -15,10 +15,12 @@ namespace tern {
 
 class V4Attention final : public AttentionBlock {
  public:
-  // Loads `<prefix>.wq_a`, `.q_norm`, `.wq_b`, `.wkv`, `.norm`, `.wo_a`, `.wo_b`, `.attn_sink`, and for compressed
-  // layers `<prefix>.compressor.*` (and `<prefix>.indexer.*` for CSA).
+  // Loads `<prefix>.wq_a`, `.q_norm`, `.wq_b`, `.wkv`, `.<kv_norm>`, `.wo_a`, `.wo_b`, `.attn_sink`, and for
+  // compressed layers `<prefix>.compressor.*` (and `<prefix>.indexer.*` for CSA). The projections wq_a, wq_b, wkv,
+  // wo_a, wo_b and the indexer's wq_b may be block FP8 (DeepSeek's released checkpoints); the compressors and the
+  // indexer's weights_proj are not quantized there (inference/model.py builds them in bf16 or float32).
   V4Attention(WeightLoader& weights, const std::string& prefix, const ModelConfig& config,
-              const DeepseekV4Config& v4, V4AttentionKind kind, const RopeTable& rope);
+              const DeepseekV4Config& v4, V4AttentionKind kind, const RopeTable& rope, const std::string& kv_norm);
 
   KvLayerSpec kv_spec() const override;
   // x [T, hidden] (normalized block input) -> [T, hidden].

@@ -1,5 +1,7 @@
 #include "model/arch/deepseek_v4/v4_config.h"
 
+#include <optional>
+
 #include "core/error.h"
 
 namespace tern {
@@ -31,12 +33,29 @@ V4AttentionKind attention_kind(const ModelConfig& config, const std::string& nam
        "heavily_compressed_attention)", config.architecture, name);
 }
 
-std::vector<V4AttentionKind> attention_kinds(const ModelConfig& config, const DeepseekV4Config& v4) {
+// `hca_rate_given`: the HCA rate came from compress_rates or compress_rate_hca, not its default.
+std::vector<V4AttentionKind> attention_kinds(const ModelConfig& config, DeepseekV4Config& v4, bool hca_rate_given) {
   const int64_t n = config.num_layers;
   std::vector<V4AttentionKind> kinds;
   if (auto it = config.raw.find("layer_types"); it != config.raw.end() && it->is_array()) {
     for (const auto& name : *it) kinds.push_back(attention_kind(config, name.get<std::string>()));
   } else if (auto ratios = config.raw.find("compress_ratios"); ratios != config.raw.end() && ratios->is_array()) {
+    // DeepSeek's released config.json: one ratio per layer, then the MTP layers' (dropped below). Its
+    // inference/model.py gives ratio 4 the overlapping compressor and the indexer (CSA) and any other nonzero ratio
+    // plain compression (HCA), so the HCA rate is the ratio those layers carry (128 in V4-Flash and V4-Pro).
+    std::optional<int64_t> hca_rate;
+    for (size_t i = 0; i < ratios->size() && static_cast<int64_t>(i) < n; ++i) {
+      const int64_t r = (*ratios)[i].get<int64_t>();
+      if (r < 0) fail("{}: compress_ratios[{}] is {}", config.architecture, i, r);
+      if (r != 0 && r != v4.csa_compress_rate) {
+        if (hca_rate && *hca_rate != r) {
+          fail("{}: compress_ratios mix heavily compressed rates {} and {}; one is supported", config.architecture,
+               *hca_rate, r);
+        }
+        hca_rate = r;
+      }
+    }
+    if (hca_rate && !hca_rate_given) v4.hca_compress_rate = *hca_rate;
     for (const auto& ratio : *ratios) {
       const int64_t r = ratio.get<int64_t>();
       kinds.push_back(r == 0                        ? V4AttentionKind::sliding
@@ -91,19 +110,22 @@ DeepseekV4Config read_deepseek_v4_config(const ModelConfig& config) {
   v4.o_groups = required_int(config, "o_groups");
   v4.o_lora_rank = required_int(config, "o_lora_rank");
   v4.sliding_window = required_int(config, "sliding_window");
+  bool hca_rate_given = false;
   if (auto it = config.raw.find("compress_rates"); it != config.raw.end() && it->is_object()) {
     v4.csa_compress_rate = it->value("compressed_sparse_attention", v4.csa_compress_rate);
     v4.hca_compress_rate = it->value("heavily_compressed_attention", v4.hca_compress_rate);
+    hca_rate_given = it->contains("heavily_compressed_attention");
   }
   v4.csa_compress_rate = value_or<int64_t>(config, "compress_rate_csa", v4.csa_compress_rate);
   v4.hca_compress_rate = value_or<int64_t>(config, "compress_rate_hca", v4.hca_compress_rate);
+  hca_rate_given = hca_rate_given || config.raw.contains("compress_rate_hca");
   v4.index_num_heads = required_int(config, "index_n_heads");
   v4.index_head_dim = required_int(config, "index_head_dim");
   v4.index_topk = required_int(config, "index_topk");
   v4.hc_mult = value_or<int64_t>(config, "hc_mult", 4);
   v4.hc_sinkhorn_iters = value_or<int64_t>(config, "hc_sinkhorn_iters", 20);
   v4.hc_eps = static_cast<float>(value_or<double>(config, "hc_eps", 1e-6));
-  v4.attention_kinds = attention_kinds(config, v4);
+  v4.attention_kinds = attention_kinds(config, v4, hca_rate_given);
   v4.hash_moe = hash_moe_layers(config);
   v4.num_experts = required_int(config, "n_routed_experts");
   v4.num_experts_per_token = required_int(config, "num_experts_per_tok");

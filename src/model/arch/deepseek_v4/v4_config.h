@@ -1,6 +1,7 @@
 #pragma once
 // The config.json fields of DeepSeek-V4 beyond ModelConfig's, with transformers' DeepseekV4Config defaults and its
-// legacy spellings (compress_ratios, num_hash_layers, qk_rope_head_dim, flat rope settings).
+// legacy spellings (compress_ratios, num_hash_layers, qk_rope_head_dim, flat rope settings), which are those of
+// DeepSeek's released config.json.
 #include <cstdint>
 #include <string>
 #include <vector>

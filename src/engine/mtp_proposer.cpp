@@ -1,0 +1,182 @@
+#include "engine/mtp_proposer.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tern {
+
+namespace {
+
+std::vector<int64_t> sliding_windows(const std::vector<KvLayerSpec>& layers) {
+  std::vector<int64_t> windows;
+  for (const auto& group : kv_cache_groups(layers)) windows.push_back(group.sliding_window_tokens);
+  return windows;
+}
+
+}  // namespace
+
+MtpProposer::MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int32_t num_blocks, int32_t block_size,
+                         bool enable_prefix_cache)
+    : model_(std::move(model)),
+      backend_(backend),
+      kv_(num_blocks, block_size, enable_prefix_cache, 0, sliding_windows(model_->kv_layers())),
+      cache_(backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size)) {}
+
+void MtpProposer::drop(uint64_t sequence_id) {
+  const auto it = sequences_.find(sequence_id);
+  if (it == sequences_.end()) return;
+  kv_.free(it->second.blocks);
+  sequences_.erase(it);
+}
+
+void MtpProposer::forget(std::span<const uint64_t> sequence_ids) {
+  for (uint64_t id : sequence_ids) drop(id);
+}
+
+bool MtpProposer::allocate(MtpSequence& seq, int64_t num_computed, int64_t num_slots,
+                           const std::unordered_set<uint64_t>& busy) {
+  if (kv_.allocate(seq.blocks, num_computed, num_slots)) return true;
+  std::vector<uint64_t> idle;
+  for (const auto& [id, other] : sequences_) {
+    if (!busy.count(id)) idle.push_back(id);
+  }
+  for (uint64_t id : idle) drop(id);
+  return kv_.allocate(seq.blocks, num_computed, num_slots);
+}
+
+void MtpProposer::start_at(MtpSequence& seq, int32_t position, std::span<const int32_t> token_ids) {
+  kv_.free(seq.blocks);
+  seq.first_position = position;
+  seq.end_position = position;
+  if (position == 0 || !kv_.prefix_cache_enabled()) return;
+  // The target's prefix hits are whole blocks: the layer's cache can match all of one (never more: one token past
+  // the position is left to compute).
+  if (kv_.match_prefix(seq.blocks, token_ids.first(static_cast<size_t>(position) + 1)) == position) {
+    seq.first_position = 0;
+  } else {
+    kv_.free(seq.blocks);
+  }
+}
+
+void MtpProposer::observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) {
+  std::unordered_set<uint64_t> busy;
+  for (const auto& chunk : chunks) busy.insert(chunk.sequence_id);
+  // First drafts point into last_outputs_, which this observe replaces.
+  for (auto& [id, seq] : sequences_) seq.first_draft = -1;
+  ForwardBatch batch;
+  std::vector<int32_t> hidden_rows;        // per entry of the batch: its row of `hidden_states`
+  std::vector<uint64_t> drafting;          // per logit row: the sequence whose first draft it is
+  std::vector<std::span<const int32_t>> cached_tokens;  // per sequence of the batch, for its prefix cache
+  std::vector<uint64_t> batch_ids;
+  for (const auto& chunk : chunks) {
+    if (chunk.token_ids.empty()) {
+      drop(chunk.sequence_id);
+      continue;
+    }
+    auto [it, added] = sequences_.try_emplace(chunk.sequence_id);
+    MtpSequence& seq = it->second;
+    // Hidden states are final for the positions before the sequence's last token; the entry at i also reads
+    // token i + 1, known for those.
+    const auto last = static_cast<int32_t>(chunk.token_ids.size()) - 1;
+    const int32_t end = std::min(chunk.first_position + chunk.num_tokens, last);
+    if (added || seq.end_position < chunk.first_position) start_at(seq, chunk.first_position, chunk.token_ids);
+    const int32_t begin = seq.end_position;  // earlier rows (a recomputation after preemption) are cached already
+    if (begin >= end) continue;
+    if (!allocate(seq, begin - seq.first_position, end - seq.first_position, busy)) {
+      drop(chunk.sequence_id);
+      continue;
+    }
+    SequenceChunk entries;
+    entries.num_cached_tokens = begin - seq.first_position;
+    entries.num_new_tokens = end - begin;
+    entries.block_tables = seq.blocks.tables;
+    batch.sequences.push_back(std::move(entries));
+    for (int32_t position = begin; position < end; ++position) {
+      batch.token_ids.push_back(chunk.token_ids[static_cast<size_t>(position) + 1]);
+      hidden_rows.push_back(chunk.first_row + position - chunk.first_position);
+    }
+    if (end == last) {
+      batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()) - 1);
+      drafting.push_back(chunk.sequence_id);
+    }
+    seq.end_position = end;
+    batch_ids.push_back(chunk.sequence_id);
+    cached_tokens.push_back(chunk.token_ids);
+  }
+  if (batch.token_ids.empty()) return;
+  const auto step = backend_.begin_step(batch);
+  Tensor outputs;
+  const Tensor logits = model_->forward(*step, cache_, backend_.select_rows(hidden_states, hidden_rows), outputs);
+  if (!drafting.empty()) {
+    const std::vector<int32_t> ids = backend_.to_host_i32(backend_.argmax(logits));
+    for (size_t r = 0; r < drafting.size(); ++r) {
+      MtpSequence& seq = sequences_.at(drafting[r]);
+      seq.first_draft = ids[r];
+      seq.output_row = static_cast<int32_t>(r);
+    }
+    last_outputs_ = outputs;
+  }
+  // Full blocks of computed entries go to the prefix cache, by the tokens of their positions (from position 0 on).
+  for (size_t i = 0; i < batch_ids.size(); ++i) {
+    MtpSequence& seq = sequences_.at(batch_ids[i]);
+    if (seq.first_position == 0) kv_.cache_blocks(seq.blocks, cached_tokens[i], seq.end_position);
+  }
+}
+
+DraftTokens MtpProposer::propose(std::span<const DraftRequest> requests) {
+  DraftTokens drafts;
+  std::unordered_set<uint64_t> busy;
+  for (const auto& request : requests) busy.insert(request.sequence_id);
+  // The sequences that draft more than one token, and the row of `outputs` their last draft's entry wrote.
+  struct Chain {
+    const DraftRequest* request;
+    int32_t row;
+  };
+  std::vector<Chain> chains;
+  for (const auto& request : requests) {
+    const auto it = sequences_.find(request.sequence_id);
+    // Only a sequence whose last observed step left it with the tokens it has now (the first draft is for them).
+    if (it == sequences_.end() || it->second.first_draft < 0 ||
+        static_cast<size_t>(it->second.end_position) + 1 != request.token_ids.size()) {
+      continue;
+    }
+    drafts[request.sequence_id] = {it->second.first_draft};
+    if (request.max_draft_tokens > 1) chains.push_back({&request, it->second.output_row});
+  }
+  // Draft s + 1 comes from the entry of draft s at the sequence's position end_position + s - 1, which reads the
+  // layer's output at the entry before it. These entries are recomputed from the target's hidden states once the
+  // drafts are verified (observe starts at end_position).
+  Tensor outputs = last_outputs_;
+  for (int32_t s = 1; !chains.empty(); ++s) {
+    ForwardBatch batch;
+    std::vector<int32_t> rows;
+    std::vector<Chain> chained;
+    for (const Chain& chain : chains) {
+      MtpSequence& seq = sequences_.at(chain.request->sequence_id);
+      const int32_t slot = seq.end_position + s - 1 - seq.first_position;
+      if (!allocate(seq, slot, slot + 1, busy)) continue;
+      batch.token_ids.push_back(drafts[chain.request->sequence_id].back());
+      batch.sequences.push_back({slot, 1, seq.blocks.tables, 0});
+      batch.logit_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));
+      rows.push_back(chain.row);
+      chained.push_back(chain);
+    }
+    if (chained.empty()) break;
+    const auto step = backend_.begin_step(batch);
+    Tensor next_outputs;
+    const Tensor logits = model_->forward(*step, cache_, backend_.select_rows(outputs, rows), next_outputs);
+    const std::vector<int32_t> ids = backend_.to_host_i32(backend_.argmax(logits));
+    chains.clear();
+    for (size_t i = 0; i < chained.size(); ++i) {
+      std::vector<int32_t>& tokens = drafts[chained[i].request->sequence_id];
+      tokens.push_back(ids[i]);
+      if (static_cast<int32_t>(tokens.size()) < chained[i].request->max_draft_tokens) {
+        chains.push_back({chained[i].request, static_cast<int32_t>(i)});
+      }
+    }
+    outputs = std::move(next_outputs);
+  }
+  return drafts;
+}
+
+}  // namespace tern

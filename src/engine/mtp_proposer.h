@@ -1,0 +1,70 @@
+#pragma once
+// Multi-token prediction drafts (vLLM's "deepseek_mtp" method): the target checkpoint's MTP layer (mtp_model.h)
+// drafts k tokens greedily from the target's hidden states. Its entry at position i pairs token i + 1 with the
+// target's hidden state at i; after each target step the layer computes the entries of the positions the step
+// made final (the chunk's rows before the sequence's last token: those of accepted drafts, not of rejected ones),
+// the last of which predicts the first draft. Drafts after it chain through the layer's own output, one forward
+// per draft, all sequences batched (as vLLM's and SGLang's proposers do).
+// The layer has its own KV cache and block bookkeeping, as many blocks as the target's pool. Chained entries are
+// written past the computed ones and recomputed from target hidden states after the verify step. Its prefix cache
+// (when the engine's is on) holds full blocks of computed entries by the target's tokens, so a sequence whose
+// prompt the target takes from its prefix cache finds the layer's entries there too (an entry also depends on the
+// token after it: the last entry of a matched block may have been computed for another continuation, which only
+// changes a draft). Where the layer lacks the entries before the target's first computed position (its cache
+// evicted them, or it dropped the sequence for room), its context starts at that position: slot s of its cache
+// holds position first_position + s, and RoPE, which sees only position differences, is run at the slots.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/draft_proposer.h"
+#include "kvcache/kv_cache_manager.h"
+#include "model/mtp_model.h"
+
+namespace tern {
+
+class MtpProposer final : public DraftProposer {
+ public:
+  // `num_blocks` blocks of `block_size` tokens for the layer's cache on `backend` (where `model` lives).
+  MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int32_t num_blocks, int32_t block_size,
+              bool enable_prefix_cache);
+  DraftTokens propose(std::span<const DraftRequest> requests) override;
+  void forget(std::span<const uint64_t> sequence_ids) override;
+  bool reads_hidden_states() const override { return true; }
+  void observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) override;
+
+ private:
+  struct MtpSequence {
+    SequenceBlocks blocks;
+    // The cache holds the entries of positions [first_position, end_position), slot s the entry of position
+    // first_position + s.
+    int32_t first_position = 0;
+    int32_t end_position = 0;
+    // From the entry of position end_position - 1, for a sequence of end_position + 1 tokens: the first draft and
+    // row `output_row` of last_outputs_, the layer's output there; -1 when the last observe made none (a sequence
+    // the last step did not compute drafts one token later).
+    int32_t first_draft = -1;
+    int32_t output_row = -1;
+  };
+
+  // Blocks for slots [num_computed, num_slots) of `seq`; where the pool is short, the sequences not in `busy` give
+  // theirs back first. False when it still does not fit.
+  bool allocate(MtpSequence& seq, int64_t num_computed, int64_t num_slots, const std::unordered_set<uint64_t>& busy);
+  // A sequence the layer has no entries before `position` for, starting there (or from the prefix cache's entries
+  // of `token_ids` up to it, where they are all there).
+  void start_at(MtpSequence& seq, int32_t position, std::span<const int32_t> token_ids);
+  void drop(uint64_t sequence_id);
+
+  std::unique_ptr<MtpModel> model_;
+  Backend& backend_;
+  KvCacheManager kv_;
+  KvCache cache_;
+  std::unordered_map<uint64_t, MtpSequence> sequences_;
+  Tensor last_outputs_;  // [R, hidden]: the layer's outputs at the first drafts' entries of the last observe
+};
+
+}  // namespace tern
