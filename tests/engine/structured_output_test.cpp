@@ -90,6 +90,7 @@ struct Generated {
   std::vector<std::string> texts;  // without the EOS (and without the reasoning, when the constraint follows it)
   std::vector<std::string> failures;
   std::vector<size_t> reasoning_lens;  // tokens before the end-of-reasoning marker, when the constraint follows it
+  int64_t num_spec_drafts = 0;  // verify chunks, with speculation
 };
 
 // A constraint that applies after the model's reasoning, which ends with `marker` (Qwen3's </think>). Random weights
@@ -99,12 +100,16 @@ struct AfterReasoning {
   float marker_bias = 0.0f;
 };
 
-// Runs every sampling method over a few prompts with the constraint; every output must end with an EOS.
+// Runs every sampling method over a few prompts with the constraint; every output must end with an EOS. The greedy
+// method's outputs come first.
 Generated generate(GrammarKind kind, const std::string& source, int32_t num_blocks = 512,
-                   std::optional<AfterReasoning> after_reasoning = std::nullopt) {
+                   std::optional<AfterReasoning> after_reasoning = std::nullopt,
+                   std::optional<SpeculativeConfig> speculative = std::nullopt) {
   const Fixture& f = qwen3_chat();
   auto constraint = grammar::CompiledGrammar::compile(kind, source, f.vocabulary);
-  EngineCore core(*f.model, *f.backend, config(num_blocks));
+  EngineConfig engine_config = config(num_blocks);
+  engine_config.speculative = speculative;
+  EngineCore core(*f.model, *f.backend, engine_config);
   uint64_t next_id = 1;
   std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> tokens;
   std::map<std::pair<uint64_t, int32_t>, std::vector<TokenLogprob>> logprobs;
@@ -135,6 +140,7 @@ Generated generate(GrammarKind kind, const std::string& source, int32_t num_bloc
     }
   }
   Generated generated;
+  generated.num_spec_drafts = core.stats().num_spec_drafts;
   for (auto& [key, ids] : tokens) {
     const std::string label = fmt::format("request {} sequence {}", key.first, key.second);
     if (finish[key] != FinishReason::kStop || ids.empty() || !f.vocabulary->is_eos(ids.back())) {
@@ -192,6 +198,38 @@ TEST(StructuredOutput, JsonSchemaOutputsValidateWithAjv) {
     cases.push_back({name, schema, generated.texts});
   }
   testing::expect_valid_with_ajv(cases, "engine_structured_output");
+}
+
+// With speculation (n-gram drafts and a draft model) a schema-constrained output is as valid, and greedy ones are
+// token for token those without it: drafts pass the grammar mask as one-token steps would.
+TEST(StructuredOutput, JsonSchemaOutputsWithSpeculationValidateAndKeepGreedyOutputs) {
+  const nlohmann::json schema = nlohmann::json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 12}, "tags": {"type": "array", "items": {"enum": ["ab", "abc", "b"]},
+      "maxItems": 6}, "n": {"type": "integer", "minimum": 0, "maximum": 999}},
+      "required": ["name", "tags", "n"], "additionalProperties": false})");
+  const Generated plain = generate(GrammarKind::kJsonSchema, schema.dump());
+  expect_no_failures(plain);
+  SpeculativeConfig ngram;
+  ngram.method = SpeculativeMethod::kNgram;
+  ngram.num_speculative_tokens = 3;
+  ngram.prompt_lookup_min = 1;
+  ngram.prompt_lookup_max = 3;
+  SpeculativeConfig draft;
+  draft.method = SpeculativeMethod::kDraftModel;
+  draft.num_speculative_tokens = 3;
+  draft.draft_model_dir = fixtures_dir() / "models" / "qwen3-chat-tiny";
+  std::vector<testing::SchemaInstances> cases{{"without speculation", schema, plain.texts}};
+  for (const SpeculativeConfig& speculative : {ngram, draft}) {
+    const std::string label(speculative_method_name(speculative.method));
+    const Generated generated = generate(GrammarKind::kJsonSchema, schema.dump(), 512, std::nullopt, speculative);
+    expect_no_failures(generated);
+    EXPECT_GT(generated.num_spec_drafts, 0) << label;
+    for (size_t i = 0; i < 3 && i < generated.texts.size(); ++i) {
+      EXPECT_EQ(generated.texts[i], plain.texts[i]) << label << ", greedy prompt " << i;
+    }
+    cases.push_back({label, schema, generated.texts});
+  }
+  testing::expect_valid_with_ajv(cases, "engine_structured_output_speculative");
 }
 
 TEST(StructuredOutput, RegexOutputsMatchPcre2) {
