@@ -23,9 +23,10 @@ class Model {
   // Computes the step's new tokens, writing their KV into `cache`; returns logits [R, vocab] for the batch's
   // logit_rows.
   virtual Tensor forward(const StepContext& step, KvCache& cache) = 0;
-  // forward, and the lm_head's input at every token of the step into `hidden_states` [T, hidden]: the final norm's
-  // output, which DeepSeek's multi-token prediction layer reads (vLLM's and SGLang's DeepSeek models hand it the
-  // normalized rows; see mtp_model.h). Only a model that drafts for itself this way needs it.
+  // forward, and at every token of the step the state DeepSeek's multi-token prediction layer reads into
+  // `hidden_states` [T, width]: DeepSeek-V3's final norm output, the lm_head's input [T, hidden] (vLLM's and SGLang's
+  // DeepSeek models hand it the normalized rows), DeepSeek-V4's last layer streams before its head's mHC collapse
+  // [T, hc_mult * hidden] (see mtp_model.h). Only a model that drafts for itself this way needs it.
   virtual Tensor forward_with_hidden_states(const StepContext& step, KvCache& cache, Tensor& hidden_states) {
     (void)step, (void)cache, (void)hidden_states;
     fail("{}: this architecture does not return its hidden states (multi-token prediction)", config().architecture);

@@ -2,9 +2,9 @@
 // A multi-token prediction (MTP) layer: DeepSeek's next-n module, trained beside the model to predict the token
 // after next, which speculative decoding runs as the draft model (engine/mtp_proposer.h; vLLM's "deepseek_mtp",
 // SGLang's NextN). Entry i of a sequence pairs token i + 1 with the hidden state at position i and predicts token
-// i + 2; its KV cache holds one entry per position, as a decoder layer's does. The hidden state is the target
-// model's lm_head input at position i (Model::forward_with_hidden_states), or, for a draft after a draft, this
-// layer's own output at position i (`outputs` below).
+// i + 2; its KV cache holds one entry per position, as a decoder layer's does. The hidden state is what the target
+// model returns for position i (Model::forward_with_hidden_states: DeepSeek-V3's lm_head input, DeepSeek-V4's last
+// layer streams), or, for a draft after a draft, this layer's own output at position i (`outputs` below).
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -20,15 +20,15 @@ class MtpModel {
   virtual const ModelConfig& config() const = 0;
   virtual std::vector<KvLayerSpec> kv_layers() const = 0;
   // The step's entries: token ids are each entry's token i + 1 (at position i), `previous_hidden_states`
-  // [T, hidden] their hidden states in the same order. Writes the entries' KV into `cache`, returns logits
-  // [R, vocab] of the step's logit rows and sets `outputs` [R, hidden] to those rows' hidden states (the input of
-  // the layer's head, what a following draft step reads).
+  // [T, width] their hidden states in the same order (width: what the target returns, hidden or V4's streams). Writes the entries' KV into `cache`, returns logits
+  // [R, vocab] of the step's logit rows and sets `outputs` [R, width] to those rows' hidden states (what a
+  // following draft step reads).
   virtual Tensor forward(const StepContext& step, KvCache& cache, const Tensor& previous_hidden_states,
                          Tensor& outputs) = 0;
 };
 
-// The first MTP layer of the checkpoint in `dir` (config.json's num_nextn_predict_layers > 0, the layer's weights
-// after the decoder's); fails naming what is missing.
+// The first MTP layer of the checkpoint in `dir` (config.json's num_nextn_predict_layers > 0; DeepSeek-V3's layer
+// after the decoder's, DeepSeek-V4's mtp.0); fails naming what is missing.
 std::unique_ptr<MtpModel> load_mtp_model(const std::filesystem::path& dir, Backend& backend);
 
 }  // namespace tern

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/arch/deepseek_mtp.h"
+#include "model/arch/deepseek_v4/deepseek_v4_mtp.h"
 #include "model/arch/deepseek_v3.h"
 #include "model/arch/deepseek_v4/deepseek_v4.h"
 #include "model/arch/llama_family.h"
@@ -57,11 +58,14 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& bac
 
 std::unique_ptr<MtpModel> load_mtp_model(const std::filesystem::path& dir, Backend& backend) {
   const ModelConfig config = ModelConfig::load(dir);
-  if (config.architecture != "DeepseekV3ForCausalLM") {
-    fail("{}: multi-token prediction (deepseek_mtp) reads DeepSeek-V3 checkpoints (DeepseekV3ForCausalLM), not {}",
-         (dir / "config.json").string(), config.architecture);
+  if (config.architecture != "DeepseekV3ForCausalLM" && config.architecture != "DeepseekV4ForCausalLM") {
+    fail("{}: multi-token prediction (deepseek_mtp) reads DeepSeek-V3 and DeepSeek-V4 checkpoints "
+         "(DeepseekV3ForCausalLM, DeepseekV4ForCausalLM), not {}", (dir / "config.json").string(), config.architecture);
   }
   const Checkpoint checkpoint = Checkpoint::open(dir);
+  if (config.architecture == "DeepseekV4ForCausalLM") {
+    return std::make_unique<DeepseekV4MtpModel>(config, checkpoint, backend);
+  }
   return std::make_unique<DeepseekMtpModel>(config, checkpoint, backend);
 }
 

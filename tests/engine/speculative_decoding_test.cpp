@@ -3,7 +3,8 @@
 // 9, with prefix caching, chunked prefill, preemption, stop tokens, parallel samples and a grammar. DeepSeek MTP on
 // copies of the DeepSeek-V3 fixture with a next-n layer (mtp_checkpoint.h): a random one, whose drafts are mostly
 // rejected, and an oracle, whose drafts are all accepted; and sampled tokens after its drafts follow the target's
-// distribution.
+// distribution. DeepSeek-V4's MTP block on copies of the V4 fixture with a random one and an oracle
+// (v4_mtp_checkpoint.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,12 +20,14 @@
 #include "greedy_request.h"
 #include "model/checkpoint.h"
 #include "mtp_checkpoint.h"
+#include "v4_mtp_checkpoint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tern {
 namespace {
 
 using testing::deepseek_v3_with_mtp;
+using testing::deepseek_v4_with_mtp;
 using testing::fixtures_dir;
 using testing::greedy;
 using testing::load_fixture_model;
@@ -401,6 +404,41 @@ TEST_P(DeepseekMtpDecoding, SeededSampledRequestsAreReproducible) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NextNLayers, DeepseekMtpDecoding,
+                         ::testing::Values(MtpLayerKind::random, MtpLayerKind::oracle),
+                         [](const auto& info) { return info.param == MtpLayerKind::random ? "Random" : "Oracle"; });
+
+// DeepSeek-V4's MTP block on the V4 fixture in the released names with an mtp.0 block whose attention is a CSA
+// layer's (v4_mtp_checkpoint.h): random (drafts mostly rejected) or oracle (every draft accepted). Its drafts read
+// the target's streams and chain through its own.
+class DeepseekV4MtpDecoding : public ::testing::TestWithParam<MtpLayerKind> {};
+
+TEST_P(DeepseekV4MtpDecoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
+  const bool oracle = GetParam() == MtpLayerKind::oracle;
+  const auto dir = deepseek_v4_with_mtp("compressed_sparse_attention", GetParam());
+  auto backend = make_cpu_backend(2);
+  auto model = load_model(dir, *backend);
+  const auto prompts = repetitive_prompts(4, model->config().vocab_size, 5);
+  const auto all = greedy_requests(prompts);
+  const std::vector<GenerateRequest> one(all.begin() + 2, all.begin() + 3);
+  for (const auto* requests : {&one, &all}) {
+    const Outcomes expected = run(*model, *backend, small_config(256), *requests);
+    for (int32_t k = 1; k <= 3; ++k) {
+      const std::string what = "k=" + std::to_string(k) + ", batch " + std::to_string(requests->size());
+      EngineConfig config = small_config(256);
+      config.speculative = deepseek_mtp(dir, k);
+      EngineStats stats;
+      expect_same(expected, run(*model, *backend, config, *requests, &stats), what);
+      EXPECT_GT(stats.num_spec_drafts, 0) << what;
+      EXPECT_EQ(stats.num_spec_accepted_tokens_per_pos.size(), static_cast<size_t>(k)) << what;
+      if (oracle) {
+        EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+        EXPECT_GT(stats.num_spec_draft_tokens, stats.num_spec_drafts * (k - 1)) << what;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MtpBlocks, DeepseekV4MtpDecoding,
                          ::testing::Values(MtpLayerKind::random, MtpLayerKind::oracle),
                          [](const auto& info) { return info.param == MtpLayerKind::random ? "Random" : "Oracle"; });
 

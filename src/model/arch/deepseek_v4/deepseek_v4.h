@@ -4,8 +4,8 @@
 // with sqrt-softplus routing or token-id hash routing, clamped SwiGLU experts and a shared expert.
 // Reads the checkpoint names transformers writes (model.layers.<i>.attn.wq_a, .ffn.experts.<e>.w1, head.weight) and
 // DeepSeek's released checkpoints (layers.<i>.attn.wq_a, embed.weight: v4_checkpoint_names.h), with their FP8
-// projections and FP4 experts dequantized as they load (docs/quantization.md); the MTP layers (mtp.<k>.*) stay
-// unread in the checkpoint.
+// projections and FP4 experts dequantized as they load (docs/quantization.md). The MTP layer (mtp.0.*) is loaded
+// apart, as speculative decoding's draft (deepseek_v4_mtp.h).
 #include <memory>
 
 #include "model/checkpoint.h"

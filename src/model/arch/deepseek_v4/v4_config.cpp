@@ -40,7 +40,7 @@ std::vector<V4AttentionKind> attention_kinds(const ModelConfig& config, Deepseek
   if (auto it = config.raw.find("layer_types"); it != config.raw.end() && it->is_array()) {
     for (const auto& name : *it) kinds.push_back(attention_kind(config, name.get<std::string>()));
   } else if (auto ratios = config.raw.find("compress_ratios"); ratios != config.raw.end() && ratios->is_array()) {
-    // DeepSeek's released config.json: one ratio per layer, then the MTP layers' (dropped below). Its
+    // DeepSeek's released config.json: one ratio per layer, then the MTP layers' (kept apart below). Its
     // inference/model.py gives ratio 4 the overlapping compressor and the indexer (CSA) and any other nonzero ratio
     // plain compression (HCA), so the HCA rate is the ratio those layers carry (128 in V4-Flash and V4-Pro).
     std::optional<int64_t> hca_rate;
@@ -72,8 +72,7 @@ std::vector<V4AttentionKind> attention_kinds(const ModelConfig& config, Deepseek
   if (static_cast<int64_t>(kinds.size()) < n) {
     fail("{}: {} attention layer types for {} layers", config.architecture, kinds.size(), n);
   }
-  kinds.resize(n);
-  return kinds;
+  return kinds;  // the decoder layers', then any MTP layers'
 }
 
 std::vector<bool> hash_moe_layers(const ModelConfig& config) {
@@ -126,6 +125,8 @@ DeepseekV4Config read_deepseek_v4_config(const ModelConfig& config) {
   v4.hc_sinkhorn_iters = value_or<int64_t>(config, "hc_sinkhorn_iters", 20);
   v4.hc_eps = static_cast<float>(value_or<double>(config, "hc_eps", 1e-6));
   v4.attention_kinds = attention_kinds(config, v4, hca_rate_given);
+  v4.mtp_attention_kinds.assign(v4.attention_kinds.begin() + config.num_layers, v4.attention_kinds.end());
+  v4.attention_kinds.resize(config.num_layers);
   v4.hash_moe = hash_moe_layers(config);
   v4.num_experts = required_int(config, "n_routed_experts");
   v4.num_experts_per_token = required_int(config, "num_experts_per_tok");

@@ -31,6 +31,9 @@ struct DeepseekV4Config {
   int64_t hc_sinkhorn_iters = 0;
   float hc_eps = 1e-6f;
   std::vector<V4AttentionKind> attention_kinds;  // per layer
+  // Per MTP layer (mtp.<k>), where config.json lists them after the layers' (the released compress_ratios does:
+  // inference/model.py builds MTP block k as layer num_hidden_layers + k, with that entry's ratio).
+  std::vector<V4AttentionKind> mtp_attention_kinds;
   std::vector<bool> hash_moe;                    // per layer: experts picked by the token id
   // MoE
   int64_t num_experts = 0;

@@ -217,7 +217,11 @@ nlohmann::json released_config(const nlohmann::json& source, V4ExpertDtype exper
   for (const V4AttentionKind kind : v4.attention_kinds) ratios.push_back(v4.compress_rate(kind));
   const auto mtp = source.find("num_nextn_predict_layers");
   const int64_t num_mtp_layers = mtp != source.end() && mtp->is_number_integer() ? mtp->get<int64_t>() : 0;
-  for (int64_t k = 0; k < num_mtp_layers; ++k) ratios.push_back(0);
+  // An MTP layer's kind where the source's config.json lists it after the layers' (v4_config.h), else 0.
+  for (int64_t k = 0; k < num_mtp_layers; ++k) {
+    const auto index = static_cast<size_t>(k);
+    ratios.push_back(index < v4.mtp_attention_kinds.size() ? v4.compress_rate(v4.mtp_attention_kinds[index]) : 0);
+  }
   out["compress_ratios"] = ratios;
   // model.py's Gate: hash routing in the first n_hash_layers layers.
   int64_t num_hash_layers = 0;
