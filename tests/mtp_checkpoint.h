@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,23 +27,34 @@ namespace tern::testing {
 
 enum class MtpLayerKind { random, oracle };
 
-inline std::filesystem::path deepseek_v3_with_mtp(MtpLayerKind kind, bool own_embedding = false) {
-  const std::string tag = std::string(kind == MtpLayerKind::random ? "random" : "oracle") +
-                          (own_embedding ? "_own_embedding" : "") + "_" + std::to_string(::getpid());
-  const auto out = std::filesystem::temp_directory_path() / ("tern_deepseek_v3_mtp_" + tag);
-  // Per process (test cases may run in parallel processes): each kind is written once and removed at exit.
+// The temporary directory of the test checkpoint `name`, one per process (test cases may run in parallel processes),
+// removed at exit; `fresh` while this process has not written it yet (then it is empty).
+struct TestCheckpointDir {
+  std::filesystem::path path;
+  bool fresh = false;
+};
+inline TestCheckpointDir test_checkpoint_dir(const std::string& name) {
   struct Written {
-    std::map<std::string, std::filesystem::path> dirs;
+    std::set<std::filesystem::path> dirs;
     ~Written() {
       std::error_code ignored;
-      for (const auto& [tag, dir] : dirs) std::filesystem::remove_all(dir, ignored);
+      for (const auto& dir : dirs) std::filesystem::remove_all(dir, ignored);
     }
   };
   static Written written;
-  if (written.dirs.count(tag)) return out;
+  const auto path = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  if (!written.dirs.insert(path).second) return {path, false};
+  std::filesystem::remove_all(path);
+  std::filesystem::create_directories(path);
+  return {path, true};
+}
+
+inline std::filesystem::path deepseek_v3_with_mtp(MtpLayerKind kind, bool own_embedding = false) {
+  const auto [out, fresh] = test_checkpoint_dir(std::string("tern_deepseek_v3_mtp_") +
+                                                (kind == MtpLayerKind::random ? "random" : "oracle") +
+                                                (own_embedding ? "_own_embedding" : ""));
+  if (!fresh) return out;
   const auto source = fixtures_dir() / "models" / "deepseek_v3";
-  std::filesystem::remove_all(out);
-  std::filesystem::create_directories(out);
   auto config = read_json(source / "config.json");
   config["num_nextn_predict_layers"] = 1;
   const int64_t num_layers = config["num_hidden_layers"].get<int64_t>();
@@ -116,7 +128,6 @@ inline std::filesystem::path deepseek_v3_with_mtp(MtpLayerKind kind, bool own_em
                        reinterpret_cast<const std::byte*>(t.values.data()), t.values.size() * sizeof(float), {}});
   }
   write_safetensors(out / "model.safetensors", tensors);
-  written.dirs[tag] = out;
   return out;
 }
 

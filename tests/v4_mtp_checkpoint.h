@@ -11,7 +11,6 @@
 //   entries), which the head's collapse and norm take back to norm(embed(token)): the target is a bigram model. The
 //   block computes the same from its token (e_proj = I, enorm ones, h_proj = 0, its norm the target's final norm):
 //   every greedy draft is the target's greedy token.
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -30,22 +29,10 @@ namespace tern::testing {
 inline std::filesystem::path deepseek_v4_with_mtp(const std::string& mtp_layer_type,
                                                   MtpLayerKind kind = MtpLayerKind::random) {
   const bool oracle = kind == MtpLayerKind::oracle;
-  const std::string tag = mtp_layer_type + (oracle ? "_oracle" : "_random");
-  const auto out = std::filesystem::temp_directory_path() /
-                   ("tern_deepseek_v4_mtp_" + tag + "_" + std::to_string(::getpid()));
-  // Per process (test cases may run in parallel processes): each kind is written once and removed at exit.
-  struct Written {
-    std::map<std::string, std::filesystem::path> dirs;
-    ~Written() {
-      std::error_code ignored;
-      for (const auto& [tag, dir] : dirs) std::filesystem::remove_all(dir, ignored);
-    }
-  };
-  static Written written;
-  if (written.dirs.count(tag)) return out;
+  const auto [out, fresh] =
+      test_checkpoint_dir("tern_deepseek_v4_mtp_" + mtp_layer_type + (oracle ? "_oracle" : "_random"));
+  if (!fresh) return out;
   const auto source = fixtures_dir() / "models" / "deepseek_v4";
-  std::filesystem::remove_all(out);
-  std::filesystem::create_directories(out);
   auto config = read_json(source / "config.json");
   config["num_nextn_predict_layers"] = 1;
   config["layer_types"].push_back(mtp_layer_type);
@@ -114,7 +101,6 @@ inline std::filesystem::path deepseek_v4_with_mtp(const std::string& mtp_layer_t
                        reinterpret_cast<const std::byte*>(t.values.data()), t.values.size() * sizeof(float), {}});
   }
   write_safetensors(out / "model.safetensors", tensors);
-  written.dirs[tag] = out;
   return out;
 }
 

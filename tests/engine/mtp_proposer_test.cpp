@@ -206,12 +206,16 @@ TEST_F(MtpProposerTest, DraftsEqualThoseComputedFromScratchAfterEveryKindOfStep)
   MtpProposer uncached(load_mtp_model(dir_, *backend_), *backend_, 64, kBlockSize, false);
   const std::vector<MtpProposer*> proposers = {&cached, &uncached};
 
-  Script a{1, {22, 506, 217, 201, 137, 437, 489, 5, 9, 77, 120, 301, 44, 2, 18, 250, 499, 63}};
-  Script b{2, {451, 484, 463, 291, 300, 170, 350, 276, 410, 485, 49, 447, 482, 443, 481, 455, 133, 203, 62, 340}};
+  Script a, b, c;
+  a.id = 1;
+  a.tokens = {22, 506, 217, 201, 137, 437, 489, 5, 9, 77, 120, 301, 44, 2, 18, 250, 499, 63};
+  b.id = 2;
+  b.tokens = {451, 484, 463, 291, 300, 170, 350, 276, 410, 485, 49, 447, 482, 443, 481, 455, 133, 203, 62, 340};
   a.blocks = own_table(kBlocksPerSequence, 0);
   b.blocks = own_table(kBlocksPerSequence, kBlocksPerSequence);
   // C shares A's first 17 tokens: the target finds A's first block cached and computes C from position 16.
-  Script c{3, std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + 17)};
+  c.id = 3;
+  c.tokens.assign(a.tokens.begin(), a.tokens.begin() + 17);
   c.tokens.insert(c.tokens.end(), {31, 32, 33, 34, 35});
   c.blocks = own_table(kBlocksPerSequence, 2 * kBlocksPerSequence);
   c.blocks[0] = a.blocks[0];
