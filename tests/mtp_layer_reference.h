@@ -10,6 +10,7 @@
 
 #include "backend/forward_batch.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 
 namespace tern::testing {
 
@@ -64,6 +65,24 @@ inline ForwardBatch batch_of(const std::vector<int32_t>& tokens, int32_t num_cac
   batch.sequences.push_back({num_cached, static_cast<int32_t>(tokens.size()), {table}, 0});
   for (size_t i = 0; i < tokens.size(); ++i) batch.logit_rows.push_back(static_cast<int32_t>(i));
   return batch;
+}
+
+// The target's logits and hidden states for one sequence of `tokens` (Model::forward_with_hidden_states), whose
+// logits must be those of a plain forward: the same rows through the same ops.
+struct TargetStep {
+  std::vector<float> logits;
+  Tensor hidden_states;
+};
+inline TargetStep target_step(Model& model, Backend& backend, const std::vector<int32_t>& tokens) {
+  const ForwardBatch batch = batch_of(tokens, 0, 1);
+  KvCache plain_cache = backend.allocate_kv_cache(model.kv_layers(), 1, 16);
+  KvCache hidden_cache = backend.allocate_kv_cache(model.kv_layers(), 1, 16);
+  TargetStep step;
+  step.logits = backend.to_host_f32(model.forward(*backend.begin_step(batch), plain_cache));
+  const Tensor with_hidden = model.forward_with_hidden_states(*backend.begin_step(batch), hidden_cache,
+                                                              step.hidden_states);
+  EXPECT_EQ(backend.to_host_f32(with_hidden), step.logits);
+  return step;
 }
 
 }  // namespace tern::testing

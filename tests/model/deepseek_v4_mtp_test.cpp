@@ -59,14 +59,7 @@ TEST(DeepseekV4Mtp, TargetHiddenStatesAreTheLastLayersStreams) {
   const auto dir = fixtures_dir() / "models" / "deepseek_v4";
   auto backend = make_cpu_backend(2);
   auto model = load_model(dir, *backend);
-  const ForwardBatch batch = batch_of({22, 506, 217, 201, 137, 437, 489}, 0, 1);
-  KvCache plain_cache = backend->allocate_kv_cache(model->kv_layers(), 1, 16);
-  KvCache hidden_cache = backend->allocate_kv_cache(model->kv_layers(), 1, 16);
-  const std::vector<float> logits = backend->to_host_f32(model->forward(*backend->begin_step(batch), plain_cache));
-  Tensor hidden;
-  const std::vector<float> with_hidden =
-      backend->to_host_f32(model->forward_with_hidden_states(*backend->begin_step(batch), hidden_cache, hidden));
-  EXPECT_EQ(with_hidden, logits);  // the same rows through the same ops
+  const auto [logits, hidden] = testing::target_step(*model, *backend, {22, 506, 217, 201, 137, 437, 489});
   ASSERT_EQ(hidden.shape, (std::vector<int64_t>{7, static_cast<int64_t>(kStreams * kHidden)}));
   const Checkpoint checkpoint = Checkpoint::open(dir);
   const ModelConfig config = ModelConfig::load(dir);
