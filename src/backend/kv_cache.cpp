@@ -89,4 +89,10 @@ int64_t shareable_prefix_tokens(const std::vector<KvLayerSpec>& layers) {
   return limit;
 }
 
+std::vector<int64_t> group_sliding_windows(const std::vector<KvCacheGroup>& groups) {
+  std::vector<int64_t> windows;
+  for (const auto& group : groups) windows.push_back(group.sliding_window_tokens);
+  return windows;
+}
+
 }  // namespace tern

@@ -54,6 +54,9 @@ struct KvCacheGroup {
 // Any other mix stays one keep-all group: freeing would need storage of its own per group.
 std::vector<KvCacheGroup> kv_cache_groups(const std::vector<KvLayerSpec>& layers);
 
+// Each group's sliding window in tokens (0: the group keeps every block), as the KV cache manager takes them.
+std::vector<int64_t> group_sliding_windows(const std::vector<KvCacheGroup>& groups);
+
 struct KvCache {
   int64_t num_blocks = 0;
   int64_t block_size = 0;  // token slots per block in this cache; the scheduler's blocks hold context_shard's share

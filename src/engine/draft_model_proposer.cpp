@@ -9,12 +9,6 @@ namespace tern {
 
 namespace {
 
-std::vector<int64_t> sliding_windows(const std::vector<KvLayerSpec>& layers) {
-  std::vector<int64_t> windows;
-  for (const auto& group : kv_cache_groups(layers)) windows.push_back(group.sliding_window_tokens);
-  return windows;
-}
-
 SamplingParams greedy_params() {
   SamplingParams params;
   params.temperature = 0.0f;
@@ -26,9 +20,12 @@ SamplingParams greedy_params() {
 DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks,
                                        int32_t block_size)
     : model_(std::move(model)),
-      kv_(num_blocks, block_size, /*enable_prefix_cache=*/false, 0, sliding_windows(model_->kv_layers())),
+      kv_(num_blocks, block_size, /*enable_prefix_cache=*/false, 0,
+          group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
       runner_(*model_, backend, backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size)) {
-  for (int64_t window : sliding_windows(model_->kv_layers())) has_sliding_window_ = has_sliding_window_ || window > 0;
+  for (const auto& group : kv_cache_groups(model_->kv_layers())) {
+    has_sliding_window_ = has_sliding_window_ || group.sliding_window_tokens > 0;
+  }
 }
 
 void DraftModelProposer::drop(uint64_t sequence_id) {

@@ -38,12 +38,6 @@ void profile_largest_step(Model& model, Backend& backend, const EngineConfig& co
   backend.to_host_i32(backend.argmax(model.forward(*step, cache)));
 }
 
-std::vector<int64_t> group_sliding_windows(const std::vector<KvCacheGroup>& groups) {
-  std::vector<int64_t> windows;
-  for (const auto& group : groups) windows.push_back(group.sliding_window_tokens);
-  return windows;
-}
-
 // The KV cache's share of the memory a backend has, when no size is given: a fraction of the device after the
 // weights and the largest step, or of the host memory available for a backend whose cache lives there.
 int64_t fractional_kv_memory_bytes(const EngineConfig& config, Backend& backend, Model& model,

@@ -5,21 +5,12 @@
 
 namespace tern {
 
-namespace {
-
-std::vector<int64_t> sliding_windows(const std::vector<KvLayerSpec>& layers) {
-  std::vector<int64_t> windows;
-  for (const auto& group : kv_cache_groups(layers)) windows.push_back(group.sliding_window_tokens);
-  return windows;
-}
-
-}  // namespace
-
 MtpProposer::MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int32_t num_blocks, int32_t block_size,
                          bool enable_prefix_cache)
     : model_(std::move(model)),
       backend_(backend),
-      kv_(num_blocks, block_size, enable_prefix_cache, 0, sliding_windows(model_->kv_layers())),
+      kv_(num_blocks, block_size, enable_prefix_cache, 0,
+          group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
       cache_(backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size)) {}
 
 void MtpProposer::drop(uint64_t sequence_id) {
