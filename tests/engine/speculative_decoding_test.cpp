@@ -306,6 +306,30 @@ TEST(SpeculativeDecoding, GrammarConstrainedOutputsEqualThoseWithout) {
   }
 }
 
+// Greedy outputs with the MTP layer of checkpoint `dir` drafting k = 1..3 tokens equal those without, for request
+// `single` of `all` alone and for all of them; an oracle layer has every draft accepted.
+void expect_mtp_keeps_greedy_outputs(Model& model, Backend& backend, const std::filesystem::path& dir,
+                                     const std::vector<GenerateRequest>& all, size_t single, bool oracle) {
+  const std::vector<GenerateRequest> one(all.begin() + single, all.begin() + single + 1);
+  for (const auto* requests : {&one, &all}) {
+    const Outcomes expected = run(model, backend, small_config(256), *requests);
+    for (int32_t k = 1; k <= 3; ++k) {
+      const std::string what = "k=" + std::to_string(k) + ", batch " + std::to_string(requests->size());
+      EngineConfig config = small_config(256);
+      config.speculative = deepseek_mtp(dir, k);
+      EngineStats stats;
+      expect_same(expected, run(model, backend, config, *requests, &stats), what);
+      EXPECT_GT(stats.num_spec_drafts, 0) << what;
+      EXPECT_EQ(stats.num_spec_accepted_tokens_per_pos.size(), static_cast<size_t>(k)) << what;
+      if (oracle) {
+        EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+        // Every decode after the first verifies k drafts, fewer only where max_tokens leaves less room.
+        EXPECT_GT(stats.num_spec_draft_tokens, stats.num_spec_drafts * (k - 1)) << what;
+      }
+    }
+  }
+}
+
 // DeepSeek MTP on the DeepSeek-V3 fixture with a next-n layer: `kind` random (drafts mostly rejected) or oracle
 // (every draft accepted: the bookkeeping of full acceptance over k positions).
 class DeepseekMtpDecoding : public ::testing::TestWithParam<MtpLayerKind> {
@@ -323,26 +347,8 @@ class DeepseekMtpDecoding : public ::testing::TestWithParam<MtpLayerKind> {
 };
 
 TEST_P(DeepseekMtpDecoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
-  const auto prompts = repetitive_prompts(9, model_->config().vocab_size, 3);
-  const auto all = greedy_requests(prompts);
-  const std::vector<GenerateRequest> one(all.begin() + 4, all.begin() + 5);
-  for (const auto* requests : {&one, &all}) {
-    const Outcomes expected = run(*model_, *backend_, small_config(256), *requests);
-    for (int32_t k = 1; k <= 3; ++k) {
-      const std::string what = "k=" + std::to_string(k) + ", batch " + std::to_string(requests->size());
-      EngineConfig config = small_config(256);
-      config.speculative = deepseek_mtp(dir_, k);
-      EngineStats stats;
-      expect_same(expected, run(*model_, *backend_, config, *requests, &stats), what);
-      EXPECT_GT(stats.num_spec_drafts, 0) << what;
-      EXPECT_EQ(stats.num_spec_accepted_tokens_per_pos.size(), static_cast<size_t>(k)) << what;
-      if (oracle()) {
-        EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
-        // Every decode after the first verifies k drafts, fewer only where max_tokens leaves less room.
-        EXPECT_GT(stats.num_spec_draft_tokens, stats.num_spec_drafts * (k - 1)) << what;
-      }
-    }
-  }
+  const auto all = greedy_requests(repetitive_prompts(9, model_->config().vocab_size, 3));
+  expect_mtp_keeps_greedy_outputs(*model_, *backend_, dir_, all, 4, oracle());
 }
 
 TEST_P(DeepseekMtpDecoding, PrefixCachingChunkedPrefillAndPreemptionGiveTheSameTokens) {
@@ -413,29 +419,11 @@ INSTANTIATE_TEST_SUITE_P(NextNLayers, DeepseekMtpDecoding,
 class DeepseekV4MtpDecoding : public ::testing::TestWithParam<MtpLayerKind> {};
 
 TEST_P(DeepseekV4MtpDecoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
-  const bool oracle = GetParam() == MtpLayerKind::oracle;
   const auto dir = deepseek_v4_with_mtp("compressed_sparse_attention", GetParam());
   auto backend = make_cpu_backend(2);
   auto model = load_model(dir, *backend);
-  const auto prompts = repetitive_prompts(4, model->config().vocab_size, 5);
-  const auto all = greedy_requests(prompts);
-  const std::vector<GenerateRequest> one(all.begin() + 2, all.begin() + 3);
-  for (const auto* requests : {&one, &all}) {
-    const Outcomes expected = run(*model, *backend, small_config(256), *requests);
-    for (int32_t k = 1; k <= 3; ++k) {
-      const std::string what = "k=" + std::to_string(k) + ", batch " + std::to_string(requests->size());
-      EngineConfig config = small_config(256);
-      config.speculative = deepseek_mtp(dir, k);
-      EngineStats stats;
-      expect_same(expected, run(*model, *backend, config, *requests, &stats), what);
-      EXPECT_GT(stats.num_spec_drafts, 0) << what;
-      EXPECT_EQ(stats.num_spec_accepted_tokens_per_pos.size(), static_cast<size_t>(k)) << what;
-      if (oracle) {
-        EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
-        EXPECT_GT(stats.num_spec_draft_tokens, stats.num_spec_drafts * (k - 1)) << what;
-      }
-    }
-  }
+  const auto all = greedy_requests(repetitive_prompts(4, model->config().vocab_size, 5));
+  expect_mtp_keeps_greedy_outputs(*model, *backend, dir, all, 2, GetParam() == MtpLayerKind::oracle);
 }
 
 INSTANTIATE_TEST_SUITE_P(MtpBlocks, DeepseekV4MtpDecoding,
