@@ -4,7 +4,6 @@
 
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
-#include "elementwise/row_topk.h"
 #include "v4/indexer_topk.h"
 #include "v4/v4_tokens.cuh"
 

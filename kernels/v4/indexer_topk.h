@@ -11,6 +11,7 @@
 // longest context it must hold, so a recorded CUDA graph replays at any length up to the one it was sized for.
 #include <cstdint>
 
+#include "elementwise/row_topk.h"
 #include "v4/compressed_kv.h"
 
 namespace tern::kernels {
@@ -38,7 +39,7 @@ struct SelectCompressedParams {
   int32_t* row_lengths = nullptr;  // [score_rows]
 };
 
-constexpr int kMaxIndexerTopK = 2048;
+constexpr int kMaxIndexerTopK = kMaxRowTopK;  // the selection's bound
 constexpr int kMaxIndexerSplits = 256;
 
 // Splits per token for a step of num_tokens: about two scoring blocks per SM in all, one split once the tokens
