@@ -95,9 +95,14 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
+  // A draft to verify: its weight, and the kept tokens' mass below without it (the residual's).
+  const int draft = greedy || p.draft_id < 0 || p.draft_id >= vocab ? -1 : p.draft_id;
+  const float draft_weight = draft >= 0 && order_key(row[draft]) >= threshold ? weight(draft) : 0.0f;
+  const auto kept = [&](int i) { return i != draft && order_key(row[i]) >= threshold; };
+
   // Inverse CDF over the kept tokens in vocabulary order: an exclusive scan of the threads' kept mass.
   float partial = 0.0f;
-  for (int i = begin; i < end; ++i) partial += order_key(row[i]) >= threshold ? weight(i) : 0.0f;
+  for (int i = begin; i < end; ++i) partial += kept(i) ? weight(i) : 0.0f;
   __shared__ float prefix[kThreads];
   prefix[threadIdx.x] = partial;
   __syncthreads();
@@ -108,6 +113,11 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
   const float total = prefix[kThreads - 1];
+  // Kept with probability draft_weight / (total + draft_weight); a draft alone in the kept set always is.
+  if (draft_weight > 0.0f && (total <= 0.0f || p.draft_uniform * (total + draft_weight) < draft_weight)) {
+    if (threadIdx.x == 0) out[blockIdx.x] = draft;
+    return;
+  }
   const float before = prefix[threadIdx.x] - partial;
   const float target = greedy ? 0.0f : p.uniform * total;
   // The last thread with kept mass takes a target that rounding put at or past the total.
@@ -120,7 +130,7 @@ __global__ void __launch_bounds__(kThreads)
     float acc = before;
     int pick = -1;
     for (int i = begin; i < end; ++i) {
-      if (order_key(row[i]) < threshold) continue;
+      if (!kept(i)) continue;
       pick = i;
       acc += weight(i);
       if (acc > target) break;

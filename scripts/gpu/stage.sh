@@ -3,7 +3,7 @@
 # statically, and copies what the GPU machine needs into .device/ (ignored by git) for the device tool's `carry`:
 # .device/bin (executables), .device/lib (libgomp), .device/tools (make_model.py), .device/fixtures (the dense, MoE and DeepSeek-V3/V4 fixture models), .device/configs
 # (model configs for the end-to-end benchmark).
-# Then, on the GPU machine: scripts/gpu/run_all.sh and scripts/gpu/e2e_bench.sh (carry: .device), and on a
+# Then, on the GPU machine: scripts/gpu/run_all.sh, e2e_bench.sh and verify_step_check.sh (carry: .device), and on a
 # multi-GPU kind scripts/gpu/tp_check.sh.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -16,7 +16,7 @@ if [ -z "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_STATIC=ON >/dev/null
 fi
 # tern-engine-bench is `tern bench` without the server layers (quick to build); TERN_STAGE_TERN=1 adds `tern`.
-targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench tern_engine_bench)
+targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench tern_engine_bench verify_step_bench)
 [ -n "${TERN_STAGE_TERN:-}" ] && targets+=(tern)
 cmake --build "$build" -j2 --target "${targets[@]}"
 
@@ -25,6 +25,7 @@ mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models"
   "$root/.device/tools"
 cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda_tensor_parallel_test" \
   "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/tern_engine_bench" \
+  "$build/bench/verify_step_bench" \
   "$root/.device/bin/"
 [ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/tern" "$root/.device/bin/"
 cp "$fixtures/configs/llama-3.1-8b.json" "$root/.device/configs/"

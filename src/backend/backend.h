@@ -97,6 +97,11 @@ struct RowSampling {
   int32_t top_k = 0;         // <= 0: all
   float top_p = 1.0f;        // >= 1: all
   float uniform = 0.0f;      // the row's random draw in [0, 1), made by the sequence's own generator
+  // A draft to verify (speculative decoding's point-mass drafts, engine/rejection_sampler.h), or -1: kept where
+  // draft_uniform < p(draft) under the row's filtered distribution; else the row draws, with `uniform`, from that
+  // distribution without the draft (the residual). A greedy row ignores it (its argmax decides).
+  int32_t draft_id = -1;
+  float draft_uniform = 0.0f;
 };
 
 // One step's work as a recorded graph would run it: the sampled ids [R] int32, in the backend's memory.
@@ -167,21 +172,29 @@ class Backend {
   // True where the KV cache lives in host memory, so that a fractional KV budget is a share of the memory the host
   // has available.
   virtual bool kv_cache_in_host_memory() const { return false; }
-  // Runs a step of decode chunks through a recorded graph (CUDA graphs) and returns its sampled ids [R] int32 in
-  // the backend's memory, valid until the next step of the same shape runs (read them, or copy them to the host,
-  // before): the first step of each shape (tokens, sequences, logit rows) runs `forward` eagerly and records it;
-  // later steps of that shape replay the recording with their own metadata (deferred tokens filled in first).
-  // `forward` must launch work only (no reads back to the host) and do the same work for every step of a shape: a
-  // backend serves one model. nullopt where the backend does not record steps, which then run eagerly (the CPU
-  // backend; the CUDA backend under data parallelism, whose MoE token exchange reads the host).
-  virtual std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward) {
+  // Runs a step of decode chunks (each at most max_recorded_chunk_tokens() new tokens) through a recorded graph
+  // (CUDA graphs) and returns its sampled ids [R] int32 in the backend's memory, valid until the next step of the
+  // same shape runs (read them, or copy them to the host, before): the first step of each shape (tokens, sequences,
+  // logit rows) runs `forward` eagerly and records it; later steps of that shape replay the recording with their own
+  // metadata (deferred tokens filled in first), however their tokens and logit rows fall among the sequences.
+  // `forward` must launch work only (no reads back to the host) and do the same work for every step of a shape.
+  // Recordings are kept per `recorder` (a model runner's id): two runners on one backend, a target and its draft
+  // model, never replay each other's, which read their own model and KV cache. nullopt where the backend does not
+  // record steps, which then run eagerly (the CPU backend; the CUDA backend under data parallelism, whose MoE token
+  // exchange reads the host).
+  virtual std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward,
+                                                  uint64_t recorder = 0) {
     (void)batch;
     (void)forward;
+    (void)recorder;
     return std::nullopt;
   }
-  // Drops the recorded steps, so that the next step of each shape records anew: for when tensors the recordings
-  // read were replaced (a new engine's KV cache; EPLB's placements load new expert weights and replica tables).
-  virtual void discard_recorded_steps() {}
+  // The most new tokens a sequence of a recorded step may have (run_recorded_step).
+  virtual int32_t max_recorded_chunk_tokens() const { return 1; }
+  // Drops the recorded steps of `recorder`, or of all recorders, so that the next step of each shape records anew:
+  // for when tensors the recordings read were replaced or freed (a runner's KV cache; EPLB's placements load new
+  // expert weights and replica tables).
+  virtual void discard_recorded_steps(std::optional<uint64_t> recorder = std::nullopt) { (void)recorder; }
 
   // Ops. Shapes: T tokens of the step, H hidden size, heads x dims for attention tensors.
   // The ops of MoE, MLA and DeepSeek-V4 models (concat_columns .. moe_experts, rope_at, hyper_mix ..
@@ -339,8 +352,8 @@ class Backend {
   // [T, H] -> [R, H]; x itself where the rows are every token's in order (logit_rows_are_tokens): read it only.
   virtual Tensor gather_logit_rows(const Tensor& x, const StepContext& step) = 0;
   virtual Tensor argmax(const Tensor& logits) = 0;                                  // [R, V] -> [R] int32
-  // Temperature, top-k and top-p sampling of each row of logits [R, V] -> [R] int32 on the device, where
-  // samples_on_device(); elsewhere nullopt (the engine's host sampler does it).
+  // Temperature, top-k and top-p sampling of each row of logits [R, V] -> [R] int32 on the device, drafts verified
+  // where rows carry them, where samples_on_device(); elsewhere nullopt (the engine's host sampler does it).
   virtual bool samples_on_device() const { return false; }
   virtual std::optional<Tensor> sample(const Tensor& logits, std::span<const RowSampling> rows) {
     (void)logits;

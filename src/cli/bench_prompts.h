@@ -22,6 +22,7 @@ struct BenchDatasetFlags {
   void add_to(CLI::App& cmd);
   // Refuses a combination that cannot mean anything (text without a path, a path or glob without text).
   void validate() const;
+  bool reads_text() const;  // text or edit
 };
 
 struct BenchPrompts {
@@ -36,7 +37,9 @@ BenchPrompts random_prompts(int64_t num_prompts, int64_t input_len, int64_t voca
 
 // The dataset's files (sorted by path), tokenized without special tokens and concatenated; prompt i is the window of
 // `input_len` tokens at offset (start + i * stride) mod the number of windows, `start` drawn from `seed` and the
-// stride spreading the prompts over the whole text, so that they differ while the text has room for them.
+// stride spreading the prompts over the whole text, so that they differ while the text has room for them. With
+// --dataset-name edit the window is shorter, followed by a line asking for the code edited and the window's first 8
+// tokens again, `input_len` tokens in all: an answer that repeats the window is what prompt lookup drafts.
 BenchPrompts text_prompts(const BenchDatasetFlags& flags, const Tokenizer& tokenizer, int64_t num_prompts,
                           int64_t input_len, uint32_t seed);
 

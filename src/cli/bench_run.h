@@ -15,6 +15,9 @@ struct BenchRun {
   std::vector<double> ttft_s;       // per request: submission to its first output
   std::vector<double> itl_s;        // per output after a request's first: the time since its previous output
   std::vector<double> host_step_s;  // per step: the scheduler's host time (schedule + update)
+  // Per step that only decodes (each sequence its next token, or that and its drafts to verify): the whole step,
+  // drafting and host work included.
+  std::vector<double> decode_step_s;
 };
 
 // Mean and nearest-rank percentiles (p50, p90, p99, max) of durations given in seconds, in milliseconds; null when

@@ -59,11 +59,15 @@ BenchRun run_all_at_once(EngineCore& core, std::vector<std::vector<int32_t>> pro
     core.add_request(static_cast<uint64_t>(i), std::move(request));
   }
   std::unordered_map<uint64_t, double> last_token_s;
+  const int64_t tokens_per_decode = 1 + core.stats().num_speculative_tokens;
   while (core.has_unfinished_requests()) {
     const auto outputs = core.step();
     const double now = seconds_since(start);
     const auto& timing = core.last_step_timing();
     run.host_step_s.push_back(timing.schedule_s + timing.update_s);
+    if (timing.num_sequences > 0 && timing.num_tokens <= timing.num_sequences * tokens_per_decode) {
+      run.decode_step_s.push_back(timing.schedule_s + timing.execute_s + timing.update_s);
+    }
     for (const auto& out : outputs) {
       run.num_output_tokens += static_cast<int64_t>(out.token_ids.size());
       const auto it = last_token_s.find(out.request_id);
@@ -95,7 +99,7 @@ MultiTurnConfig multi_turn_config(const BenchOptions& options) {
 nlohmann::json run_engine_bench(const BenchOptions& options) {
   // The text is read and tokenized before the model loads, so that a wrong path fails at once.
   BenchPrompts prompts;
-  if (options.dataset.name == "text") {
+  if (options.dataset.reads_text()) {
     prompts = text_prompts(options.dataset, Tokenizer::load(options.model.model_dir()), options.num_prompts,
                            options.input_len, options.seed);
   }
@@ -146,6 +150,7 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
       {"ttft_ms", latency_summary_ms(run.ttft_s)},
       {"itl_ms", latency_summary_ms(run.itl_s)},
       {"scheduler_ms_per_step", latency_summary_ms(run.host_step_s)},
+      {"decode_step_ms", latency_summary_ms(run.decode_step_s)},
       {"steps", stats.num_steps},
       {"preemptions", stats.num_preemptions},
       {"prefix_hit_rate", stats.prefix_hit_rate},

@@ -70,8 +70,9 @@ void EngineFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--speculative-config", speculative_config,
                  "Speculative decoding, as vLLM's JSON object: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (prompt lookup), '{\"model\": DIR, "
-                 "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer) or '{\"method\": "
-                 "\"deepseek_mtp\", \"num_speculative_tokens\": 1}' (the multi-token prediction layer of DeepSeek-V3 and V4 checkpoints); "
+                 "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer), '{\"method\": "
+                 "\"deepseek_mtp\", \"num_speculative_tokens\": 1}' (the multi-token prediction layer of DeepSeek-V3 and V4 checkpoints) "
+                 "or '{\"method\": \"eagle3\", \"model\": DIR, \"num_speculative_tokens\": 3}' (an EAGLE-3 head); "
                  "greedy outputs are unchanged, sampled ones keep their distribution. Turns --overlap-schedule off");
   cmd.add_option("--host-kv-cache-memory", host_kv_cache_memory,
                  "Host-memory tier under the KV cache, e.g. 32GiB (pinned on GPUs; default: none): prefix-cache "

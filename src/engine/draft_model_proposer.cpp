@@ -18,14 +18,18 @@ SamplingParams greedy_params() {
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks,
-                                       int32_t block_size)
+                                       int32_t block_size, int32_t num_speculative_tokens, int32_t max_num_seqs)
     : model_(std::move(model)),
       kv_(num_blocks, block_size, /*enable_prefix_cache=*/false, 0,
           group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
-      runner_(*model_, backend, backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size)) {
+      runner_(*model_, backend,
+              backend.allocate_kv_cache(model_->kv_layers(), num_blocks + (max_num_seqs > 0 ? 1 : 0), block_size),
+              max_num_seqs > 0 ? num_blocks : -1, max_num_seqs) {
   for (const auto& group : kv_cache_groups(model_->kv_layers())) {
     has_sliding_window_ = has_sliding_window_ || group.sliding_window_tokens > 0;
   }
+  // Its first forward of a step catches up with the tokens the target accepted (at most k + 1), then one a forward.
+  runner_.record_steps(num_speculative_tokens + 1, /*rows_at_last_token=*/true);
 }
 
 void DraftModelProposer::drop(uint64_t sequence_id) {
@@ -93,33 +97,47 @@ DraftTokens DraftModelProposer::propose(std::span<const DraftRequest> requests) 
     plan.chunks.push_back(std::move(chunk));
     drafting.push_back(&request);
   }
-  // Then one token a forward: each draft is fed back for the next until the sequence has its k.
+  // Then one token a forward, each fed the draft the forward before sampled, until every sequence has its k: the
+  // steps are launched before any is read back (how many a sequence takes is known from its k alone).
+  std::vector<PendingStep> launched;
+  std::vector<std::vector<const DraftRequest*>> step_requests;
   while (!plan.chunks.empty()) {
     plan.finished_sequence_ids = std::exchange(dropped_, {});
-    const StepResult result = runner_.finish(runner_.launch(plan));
+    launched.push_back(runner_.launch(plan));
+    step_requests.push_back(drafting);
     StepPlan next;
     std::vector<const DraftRequest*> still_drafting;
-    for (size_t i = 0; i < result.tokens.size(); ++i) {
-      const DraftRequest& request = *drafting[i];
-      std::vector<int32_t>& tokens = drafts[request.sequence_id];
-      tokens.push_back(result.tokens[i].token_id);
-      if (static_cast<int32_t>(tokens.size()) >= request.max_draft_tokens) continue;
-      DraftSequence& seq = sequences_.at(request.sequence_id);
+    const auto num_steps = static_cast<int32_t>(launched.size());
+    for (const DraftRequest* request : drafting) {
+      if (num_steps >= request->max_draft_tokens) continue;
+      DraftSequence& seq = sequences_.at(request->sequence_id);
       const auto position = static_cast<int64_t>(seq.computed_token_ids.size());
       if (!allocate(seq, position, position + 1, requests)) continue;
-      seq.computed_token_ids.push_back(tokens.back());
+      seq.computed_token_ids.push_back(kTokenInFlight);  // the draft, once read back
       ScheduledChunk chunk;
-      chunk.sequence_id = request.sequence_id;
+      chunk.sequence_id = request->sequence_id;
       chunk.num_cached_tokens = static_cast<int32_t>(position);
-      chunk.token_ids = {tokens.back()};
+      chunk.token_ids = {kTokenInFlight};
       chunk.block_tables = seq.blocks.tables;
       chunk.sample = true;
-      chunk.num_prompt_tokens = request.num_prompt_tokens;
+      chunk.num_prompt_tokens = request->num_prompt_tokens;
       next.chunks.push_back(std::move(chunk));
-      still_drafting.push_back(&request);
+      still_drafting.push_back(request);
     }
     plan = std::move(next);
     drafting = std::move(still_drafting);
+  }
+  for (size_t step = 0; step < launched.size(); ++step) {
+    const StepResult result = runner_.finish(std::move(launched[step]));
+    for (size_t i = 0; i < result.tokens.size(); ++i) {
+      const DraftRequest& request = *step_requests[step][i];
+      std::vector<int32_t>& tokens = drafts[request.sequence_id];
+      tokens.push_back(result.tokens[i].token_id);
+      // The draft fed to the next forward (the sequence's tokens, then its drafts in order).
+      auto& computed = sequences_.at(request.sequence_id).computed_token_ids;
+      const size_t fed = request.token_ids.size() + tokens.size() - 1;
+      if (fed < computed.size()) computed[fed] = tokens.back();
+    }
   }
   return drafts;
 }

@@ -3,7 +3,9 @@
 // greedily, one forward per token after a first one that catches its cache up with the sequence. It runs through a
 // ModelRunner of its own over a KV cache of its own, with its own block bookkeeping (no prefix cache: its blocks
 // live as long as the sequence decodes). What it cached past a rejected draft is recomputed: its cache is trusted
-// only for the longest common prefix of the tokens it computed and the sequence's tokens now.
+// only for the longest common prefix of the tokens it computed and the sequence's tokens now. The k forwards are
+// launched back to back, each taking the draft the one before sampled on the device (tokens in flight), and read
+// back once; on a device backend they replay recorded graphs.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -20,8 +22,11 @@ namespace tern {
 
 class DraftModelProposer : public DraftProposer {
  public:
-  // `num_blocks` blocks of `block_size` tokens for the draft's cache on `backend` (where `model` lives).
-  DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks, int32_t block_size);
+  // `num_blocks` blocks of `block_size` tokens for the draft's cache on `backend` (where `model` lives), up to
+  // `num_speculative_tokens` drafts a sequence. With `max_num_seqs` > 0, one more block pads its steps to recorded
+  // batch sizes (ModelRunner's scratch block), recorded at once.
+  DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks, int32_t block_size,
+                     int32_t num_speculative_tokens, int32_t max_num_seqs = 0);
   DraftTokens propose(std::span<const DraftRequest> requests) override;
   void forget(std::span<const uint64_t> sequence_ids) override;
 

@@ -4,7 +4,7 @@
 // sampler accepts a prefix of them (engine/rejection_sampler.h). Proposers here draft point masses (the draft
 // token is certain given the sequence), which rejection sampling verifies exactly; a proposer with a draft
 // distribution (EAGLE-3's sampled drafts, DSpark's Markov head) would return it beside its tokens.
-// A proposer that drafts from the target's hidden states (MTP) also observes each step the target ran.
+// A proposer that drafts from the target's hidden states (MTP, EAGLE-3) also observes each step the target ran.
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -46,8 +46,12 @@ class DraftProposer {
   // Whether observe() reads the target's hidden states (Model::forward_with_hidden_states), which cost the target a
   // final norm over every token of a step and its recorded decode steps.
   virtual bool reads_hidden_states() const { return false; }
+  // Where not empty, the target layers whose inputs observe() reads instead, side by side
+  // (Model::forward_with_layer_inputs; an EAGLE-3 head's three).
+  virtual std::vector<int32_t> target_layer_inputs() const { return {}; }
   // After each step the target ran and the scheduler applied: the step's chunks and the target's hidden states
-  // [step tokens, hidden] in the backend's memory, chunks back to back in plan order.
+  // [step tokens, hidden] (or its layer inputs [step tokens, layers * hidden]) in the backend's memory, chunks back
+  // to back in plan order.
   virtual void observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) {
     (void)chunks, (void)hidden_states;
   }

@@ -34,9 +34,8 @@ struct EngineConfig {
   // measured since the last placement (ShardedModel::rebalance_experts); 0: never. Needs expert parallelism.
   int64_t eplb_interval_steps = 0;
   // Speculative decoding (vLLM's --speculative-config); nullopt: one token per decode step. Turns overlap
-  // scheduling off (a step's token count is known only once its drafts are verified) and, with a draft model or
-  // an MTP layer, recorded decode steps (the draft's eager steps share the backend; the MTP layer reads every
-  // step's hidden states).
+  // scheduling off (a step's token count is known only once its drafts are verified) and, with an MTP layer,
+  // recorded steps (the MTP layer reads every step's hidden states).
   std::optional<SpeculativeConfig> speculative;
   // The KV cache's tiers below the device pool (SGLang's HiCache, vLLM's KV offloading). A host pool of this many
   // bytes (0: none; pinned memory on CUDA) takes the prefix cache's blocks the device evicts, or every cached block

@@ -13,6 +13,7 @@
 #include "engine/mtp_proposer.h"
 #include "engine/ngram_proposer.h"
 #include "engine/request_field_error.h"
+#include "model/arch/llama_eagle3.h"
 #include "model/sequence_runner.h"
 
 namespace tern {
@@ -114,6 +115,15 @@ std::unique_ptr<MtpModel> load_target_mtp_layer(const std::filesystem::path& dir
          target.config().vocab_size, target.config().hidden_size);
   }
   return mtp;
+}
+
+// The EAGLE-3 head of speculative decoding in `dir`, on the target's backend; it reads the target's layer inputs and
+// writes its token ids.
+std::unique_ptr<MtpModel> load_eagle3_head(const std::filesystem::path& dir, const Model& target, Backend& backend) {
+  if (!std::filesystem::is_directory(dir)) {
+    fail("--speculative-config: eagle3: the head '{}' is not a directory", dir.string());
+  }
+  return load_eagle3_model(dir, target, backend);
 }
 
 // The host tier's blocks: as many of the device pool's blocks as host_kv_cache_bytes holds.
@@ -218,6 +228,9 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
       draft_model = load_draft_model(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
     } else if (config.speculative->method == SpeculativeMethod::kDeepseekMtp) {
       mtp_layer = load_target_mtp_layer(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
+    } else if (config.speculative->method == SpeculativeMethod::kEagle3) {
+      // An EAGLE-3 head runs as an MTP layer does (MtpProposer).
+      mtp_layer = load_eagle3_head(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
     }
   }
   std::vector<KvCacheBudget> budgets(static_cast<size_t>(num_ranks));
@@ -265,15 +278,15 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     }
   }
   overlap_schedule_ = config.overlap_schedule && !config.speculative;
-  // Neither a draft model's eager steps (which share the backend) nor an MTP layer's hidden states go with
-  // recorded decode steps.
-  const bool records_decode_steps = draft_model == nullptr && mtp_layer == nullptr;
+  // An MTP layer reads the hidden states of every step, which recorded steps do not return.
+  const bool records_decode_steps = mtp_layer == nullptr;
   if (config.speculative) {
     const SpeculativeConfig& speculative = *config.speculative;
     num_speculative_tokens_ = speculative.num_speculative_tokens;
     if (draft_model) {
       proposer_ = std::make_unique<DraftModelProposer>(std::move(draft_model), model_.backend(0), budget_.num_blocks,
-                                                       budget_.block_size);
+                                                       budget_.block_size, num_speculative_tokens_,
+                                                       on_device ? config.max_num_seqs : 0);
     } else if (mtp_layer) {
       proposer_ = std::make_unique<MtpProposer>(std::move(mtp_layer), model_.backend(0), budget_.num_blocks,
                                                 budget_.block_size, config.enable_prefix_cache);
@@ -309,17 +322,26 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size),
           budget_.num_blocks, config.max_num_seqs, samples, data_parallel_rank);
-      recorded[rank] = runners_[rank]->record_decode_steps();
+      // Verify steps too: each sequence its last token and up to k drafts (n-gram and draft-model proposers).
+      recorded[rank] = runners_[rank]->record_steps(1 + num_speculative_tokens_);
     } else {
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks, budget_.block_size), -1, 0,
           samples, data_parallel_rank);
     }
     if (num_host_blocks > 0) runners_[rank]->allocate_host_kv_cache(num_host_blocks);
-    if (proposer_ && proposer_->reads_hidden_states()) runners_[rank]->return_hidden_states();
+    if (proposer_ && proposer_->reads_hidden_states()) {
+      std::vector<int32_t> layers = proposer_->target_layer_inputs();
+      if (layers.empty()) {
+        runners_[rank]->return_hidden_states();
+      } else {
+        runners_[rank]->return_layer_inputs(std::move(layers));
+      }
+    }
   });
   if (config.log_kv_cache && recorded[0] > 0) {
-    std::fprintf(stderr, "tern: recorded decode steps for %d batch sizes in %.2f s\n", recorded[0],
+    std::fprintf(stderr, "tern: recorded %d decode%s steps in %.2f s\n", recorded[0],
+                 num_speculative_tokens_ > 0 ? " and verify" : "",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count());
   }
   std::vector<KvCacheManager*> rank_kvs;

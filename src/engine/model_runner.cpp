@@ -35,19 +35,21 @@ std::future<void> prepare_masks_async(std::vector<SequenceSampler*> constrained)
   });
 }
 
+// Each runner's recordings are its own (Backend::run_recorded_step): ids are never reused, so a runner made where a
+// destroyed one was never meets that one's recordings.
+std::atomic<uint64_t> next_recorder{1};
+
 }  // namespace
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block, int32_t max_num_seqs,
                          bool samples_tokens, int32_t data_parallel_rank)
     : model_(model),
       backend_(backend),
+      recorder_(next_recorder++),
       cache_(std::move(cache)),
       scratch_block_(scratch_block),
       samples_tokens_(samples_tokens),
       data_parallel_rank_(data_parallel_rank) {
-  // Steps an earlier runner recorded on this backend read and write that runner's KV cache, not this one's: a
-  // backend keeps its recordings by batch shape, so a second engine on the same model would replay them.
-  backend_.discard_recorded_steps();
   if (scratch_block_ < 0) return;
   if (scratch_block_ >= cache_.num_blocks) {
     fail("model runner: scratch block {} outside the cache's {} blocks", scratch_block_, cache_.num_blocks);
@@ -57,36 +59,64 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t 
   }
 }
 
+// Its recordings read its KV cache, which goes with it.
+ModelRunner::~ModelRunner() { backend_.discard_recorded_steps(recorder_); }
+
 Tensor ModelRunner::forward(const StepContext& step, PendingStep& pending) {
+  if (!returned_layer_inputs_.empty()) {
+    return model_.forward_with_layer_inputs(step, cache_, returned_layer_inputs_, pending.hidden_states);
+  }
   if (returns_hidden_states_) return model_.forward_with_hidden_states(step, cache_, pending.hidden_states);
   return model_.forward(step, cache_);
 }
 
-int32_t ModelRunner::bucket_for(size_t num_seqs) const {
-  for (int32_t bucket : decode_buckets_) {
-    if (static_cast<size_t>(bucket) >= num_seqs) return bucket;
+std::optional<Tensor> ModelRunner::run_recorded(const ForwardBatch& unpadded) {
+  if (decode_buckets_.empty() || unpadded.logit_rows.empty()) return std::nullopt;
+  const int64_t longest_chunk = std::min<int64_t>(backend_.max_recorded_chunk_tokens(), cache_.block_size);
+  for (const auto& seq : unpadded.sequences) {
+    if (seq.num_new_tokens > longest_chunk) return std::nullopt;
   }
-  return 0;
+  const auto num_seqs = static_cast<int64_t>(unpadded.sequences.size());
+  const int64_t num_tokens = unpadded.num_tokens();
+  const int64_t tokens_per_seq = (num_tokens + num_seqs - 1) / num_seqs;
+  for (int32_t bucket : decode_buckets_) {
+    const int64_t num_scratch = bucket - num_seqs;
+    if (num_scratch < 0) continue;
+    const int64_t padding = bucket * tokens_per_seq - num_tokens;
+    // Every scratch sequence takes at least one token and at most a chunk's worth.
+    const bool fits = num_scratch == 0 ? padding == 0 : padding >= num_scratch && padding <= num_scratch * longest_chunk;
+    if (fits) return run_padded_recorded(unpadded, bucket, padding, logit_rows_are_tokens(unpadded));
+  }
+  return std::nullopt;
 }
 
-std::optional<Tensor> ModelRunner::run_recorded_decode(const ForwardBatch& unpadded, int32_t bucket) {
-  ForwardBatch batch = unpadded;
-  while (batch.sequences.size() < static_cast<size_t>(bucket)) {
-    batch.logit_rows.push_back(static_cast<int32_t>(batch.token_ids.size()));
-    batch.token_ids.push_back(0);
-    batch.sequences.push_back({0, 1, std::vector<std::vector<int32_t>>(cache_.groups.size(), {scratch_block_})});
+std::optional<Tensor> ModelRunner::run_padded_recorded(ForwardBatch batch, int32_t bucket, int64_t padding,
+                                                       bool rows_at_every_token) {
+  const int64_t num_scratch = bucket - static_cast<int64_t>(batch.sequences.size());
+  for (int64_t i = 0; i < num_scratch; ++i) {
+    const auto length = static_cast<int32_t>(padding / num_scratch + (i < padding % num_scratch ? 1 : 0));
+    const auto first = static_cast<int32_t>(batch.token_ids.size());
+    batch.token_ids.insert(batch.token_ids.end(), static_cast<size_t>(length), 0);
+    for (int32_t row = rows_at_every_token ? first : first + length - 1; row < first + length; ++row) {
+      batch.logit_rows.push_back(row);
+    }
+    batch.sequences.push_back(
+        {0, length, std::vector<std::vector<int32_t>>(cache_.groups.size(), {scratch_block_})});
   }
   auto ids = backend_.run_recorded_step(
-      batch, [this](const StepContext& step) { return backend_.argmax(model_.forward(step, cache_)); });
+      batch, [this](const StepContext& step) { return backend_.argmax(model_.forward(step, cache_)); }, recorder_);
   if (!ids) decode_buckets_.clear();  // the backend does not record: every step runs eagerly
   return ids;
 }
 
-int ModelRunner::record_decode_steps() {
+int ModelRunner::record_steps(int32_t max_chunk_tokens, bool rows_at_last_token) {
+  const int64_t longest_chunk = std::min<int64_t>(backend_.max_recorded_chunk_tokens(), cache_.block_size);
   int recorded = 0;
   for (int32_t bucket : decode_buckets_) {
-    if (!run_recorded_decode(ForwardBatch{}, bucket)) return 0;
-    ++recorded;
+    for (int64_t chunk_tokens = 1; chunk_tokens <= std::min<int64_t>(max_chunk_tokens, longest_chunk); ++chunk_tokens) {
+      if (!run_padded_recorded(ForwardBatch{}, bucket, bucket * chunk_tokens, !rows_at_last_token)) return 0;
+      ++recorded;
+    }
   }
   return recorded;
 }
@@ -110,6 +140,66 @@ bool ModelRunner::samples_on_device(const StepPlan& plan) {
     if (it == samplers_.end() || chunk.num_draft_tokens > 0 || !samples_on_device(it->second)) return false;
   }
   return true;
+}
+
+Tensor ModelRunner::greedy_ids(const ForwardBatch& batch, PendingStep& pending) {
+  if (!returns_hidden_states_) {
+    if (auto ids = run_recorded(batch)) return ids->rows(0, static_cast<int64_t>(batch.logit_rows.size()));
+  }
+  const auto step = backend_.begin_step(batch);
+  return backend_.argmax(forward(*step, pending));
+}
+
+PendingStep ModelRunner::launch_device_verify(const StepPlan& plan, const ForwardBatch& batch,
+                                              std::span<SequenceSampler* const> chunk_samplers,
+                                              bool all_plain_greedy) {
+  // A sequence's rows here are several, so no later step takes an in-flight token from this one.
+  previous_ids_ = Tensor{};
+  previous_rows_.clear();
+  PendingStep pending;
+  Tensor ids;
+  if (all_plain_greedy) {
+    ids = greedy_ids(batch, pending);
+  } else {
+    // Rows in chunk order, each draft's row verifying it (its acceptance draw, then its residual's), then the row
+    // after the last draft; greedy sequences' rows take the argmax.
+    std::vector<RowSampling> rows;
+    size_t next_sampler = 0;
+    for (const auto& chunk : plan.chunks) {
+      if (!chunk.sample) continue;
+      SequenceSampler& sampler = *chunk_samplers[next_sampler++];
+      for (int32_t draft : std::span<const int32_t>(chunk.token_ids).last(static_cast<size_t>(chunk.num_draft_tokens))) {
+        rows.push_back(sampler.device_row(draft));
+      }
+      rows.push_back(sampler.device_row());
+    }
+    const auto step = backend_.begin_step(batch);
+    ids = *backend_.sample(forward(*step, pending), rows);
+  }
+  if (!samples_tokens_) return pending;
+  for (const auto& chunk : plan.chunks) {
+    if (!chunk.sample) continue;
+    const auto drafts = std::span<const int32_t>(chunk.token_ids).last(static_cast<size_t>(chunk.num_draft_tokens));
+    pending.device_verify.push_back({chunk.sequence_id, {drafts.begin(), drafts.end()}});
+  }
+  pending.device_ids = backend_.to_host_i32_async(ids);
+  return pending;
+}
+
+StepResult ModelRunner::finish_device_verify(PendingStep step) {
+  const std::vector<int32_t> ids = step.device_ids->wait();
+  size_t first_row = 0;
+  for (const DeviceVerifyChunk& chunk : step.device_verify) {
+    const auto sampler = samplers_.find(chunk.sequence_id);
+    for (size_t i = 0; i <= chunk.draft_ids.size(); ++i) {
+      const int32_t id = ids.at(first_row + i);
+      step.result.tokens.push_back({chunk.sequence_id, id, std::nullopt});
+      if (sampler != samplers_.end()) sampler->second.record(id);
+      if (i == chunk.draft_ids.size() || id != chunk.draft_ids[i]) break;
+    }
+    first_row += chunk.draft_ids.size() + 1;
+  }
+  return std::move(step.result);
 }
 
 PendingStep ModelRunner::launch_verify(const StepPlan& plan, const ForwardBatch& batch,
@@ -213,7 +303,12 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
     all_plain_greedy = all_plain_greedy && it->second.is_plain_greedy();
   }
   if (!batch.deferred_tokens.empty()) batch.previous_sampled_ids = previous_ids_;
-  if (verifies_drafts) return launch_verify(plan, batch, row_samplers);
+  if (verifies_drafts) {
+    const bool on_device = std::all_of(row_samplers.begin(), row_samplers.end(),
+                                       [&](const SequenceSampler* sampler) { return samples_on_device(*sampler); });
+    return on_device ? launch_device_verify(plan, batch, row_samplers, all_plain_greedy)
+                     : launch_verify(plan, batch, row_samplers);
+  }
 
   const size_t num_rows = row_samplers.size();
   std::vector<uint64_t> row_sequence_ids;
@@ -238,14 +333,9 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
     for (uint64_t id : row_sequence_ids) pending.result.tokens.push_back({id, 0, std::nullopt});
   }
 
-  // Greedy decode steps: a recorded graph per batch-size bucket; only the ids come back.
-  const bool all_decode = std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& chunk) {
-    return chunk.sample && chunk.token_ids.size() == 1;
-  });
-  const bool recordable = all_plain_greedy && all_decode && !returns_hidden_states_;
-  const int32_t bucket = recordable ? bucket_for(plan.chunks.size()) : 0;
-  if (bucket > 0) {
-    if (auto ids = run_recorded_decode(batch, bucket)) {
+  // Greedy steps of short chunks (decode steps): a recorded graph per shape; only the ids come back.
+  if (all_plain_greedy && !returns_hidden_states_) {
+    if (auto ids = run_recorded(batch)) {
       return finish_launch(ids->rows(0, static_cast<int64_t>(num_rows)), std::vector<bool>(num_rows, true));
     }
   }
@@ -299,6 +389,7 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
 }
 
 StepResult ModelRunner::finish(PendingStep step) {
+  if (!step.device_verify.empty()) return finish_device_verify(std::move(step));
   if (step.device_ids) {
     const std::vector<int32_t> ids = step.device_ids->wait();
     for (size_t r = 0; r < step.result.tokens.size(); ++r) {

@@ -13,6 +13,12 @@ MtpProposer::MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int3
           group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
       cache_(backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size)) {}
 
+std::vector<int32_t> MtpProposer::greedy_tokens(const Tensor& logits) {
+  std::vector<int32_t> ids = backend_.to_host_i32(backend_.argmax(logits));
+  for (int32_t& id : ids) id = model_->target_token_id(id);
+  return ids;
+}
+
 void MtpProposer::drop(uint64_t sequence_id) {
   const auto it = sequences_.find(sequence_id);
   if (it == sequences_.end()) return;
@@ -99,7 +105,7 @@ void MtpProposer::observe(std::span<const ComputedChunk> chunks, const Tensor& h
   Tensor outputs;
   const Tensor logits = model_->forward(*step, cache_, backend_.select_rows(hidden_states, hidden_rows), outputs);
   if (!drafting.empty()) {
-    const std::vector<int32_t> ids = backend_.to_host_i32(backend_.argmax(logits));
+    const std::vector<int32_t> ids = greedy_tokens(logits);
     for (size_t r = 0; r < drafting.size(); ++r) {
       MtpSequence& seq = sequences_.at(drafting[r]);
       seq.first_draft = ids[r];
@@ -156,7 +162,7 @@ DraftTokens MtpProposer::propose(std::span<const DraftRequest> requests) {
     const auto step = backend_.begin_step(batch);
     Tensor next_outputs;
     const Tensor logits = model_->forward(*step, cache_, backend_.select_rows(outputs, rows), next_outputs);
-    const std::vector<int32_t> ids = backend_.to_host_i32(backend_.argmax(logits));
+    const std::vector<int32_t> ids = greedy_tokens(logits);
     chains.clear();
     for (size_t i = 0; i < chained.size(); ++i) {
       std::vector<int32_t>& tokens = drafts[chained[i].request->sequence_id];

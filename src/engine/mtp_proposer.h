@@ -1,6 +1,8 @@
 #pragma once
 // Multi-token prediction drafts (vLLM's "deepseek_mtp" method): the target checkpoint's MTP layer (mtp_model.h)
-// drafts k tokens greedily from the target's hidden states. Its entry at position i pairs token i + 1 with the
+// drafts k tokens greedily from the target's hidden states. EAGLE-3 drafts ("eagle3") run here too: an EAGLE-3 head
+// is such a layer (model/arch/llama_eagle3.h) that reads three of the target's layer inputs instead and maps its
+// drafts from its own vocabulary to the target's. Its entry at position i pairs token i + 1 with the
 // target's hidden state at i; after each target step the layer computes the entries of the positions the step
 // made final (the chunk's rows before the sequence's last token: those of accepted drafts, not of rejected ones),
 // the last of which predicts the first draft. Drafts after it chain through the layer's own output, one forward
@@ -35,6 +37,7 @@ class MtpProposer final : public DraftProposer {
   DraftTokens propose(std::span<const DraftRequest> requests) override;
   void forget(std::span<const uint64_t> sequence_ids) override;
   bool reads_hidden_states() const override { return true; }
+  std::vector<int32_t> target_layer_inputs() const override { return model_->target_layer_inputs(); }
   void observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) override;
 
  private:
@@ -58,6 +61,8 @@ class MtpProposer final : public DraftProposer {
   // of `token_ids` up to it, where they are all there).
   void start_at(MtpSequence& seq, int32_t position, std::span<const int32_t> token_ids);
   void drop(uint64_t sequence_id);
+  // The target's ids of the argmax of each row of the layer's logits.
+  std::vector<int32_t> greedy_tokens(const Tensor& logits);
 
   std::unique_ptr<MtpModel> model_;
   Backend& backend_;

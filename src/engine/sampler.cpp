@@ -145,14 +145,19 @@ bool SequenceSampler::samples_on_device() const {
          params_.presence_penalty == 0.0f && params_.min_p == 0.0f && !params_.logprobs;
 }
 
-RowSampling SequenceSampler::device_row() {
+RowSampling SequenceSampler::device_row(int32_t draft_id) {
   RowSampling row;
   row.temperature = params_.temperature;
   row.top_k = params_.top_k;
   row.top_p = params_.top_p;
   if (!params_.is_greedy()) {
     // float rounding may carry a draw just below 1 up to 1; the device expects [0, 1).
-    row.uniform = std::min(static_cast<float>(uniform()), std::nextafter(1.0f, 0.0f));
+    const auto draw = [this] { return std::min(static_cast<float>(uniform()), std::nextafter(1.0f, 0.0f)); };
+    if (draft_id >= 0) {
+      row.draft_id = draft_id;
+      row.draft_uniform = draw();
+    }
+    row.uniform = draw();
   }
   return row;
 }

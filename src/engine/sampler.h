@@ -64,8 +64,9 @@ class SequenceSampler {
   // never allowed.
   std::span<const uint32_t> allowed_tokens() const { return mask_; }
   const grammar::GrammarMatcher* matcher() const { return matcher_.get(); }
-  // The row's parameters for the device, with its random draw from this sequence's generator.
-  RowSampling device_row();
+  // The row's parameters for the device, with its random draw from this sequence's generator; with `draft_id`
+  // >= 0, a row that verifies that draft on the device (its acceptance draw first, then the residual's).
+  RowSampling device_row(int32_t draft_id = -1);
 
  private:
   void apply_penalties(std::span<float> logits) const;

@@ -23,6 +23,7 @@ std::string_view speculative_method_name(SpeculativeMethod method) {
     case SpeculativeMethod::kNgram: return "ngram";
     case SpeculativeMethod::kDraftModel: return "draft_model";
     case SpeculativeMethod::kDeepseekMtp: return "deepseek_mtp";
+    case SpeculativeMethod::kEagle3: return "eagle3";
   }
   return "unknown";
 }
@@ -65,10 +66,13 @@ SpeculativeConfig parse_speculative_config(std::string_view json_text) {
     if (config.draft_model_dir.empty()) fail("--speculative-config: method draft_model needs \"model\": a directory");
   } else if (method == "deepseek_mtp" || method == "mtp") {
     config.method = SpeculativeMethod::kDeepseekMtp;
+  } else if (method == "eagle3") {
+    config.method = SpeculativeMethod::kEagle3;
+    if (config.draft_model_dir.empty()) fail("--speculative-config: method eagle3 needs \"model\": the head's directory");
   } else if (method.empty()) {
     fail("--speculative-config: give a method (\"ngram\") or a draft model (\"model\": DIR)");
   } else {
-    fail("--speculative-config: unknown method '{}' (tern has ngram, draft_model and deepseek_mtp)", method);
+    fail("--speculative-config: unknown method '{}' (tern has ngram, draft_model, deepseek_mtp and eagle3)", method);
   }
   if (config.num_speculative_tokens == 0) fail("--speculative-config: num_speculative_tokens is required");
   // vLLM's defaults: each bound the other where only one is given, 5 where neither is.

@@ -8,7 +8,7 @@
 
 namespace tern {
 
-enum class SpeculativeMethod { kNgram, kDraftModel, kDeepseekMtp };
+enum class SpeculativeMethod { kNgram, kDraftModel, kDeepseekMtp, kEagle3 };
 
 struct SpeculativeConfig {
   SpeculativeMethod method = SpeculativeMethod::kNgram;
@@ -17,7 +17,8 @@ struct SpeculativeConfig {
   int32_t prompt_lookup_min = 5;
   int32_t prompt_lookup_max = 5;
   // draft_model: a smaller model with the target's vocabulary. deepseek_mtp: the checkpoint holding the
-  // multi-token prediction layer, the target's own (the commands fill it in when "model" is not given).
+  // multi-token prediction layer, the target's own (the commands fill it in when "model" is not given). eagle3: the
+  // EAGLE-3 head's directory.
   std::filesystem::path draft_model_dir;
 };
 
@@ -25,7 +26,7 @@ struct SpeculativeConfig {
 constexpr int32_t kMaxSpeculativeTokens = 16;
 
 // Parses vLLM's JSON object: "method" ("ngram"; "draft_model", implied by "model"; "deepseek_mtp", or "mtp" as
-// newer vLLM names it), "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model". Throws
+// newer vLLM names it; "eagle3", with "model"), "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model". Throws
 // tern::Error naming the bad key or value.
 SpeculativeConfig parse_speculative_config(std::string_view json_text);
 

@@ -2,6 +2,8 @@
 // A loaded model: what it caches per token and layer, and one forward step over a batch.
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -31,6 +33,19 @@ class Model {
     (void)step, (void)cache, (void)hidden_states;
     fail("{}: this architecture does not return its hidden states (multi-token prediction)", config().architecture);
   }
+  // forward, and into `layer_inputs` [T, layers.size() * hidden] the residual stream entering each of `layers` (the
+  // embedding plus every earlier layer's blocks; index num_layers: the stream after the last layer, before the final
+  // norm; ascending), side by side: the target states an EAGLE-3 head fuses (model/arch/llama_eagle3.h). Only
+  // a model whose layers add into one residual stream has them (returns_layer_inputs).
+  virtual Tensor forward_with_layer_inputs(const StepContext& step, KvCache& cache, std::span<const int32_t> layers,
+                                           Tensor& layer_inputs) {
+    (void)step, (void)cache, (void)layers, (void)layer_inputs;
+    fail("{}: this architecture does not return its layers' inputs (EAGLE-3)", config().architecture);
+  }
+  virtual bool returns_layer_inputs() const { return false; }
+  // The token embedding [vocab, hidden] where this rank holds all of it, for a draft head that embeds with the
+  // target's table (EAGLE-3 heads without their own); nullopt where the model does not share it.
+  virtual std::optional<Tensor> token_embedding() const { return std::nullopt; }
   // The MoE blocks, in layer order (what an expert load balancer places).
   virtual std::vector<SparseMoe*> expert_layers() { return {}; }
 };

@@ -25,8 +25,11 @@ DType parse_dtype(const std::string& name, const std::filesystem::path& file, co
   if (name == "F8_E4M3") return DType::F8_E4M3;
   if (name == "F8_E8M0") return DType::F8_E8M0;
   if (name == "U8") return DType::U8;
+  // One byte each, 0 or 1 (EAGLE-3 heads store their t2d mask so): read as bytes, which no weight is.
+  if (name == "BOOL") return DType::U8;
   if (name == "I8") return DType::I8;
-  fail("{}: tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32, I32, I64, F8_E4M3, F8_E8M0, U8, I8)",
+  fail("{}: tensor '{}' has unsupported dtype {} (supported: BF16, F16, F32, I32, I64, F8_E4M3, F8_E8M0, U8, BOOL, "
+       "I8)",
        file.string(), tensor, name);
 }
 

@@ -85,13 +85,15 @@ TEST_F(BenchDataset, MistakesAreRefusedWithAReason) {
   };
   const std::string file = (dir_ / "corpus" / "a.py").string();
   refused("--dataset-name text", "--dataset-name text needs --dataset-path");
-  refused("--dataset-path " + file, "--dataset-path is read only with --dataset-name text");
+  refused("--dataset-path " + file, "--dataset-path is read only with --dataset-name text or edit");
+  refused("--dataset-name edit", "--dataset-name edit needs --dataset-path");
   const std::string missing = (dir_ / "missing").string(), empty = (dir_ / "empty").string();
   refused("--dataset-name text --dataset-path " + missing, "--dataset-path " + missing + " does not exist");
   refused("--dataset-name text --dataset-path " + empty, "--dataset-path " + empty + " holds no files");
   refused("--dataset-name text --dataset-path " + (dir_ / "corpus").string() + " --dataset-glob '*.rs'",
           "no file under --dataset-path");
   refused("--dataset-name text --dataset-path " + file + " --input-len 100000", "the text of --dataset-path");
+  refused("--dataset-name edit --dataset-path " + file + " --input-len 4", "--dataset-name edit needs an --input-len");
   EXPECT_NE(bench("--dataset-name json").exit_code, 0);
 }
 
@@ -115,6 +117,27 @@ TEST_F(BenchDataset, PromptsAreDistinctWindowsOfTheText) {
   EXPECT_NE(cli::text_prompts(flags, tokenizer, 6, 8, 8).token_ids, prompts.token_ids);
   EXPECT_THROW(cli::text_prompts(flags, tokenizer, 1, static_cast<int64_t>(text.size()) + 1, 7), Error);
   EXPECT_EQ(cli::text_prompts(flags, tokenizer, 1, static_cast<int64_t>(text.size()), 7).token_ids[0], text);
+}
+
+// An edit prompt: a window of the text, the request line, then the window's first 8 tokens again, input-len in all.
+TEST_F(BenchDataset, EditPromptsRepeatTheStartOfTheirWindow) {
+  const Tokenizer tokenizer = Tokenizer::load(kPythonModel);
+  cli::BenchDatasetFlags flags;
+  flags.name = "edit";
+  flags.path = (dir_ / "corpus" / "a.py").string();
+  const auto text = tokenizer.encode(kFibonacci, false);
+  const auto request = tokenizer.encode("\n\n# The code above, with its names made clearer:\n", false);
+  const int64_t input_len = static_cast<int64_t>(request.size()) + 8 + 12;
+  const auto prompts = cli::text_prompts(flags, tokenizer, 3, input_len, /*seed=*/7);
+  EXPECT_EQ(prompts.dataset.at("name"), "edit");
+  ASSERT_EQ(prompts.token_ids.size(), 3u);
+  for (const auto& prompt : prompts.token_ids) {
+    ASSERT_EQ(static_cast<int64_t>(prompt.size()), input_len);
+    const std::vector<int32_t> window(prompt.begin(), prompt.begin() + 12);
+    EXPECT_NE(std::search(text.begin(), text.end(), window.begin(), window.end()), text.end());
+    EXPECT_TRUE(std::equal(request.begin(), request.end(), prompt.begin() + 12));
+    EXPECT_TRUE(std::equal(window.begin(), window.begin() + 8, prompt.end() - 8));
+  }
 }
 
 }  // namespace

@@ -35,6 +35,15 @@ TEST(SpeculativeConfig, ReadsDeepseekMtpUnderBothOfVllmsNames) {
   EXPECT_EQ(elsewhere.num_speculative_tokens, 3);
 }
 
+TEST(SpeculativeConfig, ReadsEagle3WithItsHead) {
+  const auto eagle3 =
+      parse_speculative_config(R"({"method": "eagle3", "model": "/heads/eagle3-llama", "num_speculative_tokens": 5})");
+  EXPECT_EQ(eagle3.method, SpeculativeMethod::kEagle3);
+  EXPECT_EQ(eagle3.draft_model_dir, "/heads/eagle3-llama");
+  EXPECT_EQ(eagle3.num_speculative_tokens, 5);
+  EXPECT_EQ(speculative_method_name(eagle3.method), "eagle3");
+}
+
 TEST(SpeculativeConfig, LookupBoundsDefaultAsVllms) {
   const auto only_max = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})");
   EXPECT_EQ(only_max.prompt_lookup_min, 3);
@@ -62,7 +71,9 @@ TEST(SpeculativeConfig, BadObjectsAreRefusedNamingTheProblem) {
   expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 99})", "num_speculative_tokens");
   expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": "3"})", "num_speculative_tokens");
   expect_error_naming(R"({"method": "ngram"})", "num_speculative_tokens is required");
-  expect_error_naming(R"({"method": "eagle3", "num_speculative_tokens": 3})", "unknown method 'eagle3'");
+  expect_error_naming(R"({"method": "eagle3", "num_speculative_tokens": 3})", "method eagle3 needs \"model\"");
+  expect_error_naming(R"({"method": "eagle", "model": "/heads/e", "num_speculative_tokens": 3})",
+                      "unknown method 'eagle'");
   expect_error_naming(R"({"method": "draft_model", "num_speculative_tokens": 3})", "needs \"model\"");
   expect_error_naming(R"({"num_speculative_tokens": 3})", "give a method");
   expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 4, "prompt_lookup_max": 2})",

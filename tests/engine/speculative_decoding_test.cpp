@@ -4,15 +4,18 @@
 // copies of the DeepSeek-V3 fixture with a next-n layer (mtp_checkpoint.h): a random one, whose drafts are mostly
 // rejected, and an oracle, whose drafts are all accepted; and sampled tokens after its drafts follow the target's
 // distribution. DeepSeek-V4's MTP block on copies of the V4 fixture with a random one and an oracle
-// (v4_mtp_checkpoint.h).
+// (v4_mtp_checkpoint.h). EAGLE-3 on the llama, llama3_rope and qwen3 fixtures with a random head, and on a bigram
+// copy of llama with an oracle head (eagle3_checkpoint.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
 
 #include "core/error.h"
+#include "eagle3_checkpoint.h"
 #include "engine/engine_core.h"
 #include "fixture_model.h"
 #include "fixtures.h"
@@ -27,6 +30,7 @@ namespace tern {
 namespace {
 
 using testing::deepseek_v3_with_mtp;
+using testing::eagle3_head;
 using testing::deepseek_v4_with_mtp;
 using testing::fixtures_dir;
 using testing::greedy;
@@ -71,6 +75,14 @@ SpeculativeConfig deepseek_mtp(const std::filesystem::path& checkpoint, int32_t 
   s.method = SpeculativeMethod::kDeepseekMtp;
   s.num_speculative_tokens = k;
   s.draft_model_dir = checkpoint;  // the target's own checkpoint (the commands fill it in)
+  return s;
+}
+
+SpeculativeConfig eagle3(const std::filesystem::path& head, int32_t k) {
+  SpeculativeConfig s;
+  s.method = SpeculativeMethod::kEagle3;
+  s.num_speculative_tokens = k;
+  s.draft_model_dir = head;
   return s;
 }
 
@@ -306,17 +318,18 @@ TEST(SpeculativeDecoding, GrammarConstrainedOutputsEqualThoseWithout) {
   }
 }
 
-// Greedy outputs with the MTP layer of checkpoint `dir` drafting k = 1..3 tokens equal those without, for request
-// `single` of `all` alone and for all of them; an oracle layer has every draft accepted.
-void expect_mtp_keeps_greedy_outputs(Model& model, Backend& backend, const std::filesystem::path& dir,
-                                     const std::vector<GenerateRequest>& all, size_t single, bool oracle) {
+// Greedy outputs with `speculative(k)` drafting k = 1..max_k tokens (an MTP layer, an EAGLE-3 head) equal those
+// without, for request `single` of `all` alone and for all of them; an oracle layer has every draft accepted.
+void expect_greedy_outputs_kept(Model& model, Backend& backend,
+                                const std::function<SpeculativeConfig(int32_t)>& speculative, int32_t max_k,
+                                const std::vector<GenerateRequest>& all, size_t single, bool oracle) {
   const std::vector<GenerateRequest> one(all.begin() + single, all.begin() + single + 1);
   for (const auto* requests : {&one, &all}) {
     const Outcomes expected = run(model, backend, small_config(256), *requests);
-    for (int32_t k = 1; k <= 3; ++k) {
+    for (int32_t k = 1; k <= max_k; ++k) {
       const std::string what = "k=" + std::to_string(k) + ", batch " + std::to_string(requests->size());
       EngineConfig config = small_config(256);
-      config.speculative = deepseek_mtp(dir, k);
+      config.speculative = speculative(k);
       EngineStats stats;
       expect_same(expected, run(model, backend, config, *requests, &stats), what);
       EXPECT_GT(stats.num_spec_drafts, 0) << what;
@@ -328,6 +341,69 @@ void expect_mtp_keeps_greedy_outputs(Model& model, Backend& backend, const std::
       }
     }
   }
+}
+
+// With prefix caching on and off, a small pool that preempts and a token budget that chunks prompts, greedy outputs
+// with `speculative(k)` for k = min_k..max_k equal those without; an oracle layer has every draft accepted.
+void expect_prefix_cache_and_preemption_kept(Model& model, Backend& backend,
+                                             const std::function<SpeculativeConfig(int32_t)>& speculative,
+                                             int32_t min_k, int32_t max_k, bool oracle) {
+  std::vector<GenerateRequest> requests;
+  for (const auto& prompt : repetitive_prompts(12, model.config().vocab_size, 8)) requests.push_back(greedy(prompt, 24));
+  for (bool prefix_cache : {true, false}) {
+    EngineConfig base = small_config(10, 24);
+    base.enable_prefix_cache = prefix_cache;
+    const Outcomes expected = run(model, backend, base, requests);
+    for (int32_t k = min_k; k <= max_k; ++k) {
+      const std::string what = "k=" + std::to_string(k) + (prefix_cache ? " with" : " without") + " prefix cache";
+      EngineConfig config = base;
+      config.speculative = speculative(k);
+      EngineStats stats;
+      expect_same(expected, run(model, backend, config, requests, &stats), what);
+      EXPECT_GT(stats.num_preemptions, 0) << what;
+      EXPECT_GT(stats.num_spec_drafts, 0) << what;
+      if (prefix_cache) {
+        EXPECT_GT(stats.prefix_hit_tokens, 0) << what;
+      }
+      if (oracle) {
+        EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+      }
+    }
+  }
+}
+
+// Stop tokens met mid-output, logprobs, n = 2 and ignore_eos give with `speculative` what they give without.
+void expect_stops_logprobs_and_samples_kept(Model& model, Backend& backend, const SpeculativeConfig& speculative) {
+  std::vector<GenerateRequest> requests = greedy_requests(repetitive_prompts(6, model.config().vocab_size, 21));
+  const Outcomes free_run = run(model, backend, small_config(256), requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& tokens = free_run.at({i + 1, 0}).tokens;
+    requests[i].stop.stop_token_ids = {tokens[tokens.size() / 2]};
+    requests[i].sampling.logprobs = 3;
+    requests[i].sampling.n = i % 2 == 0 ? 2 : 1;
+    requests[i].stop.ignore_eos = i % 3 == 0;
+  }
+  const Outcomes expected = run(model, backend, small_config(256), requests);
+  EngineConfig config = small_config(256);
+  config.speculative = speculative;
+  expect_same(expected, run(model, backend, config, requests), std::string(speculative_method_name(speculative.method)));
+}
+
+// Seeded sampled requests (top-p, a presence penalty on some) give the same tokens run after run.
+void expect_seeded_sampling_reproducible(Model& model, Backend& backend, const SpeculativeConfig& speculative) {
+  std::vector<GenerateRequest> requests = greedy_requests(repetitive_prompts(4, model.config().vocab_size, 5));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].sampling.temperature = 0.8f;
+    requests[i].sampling.top_p = 0.9f;
+    requests[i].sampling.seed = 100 + i;
+    requests[i].sampling.presence_penalty = i % 2 ? 0.3f : 0.0f;
+  }
+  EngineConfig config = small_config(256);
+  config.speculative = speculative;
+  EngineStats stats;
+  const Outcomes first = run(model, backend, config, requests, &stats);
+  expect_same(first, run(model, backend, config, requests), "seeded");
+  EXPECT_GT(stats.num_spec_drafts, 0);
 }
 
 // DeepSeek MTP on the DeepSeek-V3 fixture with a next-n layer: `kind` random (drafts mostly rejected) or oracle
@@ -348,65 +424,21 @@ class DeepseekMtpDecoding : public ::testing::TestWithParam<MtpLayerKind> {
 
 TEST_P(DeepseekMtpDecoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
   const auto all = greedy_requests(repetitive_prompts(9, model_->config().vocab_size, 3));
-  expect_mtp_keeps_greedy_outputs(*model_, *backend_, dir_, all, 4, oracle());
+  expect_greedy_outputs_kept(*model_, *backend_, [&](int32_t k) { return deepseek_mtp(dir_, k); }, 3, all, 4,
+                             oracle());
 }
 
 TEST_P(DeepseekMtpDecoding, PrefixCachingChunkedPrefillAndPreemptionGiveTheSameTokens) {
-  const auto prompts = repetitive_prompts(12, model_->config().vocab_size, 8);
-  std::vector<GenerateRequest> requests;
-  for (const auto& prompt : prompts) requests.push_back(greedy(prompt, 24));
-  for (bool prefix_cache : {true, false}) {
-    EngineConfig base = small_config(10, 24);
-    base.enable_prefix_cache = prefix_cache;
-    const Outcomes expected = run(*model_, *backend_, base, requests);
-    const std::string what = prefix_cache ? "with prefix cache" : "without prefix cache";
-    EngineConfig config = base;
-    config.speculative = deepseek_mtp(dir_, 3);
-    EngineStats stats;
-    expect_same(expected, run(*model_, *backend_, config, requests, &stats), what);
-    EXPECT_GT(stats.num_preemptions, 0) << what;
-    EXPECT_GT(stats.num_spec_drafts, 0) << what;
-    if (prefix_cache) {
-      EXPECT_GT(stats.prefix_hit_tokens, 0) << what;
-    }
-    if (oracle()) {
-      EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
-    }
-  }
+  expect_prefix_cache_and_preemption_kept(*model_, *backend_, [&](int32_t k) { return deepseek_mtp(dir_, k); }, 3, 3,
+                                          oracle());
 }
 
 TEST_P(DeepseekMtpDecoding, StopTokensMaxTokensLogprobsAndParallelSamplesAsWithout) {
-  const auto prompts = repetitive_prompts(6, model_->config().vocab_size, 21);
-  std::vector<GenerateRequest> requests = greedy_requests(prompts);
-  const Outcomes free_run = run(*model_, *backend_, small_config(256), requests);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const auto& tokens = free_run.at({i + 1, 0}).tokens;
-    requests[i].stop.stop_token_ids = {tokens[tokens.size() / 2]};
-    requests[i].sampling.logprobs = 3;
-    requests[i].sampling.n = i % 2 == 0 ? 2 : 1;
-    requests[i].stop.ignore_eos = i % 3 == 0;
-  }
-  const Outcomes expected = run(*model_, *backend_, small_config(256), requests);
-  EngineConfig config = small_config(256);
-  config.speculative = deepseek_mtp(dir_, 3);
-  expect_same(expected, run(*model_, *backend_, config, requests), "deepseek_mtp");
+  expect_stops_logprobs_and_samples_kept(*model_, *backend_, deepseek_mtp(dir_, 3));
 }
 
 TEST_P(DeepseekMtpDecoding, SeededSampledRequestsAreReproducible) {
-  const auto prompts = repetitive_prompts(4, model_->config().vocab_size, 5);
-  std::vector<GenerateRequest> requests = greedy_requests(prompts);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i].sampling.temperature = 0.8f;
-    requests[i].sampling.top_p = 0.9f;
-    requests[i].sampling.seed = 100 + i;
-    requests[i].sampling.presence_penalty = i % 2 ? 0.3f : 0.0f;
-  }
-  EngineConfig config = small_config(256);
-  config.speculative = deepseek_mtp(dir_, 2);
-  EngineStats stats;
-  const Outcomes first = run(*model_, *backend_, config, requests, &stats);
-  expect_same(first, run(*model_, *backend_, config, requests), "seeded");
-  EXPECT_GT(stats.num_spec_drafts, 0);
+  expect_seeded_sampling_reproducible(*model_, *backend_, deepseek_mtp(dir_, 2));
 }
 
 INSTANTIATE_TEST_SUITE_P(NextNLayers, DeepseekMtpDecoding,
@@ -423,12 +455,74 @@ TEST_P(DeepseekV4MtpDecoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
   auto backend = make_cpu_backend(2);
   auto model = load_model(dir, *backend);
   const auto all = greedy_requests(repetitive_prompts(4, model->config().vocab_size, 5));
-  expect_mtp_keeps_greedy_outputs(*model, *backend, dir, all, 2, GetParam() == MtpLayerKind::oracle);
+  expect_greedy_outputs_kept(*model, *backend, [&](int32_t k) { return deepseek_mtp(dir, k); }, 3, all, 2,
+                             GetParam() == MtpLayerKind::oracle);
 }
 
 INSTANTIATE_TEST_SUITE_P(MtpBlocks, DeepseekV4MtpDecoding,
                          ::testing::Values(MtpLayerKind::random, MtpLayerKind::oracle),
                          [](const auto& info) { return info.param == MtpLayerKind::random ? "Random" : "Oracle"; });
+
+// EAGLE-3 on a fixture target with a random head (eagle3_checkpoint.h) reading the inputs of its layers 0, 1 and 2
+// (drafts mostly rejected), or, for "oracle", on a bigram copy of the llama fixture with a head that drafts its
+// greedy tokens through a permuted draft vocabulary (every draft accepted: the bookkeeping of full acceptance).
+class Eagle3Decoding : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    backend_ = make_cpu_backend(2);
+    if (oracle()) {
+      const auto pair = testing::eagle3_oracle();
+      head_ = pair.head;
+      model_ = load_model(pair.target, *backend_);
+    } else {
+      head_ = eagle3_head(GetParam());
+      model_ = load_model(fixtures_dir() / "models" / GetParam(), *backend_);
+    }
+  }
+  bool oracle() const { return GetParam() == "oracle"; }
+
+  std::filesystem::path head_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(Eagle3Decoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
+  const auto all = greedy_requests(repetitive_prompts(9, model_->config().vocab_size, 3));
+  expect_greedy_outputs_kept(*model_, *backend_, [&](int32_t k) { return eagle3(head_, k); }, 5, all, 4, oracle());
+}
+
+TEST_P(Eagle3Decoding, PrefixCachingChunkedPrefillAndPreemptionGiveTheSameTokens) {
+  expect_prefix_cache_and_preemption_kept(*model_, *backend_, [&](int32_t k) { return eagle3(head_, k); }, 1, 5,
+                                          oracle());
+}
+
+TEST_P(Eagle3Decoding, StopTokensMaxTokensLogprobsAndParallelSamplesAsWithout) {
+  expect_stops_logprobs_and_samples_kept(*model_, *backend_, eagle3(head_, 4));
+}
+
+TEST_P(Eagle3Decoding, SeededSampledRequestsAreReproducible) {
+  expect_seeded_sampling_reproducible(*model_, *backend_, eagle3(head_, 3));
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, Eagle3Decoding, ::testing::Values("llama", "llama3_rope", "qwen3", "oracle"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Eagle3Decoding, AMissingHeadOrOneThatDoesNotFitIsRefusedAtStart) {
+  auto m = load_fixture_model("llama");
+  EngineConfig config = small_config(64);
+  const auto expect_refused = [&](const std::filesystem::path& head, const std::string& what) {
+    config.speculative = eagle3(head, 3);
+    try {
+      EngineCore core(*m.model, *m.backend, config);
+      ADD_FAILURE() << head << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(fixtures_dir() / "models" / "no-such-head", "eagle3: the head");
+  expect_refused(eagle3_head("llama", {.names_layers = false}), "config.json may name them");
+  expect_refused(eagle3_head("llama", {.hidden_size = 32}), "differs from the target's 64");
+}
 
 // The chi-square statistic's 0.001 critical values for 1..10 degrees of freedom (the seeds are fixed: a correct
 // engine passes always).

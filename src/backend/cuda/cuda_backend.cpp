@@ -286,7 +286,8 @@ class CudaBackend final : public Backend {
 
   // Data-parallel steps run eagerly: their MoE layers read the routed ids and the all-to-all counts back to the
   // host (row_exchange.h), which a recorded graph cannot do, and a graph would replay one step's dispatch.
-  std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward) override {
+  std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward,
+                                          uint64_t recorder = 0) override {
     if (data_parallel()) return std::nullopt;
     // A capture cannot wait for events recorded outside it.
     if (tier_copier_) tier_copier_->await_all();
@@ -297,10 +298,15 @@ class CudaBackend final : public Backend {
           return std::make_unique<cuda::CudaStepContext>(batch, *allocator_, *staging_, stream_, num_sms_,
                                                          decode_layers_, &fixed);
         },
-        forward);
+        forward, recorder);
   }
 
-  void discard_recorded_steps() override { graphs_.reset(); }
+  int32_t max_recorded_chunk_tokens() const override { return cuda::kDecodeMaxNewTokens; }
+
+  void discard_recorded_steps(std::optional<uint64_t> recorder = std::nullopt) override {
+    if (!recorder) graphs_.reset();
+    else if (graphs_) graphs_->discard(*recorder);
+  }
 
   // ---- Ops ----
 
@@ -1100,6 +1106,11 @@ class CudaBackend final : public Backend {
     for (size_t r = 0; r < rows.size(); ++r) {
       if (!(rows[r].uniform >= 0.0f && rows[r].uniform < 1.0f)) {
         fail("sample: row {} draw {} is outside [0, 1)", r, rows[r].uniform);
+      }
+      if (rows[r].draft_id >= vocab || rows[r].draft_id < -1 ||
+          !(rows[r].draft_uniform >= 0.0f && rows[r].draft_uniform < 1.0f)) {
+        fail("sample: row {} draft {} (draw {}) is outside the vocabulary of {} or [0, 1)", r, rows[r].draft_id,
+             rows[r].draft_uniform, vocab);
       }
     }
     const Tensor in = activation(logits, "sample");

@@ -34,6 +34,17 @@ void StepGraphs::clear() {
   graphs_.clear();
 }
 
+void StepGraphs::discard(uint64_t recorder) {
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (it->first.recorder != recorder) {
+      ++it;
+      continue;
+    }
+    cudaGraphExecDestroy(it->second.exec);
+    it = graphs_.erase(it);
+  }
+}
+
 void StepGraphs::reserve(size_t values) {
   if (values <= fixed_.capacity) return;
   clear();
@@ -43,14 +54,15 @@ void StepGraphs::reserve(size_t values) {
   fixed_ = {buffer_.ptr<int32_t>(), capacity};
 }
 
-Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_context,
-                                     const StepForward& forward) {
+Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward,
+                       uint64_t recorder) {
   reserve(metadata_values(batch));
   // The metadata upload runs before the graph on the same stream, so the previous replay has finished reading
   // the buffer when it is overwritten.
   const std::unique_ptr<CudaStepContext> step = make_context(fixed_);
   const AttentionPlan& plan = step->attention_plan(false);
-  const Shape shape{.tokens = batch.num_tokens(),
+  const Shape shape{.recorder = recorder,
+                    .tokens = batch.num_tokens(),
                     .sequences = batch.sequences.size(),
                     .logit_rows = batch.logit_rows.size(),
                     .logit_rows_are_tokens = logit_rows_are_tokens(batch),

@@ -3,7 +3,7 @@
 // attention's shares per token, which grow with the context in powers of two) runs eagerly and is recorded; later
 // steps of that shape upload their metadata into a fixed buffer and replay the graph, so a step costs one graph
 // launch instead of hundreds of kernel launches. Intermediates of recorded steps live in the allocator's recorded
-// pool (DeviceAllocator::set_recording).
+// pool (DeviceAllocator::set_recording). Recordings are kept per recorder (Backend::run_recorded_step).
 #include <cuda_runtime.h>
 
 #include <compare>
@@ -29,7 +29,10 @@ class StepGraphs {
 
   // The step's sampled ids [R] int32 on the device, from a replay (the graph's output buffer, which the next
   // replay of the shape overwrites) or, for a new shape, an eager run that is then recorded.
-  Tensor run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward);
+  Tensor run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward,
+             uint64_t recorder);
+  // Drops the recordings of `recorder`.
+  void discard(uint64_t recorder);
   size_t num_recorded() const { return graphs_.size(); }
 
  private:
@@ -39,6 +42,7 @@ class StepGraphs {
   };
   // What a recording depends on besides the metadata's values.
   struct Shape {
+    uint64_t recorder = 0;
     int64_t tokens = 0;
     size_t sequences = 0;
     size_t logit_rows = 0;

@@ -57,7 +57,8 @@ GqaAttention::GqaAttention(WeightLoader& checkpoint_weights, const std::string& 
                                  {prefix + ".v_proj." + kind, kv_shape, kv_begin, kv_count}};
   };
   WeightLoader linear = weights.linear_weights();
-  qkv_weight_ = linear.load_row_ranges(qkv_ranges("weight", {q_rows, hidden}, {kv_rows, hidden}));
+  const int64_t input = config.input_size > 0 ? config.input_size : hidden;
+  qkv_weight_ = linear.load_row_ranges(qkv_ranges("weight", {q_rows, input}, {kv_rows, input}));
   if (config.qkv_bias) qkv_bias_ = weights.load_row_ranges(qkv_ranges("bias", {q_rows}, {kv_rows}));
   output_weight_ = linear.load_column_shard(prefix + ".o_proj.weight", {hidden, q_rows});
   // The bias joins the sum once: rank 0 adds it before the all-reduce.

@@ -12,6 +12,9 @@ namespace tern {
 
 struct AttentionConfig {
   int64_t hidden_size = 0;
+  // The q/k/v projections' input width where it is not hidden_size (EAGLE-3's layer reads the embedding and the
+  // hidden state side by side: 2 * hidden); 0: hidden_size.
+  int64_t input_size = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
@@ -38,7 +41,7 @@ class GqaAttention final : public AttentionBlock {
     }
     return spec;
   }
-  // x [T, hidden] -> [T, hidden]; writes the tokens' keys and values into layer `layer` of the cache.
+  // x [T, input_size or hidden] -> [T, hidden]; writes the tokens' keys and values into layer `layer` of the cache.
   Tensor forward(Backend& backend, const BlockInput& input, KvCache& cache, int layer,
                  const StepContext& step) const override;
 
@@ -46,7 +49,7 @@ class GqaAttention final : public AttentionBlock {
   AttentionConfig config_;  // heads of this tensor-parallel rank (all heads under decode context parallelism)
   RopeTable rope_;
   bool context_parallel_ = false;  // the cache holds this rank's share of the tokens; weights are whole
-  Tensor qkv_weight_;  // [(heads + 2 * kv_heads) * head_dim, hidden]
+  Tensor qkv_weight_;  // [(heads + 2 * kv_heads) * head_dim, input_size or hidden]
   std::optional<Tensor> qkv_bias_;
   Tensor output_weight_;  // [hidden, heads * head_dim]
   std::optional<Tensor> output_bias_;

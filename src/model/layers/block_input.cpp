@@ -26,8 +26,8 @@ Tensor BlockInput::linear_rope_store_kv(const Tensor& qkv_weight, const Tensor* 
 
 const Tensor& BlockInput::normalized() const {
   if (!normalized_) {
-    normalized_ = addend_ ? backend_.add_rms_norm(residual_, *addend_, norm_weight_, eps_)
-                          : backend_.rms_norm(residual_, norm_weight_, eps_);
+    normalized_ = addend_ ? backend_.add_rms_norm(*residual_, *addend_, *norm_weight_, eps_)
+                          : backend_.rms_norm(*residual_, *norm_weight_, eps_);
     addend_.reset();
   }
   return *normalized_;

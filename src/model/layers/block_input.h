@@ -15,9 +15,12 @@ class BlockInput {
  public:
   // `residual` [T, hidden] must outlive the input; without an addend it is only read.
   BlockInput(Backend& backend, Tensor& residual, std::optional<Tensor> addend, const Tensor& norm_weight, float eps)
-      : backend_(backend), residual_(residual), addend_(std::move(addend)), norm_weight_(norm_weight), eps_(eps) {}
+      : backend_(backend), residual_(&residual), addend_(std::move(addend)), norm_weight_(&norm_weight), eps_(eps) {}
+  // An input its caller normalized already, read as it is (EAGLE-3's layer normalizes the embedding and the hidden
+  // state apart and reads them side by side): no residual to add into.
+  BlockInput(Backend& backend, Tensor normalized) : backend_(backend), normalized_(std::move(normalized)) {}
 
-  int64_t num_tokens() const { return residual_.size(0); }
+  int64_t num_tokens() const { return residual_ ? residual_->size(0) : normalized_->size(0); }
   // linear(x, weight, bias) of the normalized input x (Backend::norm_linear).
   Tensor linear(const Tensor& weight, const Tensor* bias = nullptr) const;
   // silu_mul(linear(x, gate_up_weight)) (Backend::norm_linear_silu_mul).
@@ -31,16 +34,16 @@ class BlockInput {
 
  private:
   Backend& backend_;
-  Tensor& residual_;
+  Tensor* residual_ = nullptr;  // null for an input normalized already
   mutable std::optional<Tensor> addend_;  // reset once added into the residual
-  const Tensor& norm_weight_;
-  float eps_;
+  const Tensor* norm_weight_ = nullptr;
+  float eps_ = 0.0f;
   mutable std::optional<Tensor> normalized_;
 
-  // op(PreNorm) for a fused op, which adds the addend into the residual.
+  // op(PreNorm) for a fused op, which adds the addend into the residual (never for an input normalized already).
   template <typename Op>
   Tensor with_pre_norm(Op op) const {
-    PreNorm input{residual_, addend_ ? &*addend_ : nullptr, norm_weight_, eps_};
+    PreNorm input{*residual_, addend_ ? &*addend_ : nullptr, *norm_weight_, eps_};
     Tensor out = op(input);
     addend_.reset();
     return out;

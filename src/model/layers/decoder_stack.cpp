@@ -57,18 +57,47 @@ Tensor DecoderStack::logits(Backend& backend, const BlockInput& rows) const {
   return backend.all_gather_columns(rows.linear(lm_head_ ? *lm_head_ : embed_tokens_), vocab_shard_.vocab_size);
 }
 
-Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache, Tensor* hidden_states) const {
+Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache& cache, Tensor* hidden_states,
+                             std::span<const int32_t> captured_layers, Tensor* layer_inputs) const {
   Tensor residual = embed(backend, step);
   // Each block's output is added into the residual by the norm that reads it next (BlockInput): the next block's,
   // or the final norm.
   std::optional<Tensor> output;
+  // A captured layer's input is a copy of the stream with the pending output added, so that the stream itself goes
+  // on through the same ops (the fused add and norm) as in a forward without captures.
+  std::vector<int32_t> all_rows;
+  std::optional<Tensor> captured;
+  size_t next_capture = 0;  // into captured_layers
+  const auto capture_inputs_of = [&](size_t index) {
+    if (next_capture == captured_layers.size() || static_cast<size_t>(captured_layers[next_capture]) != index) return;
+    ++next_capture;
+    Tensor input = backend.select_rows(residual, all_rows);
+    if (output) backend.add_in_place(input, *output);
+    captured = captured ? backend.concat_columns(*captured, input) : input;
+  };
+  if (layer_inputs) {
+    for (size_t i = 0; i < captured_layers.size(); ++i) {
+      if (captured_layers[i] < 0 || captured_layers[i] > static_cast<int32_t>(layers_.size()) ||
+          (i > 0 && captured_layers[i] <= captured_layers[i - 1])) {
+        fail("layer inputs: layers must ascend within [0, {}] (got {} at position {})", layers_.size(),
+             captured_layers[i], i);
+      }
+    }
+    all_rows.resize(static_cast<size_t>(residual.size(0)));
+    for (size_t r = 0; r < all_rows.size(); ++r) all_rows[r] = static_cast<int32_t>(r);
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layer_inputs) capture_inputs_of(i);
     const DecoderLayer& layer = layers_[i];
     const Tensor attended =
         layer.attention->forward(backend, BlockInput(backend, residual, std::move(output), layer.attention_norm, norm_eps_),
                                  cache, static_cast<int>(i), step);
     output = layer.feed_forward->forward(
         backend, BlockInput(backend, residual, attended, layer.feed_forward_norm, norm_eps_), step);
+  }
+  if (layer_inputs) {
+    capture_inputs_of(layers_.size());
+    *layer_inputs = captured ? *captured : Tensor{};
   }
   if (hidden_states) {
     *hidden_states = output ? backend.add_rms_norm(residual, *output, final_norm_, norm_eps_)
@@ -83,6 +112,11 @@ Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache&
   std::optional<Tensor> output_rows;
   if (output) output_rows = backend.gather_logit_rows(*output, step);
   return logits(backend, BlockInput(backend, rows, std::move(output_rows), final_norm_, norm_eps_));
+}
+
+std::optional<Tensor> DecoderStack::whole_embedding() const {
+  if (vocab_shard_.first_id != 0 || embed_tokens_.size(0) != vocab_shard_.vocab_size) return std::nullopt;
+  return embed_tokens_;
 }
 
 Tensor DecoderStack::final_norm_logits(Backend& backend, const Tensor& rows) const {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,10 +58,15 @@ class DecoderStack {
   Tensor embed(Backend& backend, const StepContext& step) const;  // -> [T, hidden]
   // The pre-norm residual stream (h += attention(norm(h)); h += ffn(norm(h))) through every layer, then the final
   // norm and the lm_head on the step's logit rows -> [R, vocab]. With `hidden_states`, the final norm runs on every
-  // token and its output [T, hidden] goes there too (Model::forward_with_hidden_states).
-  Tensor forward(Backend& backend, const StepContext& step, KvCache& cache, Tensor* hidden_states = nullptr) const;
+  // token and its output [T, hidden] goes there too (Model::forward_with_hidden_states). With `layer_inputs`, the
+  // stream entering each of `captured_layers` (ascending) goes there, side by side (Model::forward_with_layer_inputs); the stream
+  // itself is computed as without.
+  Tensor forward(Backend& backend, const StepContext& step, KvCache& cache, Tensor* hidden_states = nullptr,
+                 std::span<const int32_t> captured_layers = {}, Tensor* layer_inputs = nullptr) const;
   // rows [R, hidden] -> logits [R, vocab], for a residual stream that ends elsewhere (DeepSeek-V4's mHC head).
   Tensor final_norm_logits(Backend& backend, const Tensor& rows) const;
+  // The embedding table where this rank holds every row (no vocab-parallel shards).
+  std::optional<Tensor> whole_embedding() const;
 
  private:
   // The lm_head of the final norm's input rows [R, hidden] -> [R, vocab], gathered from the ranks' vocab shards.
@@ -87,6 +93,12 @@ class DecoderModel final : public Model {
   Tensor forward_with_hidden_states(const StepContext& step, KvCache& cache, Tensor& hidden_states) override {
     return stack_->forward(backend_, step, cache, &hidden_states);
   }
+  Tensor forward_with_layer_inputs(const StepContext& step, KvCache& cache, std::span<const int32_t> layers,
+                                   Tensor& layer_inputs) override {
+    return stack_->forward(backend_, step, cache, nullptr, layers, &layer_inputs);
+  }
+  bool returns_layer_inputs() const override { return true; }
+  std::optional<Tensor> token_embedding() const override { return stack_->whole_embedding(); }
   std::vector<SparseMoe*> expert_layers() override { return stack_->expert_layers(); }
 
  private:

@@ -1,6 +1,8 @@
 // Device sampling (Backend::sample) against its definition computed here in double precision: greedy rows and
 // top-k 1 are the argmax; with temperature, top-k and top-p, rows whose draws stratify [0, 1) pick each token with
-// the frequency of the filtered softmax, and never a filtered-out token.
+// the frequency of the filtered softmax, and never a filtered-out token; rows verifying a draft keep it exactly
+// where their acceptance draw falls below its probability and otherwise draw another token, so that their tokens
+// too follow the filtered softmax.
 #include <map>
 #include <numeric>
 
@@ -99,6 +101,68 @@ TEST_F(CudaSamplingTest, FrequenciesFollowTheFilteredSoftmax) {
                                                           << " k=" << c.top_k << " p=" << c.top_p;
     }
   }
+}
+
+TEST_F(CudaSamplingTest, DraftsAreKeptWithTheirProbabilityAndTheTokensFollowTheFilteredSoftmax) {
+  const int vocab = 64, rows = 16384;
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p;
+    bool filtered_draft;  // a draft the filters drop: never kept
+  };
+  for (const Case c : {Case{1.0f, 0, 1.0f, false}, Case{0.7f, 20, 1.0f, false}, Case{1.3f, 0, 0.8f, false},
+                       Case{0.7f, 20, 0.9f, true}}) {
+    const auto row_values = random_bf16_values(vocab, 7, 2.0f);
+    const auto expected = reference_distribution(row_values, c.temperature, c.top_k, c.top_p);
+    // The draft: the kept token nearest probability 0.3, or a filtered-out one.
+    int draft = -1;
+    for (int i = 0; i < vocab; ++i) {
+      if (c.filtered_draft ? expected[i] == 0.0
+                           : expected[i] > 0.0 && (draft < 0 || std::abs(expected[i] - 0.3) < std::abs(expected[draft] - 0.3))) {
+        draft = i;
+      }
+    }
+    ASSERT_GE(draft, 0);
+    std::vector<float> values;
+    for (int r = 0; r < rows; ++r) values.insert(values.end(), row_values.begin(), row_values.end());
+    std::vector<RowSampling> params(rows);
+    for (int r = 0; r < rows; ++r) {
+      // Acceptance draws stratify [0, 1); the residual's draws are a permutation of the same strata.
+      params[r] = {c.temperature, c.top_k, c.top_p, ((r * 7919) % rows + 0.5f) / rows, draft, (r + 0.5f) / rows};
+    }
+    const auto ids = gpu->to_host_i32(*gpu->sample(gpu->from_host_f32(values, {rows, vocab}), params));
+    std::vector<double> frequency(vocab, 0.0);
+    const std::string what = "T=" + std::to_string(c.temperature) + " k=" + std::to_string(c.top_k) +
+                             " p=" + std::to_string(c.top_p) + " draft " + std::to_string(draft);
+    for (int r = 0; r < rows; ++r) {
+      ASSERT_GE(ids[r], 0);
+      ASSERT_LT(ids[r], vocab);
+      frequency[ids[r]] += 1.0 / rows;
+      // Kept exactly where the acceptance draw is below the draft's probability (draws within float rounding of it
+      // aside).
+      if (std::abs(params[r].draft_uniform - expected[draft]) > 1e-4) {
+        ASSERT_EQ(ids[r] == draft, params[r].draft_uniform < expected[draft]) << what << ", row " << r;
+      }
+    }
+    for (int i = 0; i < vocab; ++i) {
+      if (expected[i] == 0.0) EXPECT_EQ(frequency[i], 0.0) << what << ": token " << i << " was filtered out";
+      EXPECT_NEAR(frequency[i], expected[i], 4.0 * std::sqrt(expected[i] * (1.0 - expected[i]) / rows) + 2.0 / rows)
+          << what << ": token " << i;
+    }
+  }
+}
+
+// Verify rows of greedy sequences ignore their drafts: the argmax.
+TEST_F(CudaSamplingTest, GreedyRowsIgnoreTheirDrafts) {
+  const int vocab = 64;
+  const auto row_values = random_bf16_values(vocab, 9, 2.0f);
+  const int argmax = static_cast<int>(std::max_element(row_values.begin(), row_values.end()) - row_values.begin());
+  RowSampling row{0.0f, 0, 1.0f, 0.5f, (argmax + 1) % vocab, 0.0f};
+  const auto ids = gpu->to_host_i32(*gpu->sample(gpu->from_host_f32(row_values, {1, vocab}), {&row, 1}));
+  EXPECT_EQ(ids, std::vector<int32_t>{argmax});
+  row.draft_id = vocab;
+  EXPECT_THROW(gpu->sample(gpu->from_host_f32(row_values, {1, vocab}), {&row, 1}), Error);
 }
 
 }  // namespace
