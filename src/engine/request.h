@@ -34,6 +34,11 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   int32_t completion_tokens = 0;  // over all n sequences
+  // Speculative decoding, over all n sequences: verifications of drafts, the draft tokens they verified, and those
+  // kept (each kept draft is one of completion_tokens).
+  int32_t spec_drafts = 0;
+  int32_t spec_draft_tokens = 0;
+  int32_t spec_accepted_tokens = 0;
 };
 
 // New tokens of one sequence (index < n) of a request since its previous output.

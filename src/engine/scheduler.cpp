@@ -375,6 +375,10 @@ void Scheduler::settle_drafts(Sequence& seq, int32_t num_tokens_returned) {
     fail("scheduler: {} tokens for sequence {}, which verified {} drafts", num_tokens_returned, seq.id, num_drafts);
   }
   seq.num_draft_tokens_in_flight = 0;
+  RequestState& request = *seq.request;
+  ++request.num_spec_drafts;
+  request.num_spec_draft_tokens += num_drafts;
+  request.num_spec_accepted_tokens += num_accepted;
   ++counters_.num_spec_drafts;
   counters_.num_spec_draft_tokens += num_drafts;
   counters_.num_spec_accepted_tokens += num_accepted;
@@ -477,7 +481,8 @@ void Scheduler::remove_finished_requests() {
 
 Usage Scheduler::usage(const RequestState& request) const {
   return {static_cast<int32_t>(request.request.prompt_token_ids.size()), request.num_cached_tokens.value_or(0),
-          request.num_completion_tokens};
+          request.num_completion_tokens, request.num_spec_drafts, request.num_spec_draft_tokens,
+          request.num_spec_accepted_tokens};
 }
 
 std::vector<RequestOutput> Scheduler::abort(uint64_t request_id, const std::string& error) {

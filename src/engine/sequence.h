@@ -70,6 +70,10 @@ struct RequestState {
   int32_t num_finished_sequences = 0;
   std::optional<int32_t> num_cached_tokens;  // set when the first sequence is admitted
   int32_t num_completion_tokens = 0;
+  // Speculative decoding over the request's sequences (Usage::spec_drafts and after).
+  int32_t num_spec_drafts = 0;
+  int32_t num_spec_draft_tokens = 0;
+  int32_t num_spec_accepted_tokens = 0;
 };
 
 }  // namespace tern

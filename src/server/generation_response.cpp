@@ -23,16 +23,32 @@ Usage GenerationResponse::usage() const {
     total.prompt_tokens += usage.prompt_tokens;
     total.cached_tokens += usage.cached_tokens;
     total.completion_tokens += usage.completion_tokens;
+    total.spec_drafts += usage.spec_drafts;
+    total.spec_draft_tokens += usage.spec_draft_tokens;
+    total.spec_accepted_tokens += usage.spec_accepted_tokens;
   }
   return total;
 }
 
 Json GenerationResponse::usage_json() const {
   const Usage total = usage();
-  return {{"prompt_tokens", total.prompt_tokens},
-          {"total_tokens", total.prompt_tokens + total.completion_tokens},
-          {"completion_tokens", total.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", total.cached_tokens}}}};
+  Json json = {{"prompt_tokens", total.prompt_tokens},
+               {"total_tokens", total.prompt_tokens + total.completion_tokens},
+               {"completion_tokens", total.completion_tokens},
+               {"prompt_tokens_details", {{"cached_tokens", total.cached_tokens}}}};
+  if (total.spec_drafts > 0) {
+    // OpenAI's names for predicted tokens kept and discarded, and vLLM's spec-decode measures for this request.
+    json["completion_tokens_details"] = {
+        {"accepted_prediction_tokens", total.spec_accepted_tokens},
+        {"rejected_prediction_tokens", total.spec_draft_tokens - total.spec_accepted_tokens}};
+    json["speculative_decoding"] = {
+        {"num_drafts", total.spec_drafts},
+        {"num_draft_tokens", total.spec_draft_tokens},
+        {"num_accepted_tokens", total.spec_accepted_tokens},
+        {"acceptance_rate", static_cast<double>(total.spec_accepted_tokens) / total.spec_draft_tokens},
+        {"mean_acceptance_length", 1.0 + static_cast<double>(total.spec_accepted_tokens) / total.spec_drafts}};
+  }
+  return json;
 }
 
 Json GenerationResponse::chunk(const char* object, Json choices) const {

@@ -17,6 +17,8 @@ const std::vector<double> kE2eBounds = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 
                                         40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 const std::vector<double> kOverheadBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                              0.1, 0.25, 0.5, 1.0, 2.5};
+// Mean acceptance lengths: 1 (every draft rejected) up to 1 + k, k at most 16 (SpeculativeConfig).
+const std::vector<double> kAcceptanceLengthBounds = {1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 12.0, 17.0};
 
 std::string number(double value) { return fmt::format("{}", value); }
 
@@ -54,7 +56,7 @@ std::string Histogram::render(const std::string& name, const std::string& help) 
 
 ServerMetrics::ServerMetrics()
     : time_to_first_token_(kTtftBounds), inter_token_latency_(kItlBounds), e2e_latency_(kE2eBounds),
-      server_overhead_(kOverheadBounds) {}
+      server_overhead_(kOverheadBounds), spec_acceptance_length_(kAcceptanceLengthBounds) {}
 
 void ServerMetrics::observe_request(const RequestTimings& timings, const Usage& usage,
                                     std::optional<FinishReason> finish_reason) {
@@ -67,6 +69,9 @@ void ServerMetrics::observe_request(const RequestTimings& timings, const Usage& 
   cached_prompt_tokens_ += usage.cached_tokens;
   generation_tokens_ += usage.completion_tokens;
   if (finish_reason) ++finished_by_reason_[std::string(finish_reason_name(*finish_reason))];
+  if (usage.spec_drafts > 0) {
+    spec_acceptance_length_.observe(1.0 + static_cast<double>(usage.spec_accepted_tokens) / usage.spec_drafts);
+  }
 }
 
 void ServerMetrics::count_response(int status) {
@@ -190,6 +195,11 @@ std::string ServerMetrics::render(const std::optional<EngineStats>& engine,
   out += e2e_latency_.render("tern:e2e_request_latency_seconds", "Time from request to the last byte of the response.");
   out += server_overhead_.render("tern:server_overhead_seconds",
                                  "Request latency the server adds: end to end minus the engine's time.");
+  if (engine && engine->num_speculative_tokens > 0) {
+    out += spec_acceptance_length_.render("tern:request_spec_decode_mean_acceptance_length",
+                                          "Speculative decoding: tokens a verification yielded on average (1 + kept "
+                                          "drafts per verification), per finished request that verified drafts.");
+  }
   return out;
 }
 

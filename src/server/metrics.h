@@ -66,6 +66,7 @@ class ServerMetrics {
   Histogram inter_token_latency_;
   Histogram e2e_latency_;
   Histogram server_overhead_;
+  Histogram spec_acceptance_length_;  // per finished request that verified drafts
   int64_t prompt_tokens_ = 0;
   int64_t cached_prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;

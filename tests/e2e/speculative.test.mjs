@@ -1,6 +1,7 @@
 // Speculative decoding over HTTP: servers of tern-py-13m with prompt lookup and with its draft model answer
 // greedy requests (plain, streamed, with stop strings, logprobs and n = 2) exactly as a server without speculation,
-// report vLLM's spec-decode counters in /metrics, and a bad --speculative-config stops the server at start.
+// report each request's drafts in its usage and vLLM's spec-decode counters in /metrics, and a bad
+// --speculative-config stops the server at start.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, spawnTern, modelDir, metrics, post, readSse } from './server.mjs';
@@ -65,6 +66,26 @@ test('greedy completions equal those of a server without speculation, for both p
   }
 });
 
+test('usage reports each request\'s drafts, with OpenAI\'s prediction token counts', async () => {
+  for (const [method, server] of Object.entries(speculative)) {
+    const completions = await Promise.all(PROMPTS.map((prompt) => complete(server, { prompt, max_tokens: 40 })));
+    const withDrafts = completions.filter((c) => c.usage.speculative_decoding);
+    assert.ok(withDrafts.length > 0, `${method}: no request verified drafts`);
+    for (const { usage } of withDrafts) {
+      const spec = usage.speculative_decoding;
+      assert.ok(spec.num_drafts > 0 && spec.num_draft_tokens >= spec.num_drafts, `${method}: ${JSON.stringify(usage)}`);
+      assert.equal(usage.completion_tokens_details.accepted_prediction_tokens, spec.num_accepted_tokens, method);
+      assert.equal(usage.completion_tokens_details.rejected_prediction_tokens,
+        spec.num_draft_tokens - spec.num_accepted_tokens, method);
+      assert.ok(Math.abs(spec.acceptance_rate - spec.num_accepted_tokens / spec.num_draft_tokens) < 1e-9, method);
+      assert.ok(Math.abs(spec.mean_acceptance_length - (1 + spec.num_accepted_tokens / spec.num_drafts)) < 1e-9, method);
+    }
+  }
+  const plainUsage = (await complete(plain, { prompt: PROMPTS[0], max_tokens: 16 })).usage;
+  assert.equal(plainUsage.speculative_decoding, undefined);
+  assert.equal(plainUsage.completion_tokens_details, undefined);
+});
+
 test('streamed text equals the plain server\'s', async () => {
   const body = { model: 'tiny', prompt: PROMPTS[0], max_tokens: 32, temperature: 0, stream: true };
   const text = async (server) => {
@@ -92,8 +113,11 @@ test('/metrics reports the spec-decode counters, and only with speculation', asy
       perPosition += value;
     }
     assert.equal(perPosition, accepted, method);
+    assert.ok(values['tern:request_spec_decode_mean_acceptance_length_count'] > 0, method);
   }
-  assert.equal((await metrics(plain.url))['tern:spec_decode_num_drafts_total'], undefined);
+  const plainValues = await metrics(plain.url);
+  assert.equal(plainValues['tern:spec_decode_num_drafts_total'], undefined);
+  assert.equal(plainValues['tern:request_spec_decode_mean_acceptance_length_count'], undefined);
 });
 
 test('a bad --speculative-config stops the server at start, naming the problem', async () => {

@@ -5,7 +5,8 @@
 // rejected, and an oracle, whose drafts are all accepted; and sampled tokens after its drafts follow the target's
 // distribution. DeepSeek-V4's MTP block on copies of the V4 fixture with a random one and an oracle
 // (v4_mtp_checkpoint.h). EAGLE-3 on the llama, llama3_rope and qwen3 fixtures with a random head, and on a bigram
-// copy of llama with an oracle head (eagle3_checkpoint.h).
+// copy of llama with an oracle head (eagle3_checkpoint.h). In every run the requests' usage adds up to the engine's
+// speculative counters.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,6 +43,7 @@ struct Outcome {
   std::vector<TokenLogprob> logprobs;
   std::optional<FinishReason> finish;
   int32_t completion_tokens = 0;  // index 0: the request's, over its n sequences
+  Usage usage;                     // index 0: the request's, as its last output reports it
 };
 using Outcomes = std::map<std::pair<uint64_t, int32_t>, Outcome>;
 
@@ -98,12 +100,27 @@ Outcomes run(Model& model, Backend& backend, EngineConfig config, const std::vec
       o.logprobs.insert(o.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
       if (out.finish_reason) o.finish = out.finish_reason;
       // The request's total, as the last output reports it (the running totals depend on the sequences' pace).
-      if (out.request_finished) outcomes[{out.request_id, 0}].completion_tokens = out.usage.completion_tokens;
+      if (out.request_finished) {
+        outcomes[{out.request_id, 0}].completion_tokens = out.usage.completion_tokens;
+        outcomes[{out.request_id, 0}].usage = out.usage;
+      }
     }
   }
   // Every block is back: none is held by a rejected draft.
   EXPECT_EQ(core.kv_cache_manager().num_available_blocks(), core.kv_cache_manager().num_blocks());
-  if (stats) *stats = core.stats();
+  // The requests' usage adds up to the engine's speculative counters.
+  const EngineStats totals = core.stats();
+  int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+  for (const auto& [key, outcome] : outcomes) {
+    if (key.second != 0) continue;
+    drafts += outcome.usage.spec_drafts;
+    draft_tokens += outcome.usage.spec_draft_tokens;
+    accepted += outcome.usage.spec_accepted_tokens;
+  }
+  EXPECT_EQ(drafts, totals.num_spec_drafts);
+  EXPECT_EQ(draft_tokens, totals.num_spec_draft_tokens);
+  EXPECT_EQ(accepted, totals.num_spec_accepted_tokens);
+  if (stats) *stats = totals;
   return outcomes;
 }
 

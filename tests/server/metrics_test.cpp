@@ -66,6 +66,26 @@ TEST(ServerMetricsTest, RendersCountersAndEngineGauges) {
   EXPECT_EQ(metrics.render(std::nullopt).find("tern:num_requests_running"), std::string::npos);
 }
 
+// Per request that verified drafts: its mean acceptance length (1 + kept drafts per verification), shown with
+// speculation on.
+TEST(ServerMetricsTest, RequestsMeanAcceptanceLengthsWithSpeculation) {
+  ServerMetrics metrics;
+  metrics.observe_request({}, Usage{.prompt_tokens = 5, .completion_tokens = 9, .spec_drafts = 4,
+                                    .spec_draft_tokens = 12, .spec_accepted_tokens = 6},
+                          FinishReason::kLength);
+  metrics.observe_request({}, Usage{.prompt_tokens = 5, .completion_tokens = 1}, FinishReason::kLength);
+  EngineStats stats;
+  stats.num_speculative_tokens = 3;
+  const std::string text = metrics.render(stats);
+  for (const char* line : {"tern:request_spec_decode_mean_acceptance_length_bucket{le=\"2\"} 0\n",
+                           "tern:request_spec_decode_mean_acceptance_length_bucket{le=\"2.5\"} 1\n",
+                           "tern:request_spec_decode_mean_acceptance_length_sum 2.5\n",
+                           "tern:request_spec_decode_mean_acceptance_length_count 1\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\n" << text;
+  }
+  EXPECT_EQ(metrics.render(EngineStats{}).find("spec_decode"), std::string::npos);
+}
+
 TEST(Metrics, GrammarCacheGaugesAndCounters) {
   ServerMetrics metrics;
   std::string text = metrics.render(std::nullopt, GrammarCacheStats{.memory_bytes = 1234, .max_bytes = 4096,

@@ -99,6 +99,34 @@ TEST(CompletionResponseTest, WholeResponseOrdersChoicesByPromptThenSequence) {
   EXPECT_EQ(json["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
 }
 
+// Speculative decoding: the prompts' drafts add up in usage, as OpenAI's prediction token counts and vLLM's
+// spec-decode measures; a response without drafts has neither.
+TEST(CompletionResponseTest, UsageReportsTheRequestsDrafts) {
+  CompletionResponse response(context(false, 1, 2), {}, false, llama3_tokenizer());
+  response.start();
+  response.on_output(0, output(0, "a", {5}, {.prompt_tokens = 3, .completion_tokens = 7, .spec_drafts = 2,
+                                             .spec_draft_tokens = 6, .spec_accepted_tokens = 4},
+                               FinishReason::kLength, true));
+  response.on_output(1, output(0, "b", {6}, {.prompt_tokens = 3, .completion_tokens = 4, .spec_drafts = 2,
+                                             .spec_draft_tokens = 6, .spec_accepted_tokens = 0},
+                               FinishReason::kLength, true));
+  const Json usage = Json::parse(response.finish().body)["usage"];
+  EXPECT_EQ(usage["completion_tokens_details"]["accepted_prediction_tokens"], 4);
+  EXPECT_EQ(usage["completion_tokens_details"]["rejected_prediction_tokens"], 8);
+  EXPECT_EQ(usage["speculative_decoding"]["num_drafts"], 4);
+  EXPECT_EQ(usage["speculative_decoding"]["num_draft_tokens"], 12);
+  EXPECT_EQ(usage["speculative_decoding"]["num_accepted_tokens"], 4);
+  EXPECT_DOUBLE_EQ(usage["speculative_decoding"]["acceptance_rate"].get<double>(), 4.0 / 12.0);
+  EXPECT_DOUBLE_EQ(usage["speculative_decoding"]["mean_acceptance_length"].get<double>(), 2.0);
+
+  CompletionResponse plain(context(false, 1, 1), {}, false, llama3_tokenizer());
+  plain.start();
+  plain.on_output(0, output(0, "a", {5}, {3, 0, 1}, FinishReason::kLength, true));
+  const Json plain_usage = Json::parse(plain.finish().body)["usage"];
+  EXPECT_FALSE(plain_usage.contains("completion_tokens_details"));
+  EXPECT_FALSE(plain_usage.contains("speculative_decoding"));
+}
+
 TEST(CompletionResponseTest, StreamCarriesTheSameTextEchoAndUsage) {
   CompletionResponse response(context(true, 1, 1, true), {"Say:"}, false, llama3_tokenizer());
   std::string body = response.start();
