@@ -25,6 +25,7 @@
 #include "engine/sharded_model.h"
 #include "engine/step_plan.h"
 #include "model/model.h"
+#include "model/sequence_runner.h"
 
 namespace tern {
 namespace {
@@ -57,19 +58,14 @@ struct Options {
 };
 
 // Where the sequences' KV lives: sequence s owns, in KV cache group g, the blocks_per_table blocks starting at
-// (s * num_groups + g) * blocks_per_table (the groups share the storage of a block id, as in own_block_tables).
+// (s * num_groups + g) * blocks_per_table (own_block_tables: the groups share the storage of a block id).
 struct BlockLayout {
   int64_t num_groups = 1;
   int64_t blocks_per_table = 0;
 
   int64_t num_blocks(int64_t num_seqs) const { return num_seqs * num_groups * blocks_per_table; }
   std::vector<std::vector<int32_t>> tables(int64_t seq_index) const {
-    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_groups));
-    for (int64_t g = 0; g < num_groups; ++g) {
-      const int64_t first = (seq_index * num_groups + g) * blocks_per_table;
-      for (int64_t b = 0; b < blocks_per_table; ++b) tables[g].push_back(static_cast<int32_t>(first + b));
-    }
-    return tables;
+    return own_block_tables(num_groups, blocks_per_table, seq_index * num_groups * blocks_per_table);
   }
 };
 

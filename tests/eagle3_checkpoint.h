@@ -183,7 +183,10 @@ inline Eagle3Oracle eagle3_oracle() {
   for (int64_t t = 0; t < vocab; ++t) {
     float* row = &embed[static_cast<size_t>(t * hidden)];
     double sum = 0.0;
-    for (int64_t i = 0; i < kTokenDims; ++i) sum += (row[i] = normal(rng)) * row[i];
+    for (int64_t i = 0; i < kTokenDims; ++i) {
+      row[i] = normal(rng);
+      sum += row[i] * row[i];
+    }
     for (int64_t i = 0; i < kTokenDims; ++i) row[i] = static_cast<float>(row[i] * kTokenNorm / std::sqrt(sum));
   }
   target["model.embed_tokens.weight"] = {"model.embed_tokens.weight", {vocab, hidden}, embed};

@@ -70,9 +70,13 @@ Tensor ModelRunner::forward(const StepContext& step, PendingStep& pending) {
   return model_.forward(step, cache_);
 }
 
+int64_t ModelRunner::longest_recorded_chunk() const {
+  return std::min<int64_t>(backend_.max_recorded_chunk_tokens(), cache_.block_size);
+}
+
 std::optional<Tensor> ModelRunner::run_recorded(const ForwardBatch& unpadded) {
   if (decode_buckets_.empty() || unpadded.logit_rows.empty()) return std::nullopt;
-  const int64_t longest_chunk = std::min<int64_t>(backend_.max_recorded_chunk_tokens(), cache_.block_size);
+  const int64_t longest_chunk = longest_recorded_chunk();
   for (const auto& seq : unpadded.sequences) {
     if (seq.num_new_tokens > longest_chunk) return std::nullopt;
   }
@@ -110,10 +114,10 @@ std::optional<Tensor> ModelRunner::run_padded_recorded(ForwardBatch batch, int32
 }
 
 int ModelRunner::record_steps(int32_t max_chunk_tokens, bool rows_at_last_token) {
-  const int64_t longest_chunk = std::min<int64_t>(backend_.max_recorded_chunk_tokens(), cache_.block_size);
+  const int64_t longest_chunk = std::min<int64_t>(max_chunk_tokens, longest_recorded_chunk());
   int recorded = 0;
   for (int32_t bucket : decode_buckets_) {
-    for (int64_t chunk_tokens = 1; chunk_tokens <= std::min<int64_t>(max_chunk_tokens, longest_chunk); ++chunk_tokens) {
+    for (int64_t chunk_tokens = 1; chunk_tokens <= longest_chunk; ++chunk_tokens) {
       if (!run_padded_recorded(ForwardBatch{}, bucket, bucket * chunk_tokens, !rows_at_last_token)) return 0;
       ++recorded;
     }
@@ -157,31 +161,29 @@ PendingStep ModelRunner::launch_device_verify(const StepPlan& plan, const Forwar
   previous_ids_ = Tensor{};
   previous_rows_.clear();
   PendingStep pending;
+  // Sampled rows in chunk order, each draft's row verifying it (its acceptance draw, then its residual's), then the
+  // row after the last draft; greedy sequences' rows take the argmax.
+  std::vector<DeviceVerifyChunk> chunks;
+  std::vector<RowSampling> rows;
+  size_t next_sampler = 0;
+  for (const auto& chunk : plan.chunks) {
+    if (!chunk.sample) continue;
+    const auto drafts = std::span<const int32_t>(chunk.token_ids).last(static_cast<size_t>(chunk.num_draft_tokens));
+    chunks.push_back({chunk.sequence_id, {drafts.begin(), drafts.end()}});
+    SequenceSampler& sampler = *chunk_samplers[next_sampler++];
+    if (all_plain_greedy) continue;
+    for (int32_t draft : drafts) rows.push_back(sampler.device_row(draft));
+    rows.push_back(sampler.device_row());
+  }
   Tensor ids;
   if (all_plain_greedy) {
     ids = greedy_ids(batch, pending);
   } else {
-    // Rows in chunk order, each draft's row verifying it (its acceptance draw, then its residual's), then the row
-    // after the last draft; greedy sequences' rows take the argmax.
-    std::vector<RowSampling> rows;
-    size_t next_sampler = 0;
-    for (const auto& chunk : plan.chunks) {
-      if (!chunk.sample) continue;
-      SequenceSampler& sampler = *chunk_samplers[next_sampler++];
-      for (int32_t draft : std::span<const int32_t>(chunk.token_ids).last(static_cast<size_t>(chunk.num_draft_tokens))) {
-        rows.push_back(sampler.device_row(draft));
-      }
-      rows.push_back(sampler.device_row());
-    }
     const auto step = backend_.begin_step(batch);
     ids = *backend_.sample(forward(*step, pending), rows);
   }
   if (!samples_tokens_) return pending;
-  for (const auto& chunk : plan.chunks) {
-    if (!chunk.sample) continue;
-    const auto drafts = std::span<const int32_t>(chunk.token_ids).last(static_cast<size_t>(chunk.num_draft_tokens));
-    pending.device_verify.push_back({chunk.sequence_id, {drafts.begin(), drafts.end()}});
-  }
+  pending.device_verify = std::move(chunks);
   pending.device_ids = backend_.to_host_i32_async(ids);
   return pending;
 }

@@ -112,6 +112,9 @@ class ModelRunner {
   // length (decode steps; verify steps of k drafts each) replay one recording. nullopt where it does not fit a
   // bucket or the backend does not record.
   std::optional<Tensor> run_recorded(const ForwardBatch& unpadded);
+  // The most new tokens a sequence of a recorded step may have: the backend's bound, and a scratch sequence's
+  // tokens fit the scratch block.
+  int64_t longest_recorded_chunk() const;
   // Pads `batch` to `bucket` sequences whose `padding` tokens write only the scratch block, with logit rows at
   // every token or at the last of each, and runs it recorded.
   std::optional<Tensor> run_padded_recorded(ForwardBatch batch, int32_t bucket, int64_t padding,

@@ -12,10 +12,10 @@ SequenceRunner::SequenceRunner(Model& model, Backend& backend, int64_t max_token
   block_tables_ = own_block_tables(num_groups, num_blocks);  // none is ever dropped
 }
 
-std::vector<std::vector<int32_t>> own_block_tables(int64_t num_groups, int64_t num_blocks) {
+std::vector<std::vector<int32_t>> own_block_tables(int64_t num_groups, int64_t num_blocks, int64_t first_block) {
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_groups));
   for (int64_t g = 0; g < num_groups; ++g) {
-    for (int64_t b = 0; b < num_blocks; ++b) tables[g].push_back(static_cast<int32_t>(g * num_blocks + b));
+    for (int64_t b = 0; b < num_blocks; ++b) tables[g].push_back(static_cast<int32_t>(first_block + g * num_blocks + b));
   }
   return tables;
 }

@@ -27,9 +27,10 @@ class SequenceRunner {
   int64_t num_tokens_ = 0;
 };
 
-// Block tables for a sequence that owns a whole cache of num_groups * num_blocks blocks: group g gets blocks
-// [g * num_blocks, (g + 1) * num_blocks), since the groups share the storage of a block id.
-std::vector<std::vector<int32_t>> own_block_tables(int64_t num_groups, int64_t num_blocks);
+// Block tables for a sequence that owns num_groups * num_blocks blocks from `first_block` on (a whole cache where
+// it is 0): group g gets blocks [first_block + g * num_blocks, first_block + (g + 1) * num_blocks), since the groups
+// share the storage of a block id.
+std::vector<std::vector<int32_t>> own_block_tables(int64_t num_groups, int64_t num_blocks, int64_t first_block = 0);
 
 // Greedy decoding of `max_new_tokens` tokens after `prompt`.
 std::vector<int32_t> greedy_generate(Model& model, Backend& backend, std::span<const int32_t> prompt,
