@@ -19,14 +19,18 @@ inline void check(cudaError_t status, const char* what) {
   }
 }
 
-// Values in [-1, 1) from a hash of the index: the same data on every run, no host generation of gigabytes.
+// A value in [-1, 1) from a hash of the index: the same data on every run, no host generation of gigabytes.
+__device__ inline float hashed_value(size_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  return (h & 0xffff) / 32768.0f - 1.0f;
+}
+
 __global__ inline void fill_random(__nv_bfloat16* out, size_t count, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    out[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
+    out[i] = __float2bfloat16(hashed_value(i, seed));
   }
 }
 

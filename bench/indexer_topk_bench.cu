@@ -35,14 +35,9 @@ constexpr int kBlockSize = 64;
 constexpr int kStateDim = 128;
 constexpr int kTopK = 512;
 
-// Values in [-1, 1) from a hash of the index, as cuda_bench.cuh's bf16 fill.
 __global__ void fill_random_f32(float* out, size_t count, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    out[i] = (h & 0xffff) / 32768.0f - 1.0f;
+    out[i] = tern::bench::hashed_value(i, seed);
   }
 }
 

@@ -97,24 +97,69 @@ __device__ __forceinline__ void write_pair(const GemvParams& p, int lo_row, floa
   }
 }
 
+// Weight row `row` times x as 16-byte loads of the weight: 8 bf16, or 16 FP8 codes of one 128x128 block (a load of
+// 16 never straddles two blocks), each scaled by its block's scale after its products are summed.
+template <bool Fp8>
+struct WeightRow {
+  static constexpr int kValuesPerLoad = Fp8 ? 16 : 8;
+  const uint4* loads;
+  const float* scales;  // Fp8: the row's block scales
+
+  __device__ WeightRow(const GemvParams& p, int row) {
+    if constexpr (Fp8) {
+      loads = reinterpret_cast<const uint4*>(p.fp8_weight + static_cast<int64_t>(row) * p.k);
+      scales = p.fp8_scales + static_cast<int64_t>(row / 128) * p.fp8_scale_stride;
+    } else {
+      loads = reinterpret_cast<const uint4*>(p.weight + static_cast<int64_t>(row) * p.k);
+      scales = nullptr;
+    }
+  }
+
+  // Adds load `c`'s products with x (chunks of 8 bf16 in shared memory) to acc.
+  __device__ __forceinline__ void accumulate(float& acc, const uint4& loaded, const uint4* x_shared, int c) const {
+    if constexpr (Fp8) {
+      float sum = 0.0f;
+      const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&loaded);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float xf[8];
+        load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&x_shared[2 * c + half]), xf);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 w = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[4 * half + j], __NV_E4M3)));
+          sum += w.x * xf[2 * j] + w.y * xf[2 * j + 1];
+        }
+      }
+      acc += sum * __ldg(scales + c * kValuesPerLoad / 128);
+    } else {
+      float wf[8], xf[8];
+      load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&loaded), wf);
+      load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&x_shared[c]), xf);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+    }
+  }
+};
+
 // Launched as a programmatic dependent: each warp loads the first kUnroll chunks of its weight row (constants), and
 // with Norm each thread its first chunk of the norm weight, before waiting for the kernel that writes x, so the
 // start of the weight stream overlaps that kernel. The rope_kv epilogue's angles and cache slot are step metadata,
 // also read before the wait.
-template <bool Norm, GemvOutput Out>
+template <bool Norm, GemvOutput Out, bool Fp8>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   extern __shared__ uint4 x_shared[];  // x as chunks of 8 bf16
   __shared__ float pair_sums[kWarps];
   const int chunks = p.k / 8;
+  const int loads = p.k / WeightRow<Fp8>::kValuesPerLoad;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int row = weight_row<Out>(p, blockIdx.x, warp);
-  const uint4* w = reinterpret_cast<const uint4*>(p.weight + static_cast<int64_t>(row) * p.k);
+  const WeightRow<Fp8> w(p, row);
   uint4 loaded[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int c = lane + 32 * u;
-    loaded[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+    loaded[u] = c < loads ? __ldg(w.loads + c) : make_uint4(0, 0, 0, 0);
   }
   float first_norm_weight[8] = {};
   if constexpr (Norm) {
@@ -145,18 +190,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   // Each chunk's register takes the load kUnroll chunks ahead as soon as the chunk is used: kUnroll loads stay in
   // flight with kUnroll registers of 16 bytes.
   float acc = 0.0f;
-  for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+  for (int c0 = lane; c0 < loads; c0 += 32 * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + 32 * u;
-      if (c >= chunks) break;
-      float wf[8], xf[8];
-      load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&loaded[u]), wf);
-      load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&x_shared[c]), xf);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
+      if (c >= loads) break;
+      w.accumulate(acc, loaded[u], x_shared, c);
       const int ahead = c + 32 * kUnroll;
-      loaded[u] = ahead < chunks ? __ldg(w + ahead) : make_uint4(0, 0, 0, 0);
+      loaded[u] = ahead < loads ? __ldg(w.loads + ahead) : make_uint4(0, 0, 0, 0);
     }
   }
   acc = warp_sum(acc) + (p.bias ? __bfloat162float(p.bias[row]) : 0.0f);
@@ -211,18 +252,30 @@ __global__ void __launch_bounds__(kSkinnyThreads) skinny_gemv_f32_kernel(const _
   if (threadIdx.x == 0) out[blockIdx.x] = acc;
 }
 
-template <bool Norm>
+template <bool Norm, bool Fp8>
 void launch_with_output(const GemvParams& p, unsigned blocks, size_t shared_bytes, cudaStream_t stream) {
   switch (p.output) {
     case GemvOutput::plain:
-      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::plain>, blocks, kWarps * 32, shared_bytes, stream, p);
+      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::plain, Fp8>, blocks, kWarps * 32, shared_bytes, stream,
+                       p);
       break;
     case GemvOutput::silu_mul:
-      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::silu_mul>, blocks, kWarps * 32, shared_bytes, stream, p);
+      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::silu_mul, Fp8>, blocks, kWarps * 32, shared_bytes,
+                       stream, p);
       break;
     case GemvOutput::rope_kv:
-      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::rope_kv>, blocks, kWarps * 32, shared_bytes, stream, p);
+      launch_dependent("gemv", gemv_kernel<Norm, GemvOutput::rope_kv, Fp8>, blocks, kWarps * 32, shared_bytes,
+                       stream, p);
       break;
+  }
+}
+
+template <bool Fp8>
+void launch_with_norm(const GemvParams& p, unsigned blocks, size_t shared_bytes, cudaStream_t stream) {
+  if (p.norm_weight) {
+    launch_with_output<true, Fp8>(p, blocks, shared_bytes, stream);
+  } else {
+    launch_with_output<false, Fp8>(p, blocks, shared_bytes, stream);
   }
 }
 
@@ -233,6 +286,8 @@ bool gemv_supports(int64_t m, int64_t n, int64_t k) {
          static_cast<size_t>(k) * sizeof(__nv_bfloat16) <= kMaxSharedBytes;
 }
 
+bool gemv_supports_fp8(int64_t m, int64_t n, int64_t k) { return gemv_supports(m, n, k) && k % 16 == 0; }
+
 bool gemv_supports_silu_mul(int64_t n) { return n % (2 * kPairs) == 0; }
 
 bool gemv_supports_rope_kv(int64_t n, int64_t num_q_rows, int64_t num_kv_heads, int64_t key_dim, int64_t value_dim,
@@ -242,9 +297,14 @@ bool gemv_supports_rope_kv(int64_t n, int64_t num_q_rows, int64_t num_kv_heads, 
 }
 
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
-  if (!gemv_supports(1, p.n, p.k)) {
-    throw std::invalid_argument("gemv: [1, " + std::to_string(p.k) + "] x [" + std::to_string(p.n) + ", " +
-                                std::to_string(p.k) + "]^T is outside the kernel's shapes");
+  const bool fp8 = p.fp8_weight != nullptr;
+  if (fp8 ? !gemv_supports_fp8(1, p.n, p.k) : !gemv_supports(1, p.n, p.k)) {
+    throw std::invalid_argument(std::string("gemv: [1, ") + std::to_string(p.k) + "] x [" + std::to_string(p.n) +
+                                ", " + std::to_string(p.k) + "]^T" + (fp8 ? " (block FP8)" : "") +
+                                " is outside the kernel's shapes");
+  }
+  if (fp8 == (p.weight != nullptr) || (fp8 && (!p.fp8_scales || p.fp8_scale_stride < (p.k + 127) / 128))) {
+    throw std::invalid_argument("gemv: needs either a bf16 weight or a block-FP8 one with its scales");
   }
   if (p.norm_weight && p.addend && !p.residual_out) throw std::invalid_argument("gemv: an addend needs residual_out");
   if (p.output == GemvOutput::silu_mul && !gemv_supports_silu_mul(p.n)) {
@@ -259,10 +319,10 @@ void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   }
   const unsigned blocks = p.output == GemvOutput::silu_mul ? p.n / (2 * kPairs) : (p.n + kWarps - 1) / kWarps;
   const size_t shared_bytes = p.k * sizeof(__nv_bfloat16);
-  if (p.norm_weight) {
-    launch_with_output<true>(p, blocks, shared_bytes, stream);
+  if (fp8) {
+    launch_with_norm<true>(p, blocks, shared_bytes, stream);
   } else {
-    launch_with_output<false>(p, blocks, shared_bytes, stream);
+    launch_with_norm<false>(p, blocks, shared_bytes, stream);
   }
 }
 

@@ -8,6 +8,7 @@
 // epilogue the MLP's SiLU-and-mul or the attention's RoPE and KV-cache write. For those a block's 16 warps take 8
 // pairs of rows that the epilogue combines: gate row i with up row i, or a head's rotary dims d and d + D / 2.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,7 +30,12 @@ enum class GemvOutput {
 
 struct GemvParams {
   const __nv_bfloat16* x = nullptr;       // [K]
-  const __nv_bfloat16* weight = nullptr;  // [N, K]
+  const __nv_bfloat16* weight = nullptr;  // [N, K], or null for a block-FP8 weight
+  // A block-FP8 weight (W8A16: each code times its block's scale in float32, x as it is): e4m3 codes [N, K] with
+  // float32 scales of 128x128 blocks, fp8_scales[r / 128 * fp8_scale_stride + c / 128] (backend/block_fp8_layout.h).
+  const __nv_fp8_e4m3* fp8_weight = nullptr;
+  const float* fp8_scales = nullptr;
+  int fp8_scale_stride = 0;
   const __nv_bfloat16* bias = nullptr;    // [N] or null
   __nv_bfloat16* out = nullptr;           // [N], or [N / 2] for silu_mul
   int n = 0;
@@ -54,6 +60,8 @@ struct GemvParams {
 // Whether a shape fits the kernel: M = 1, K a multiple of 8 whose x fits 48 KB of shared memory. Pointers must be
 // 16-byte aligned. The paired outputs also need their own check below.
 bool gemv_supports(int64_t m, int64_t n, int64_t k);
+// The same for a block-FP8 weight, whose rows are read 16 codes at a time: K also a multiple of 16.
+bool gemv_supports_fp8(int64_t m, int64_t n, int64_t k);
 // silu_mul: N / 2 a multiple of 8.
 bool gemv_supports_silu_mul(int64_t n);
 // rope_kv: whole heads of a key dim that is a multiple of 16, values as wide as keys (N = q rows + 2 x KV heads x

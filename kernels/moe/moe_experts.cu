@@ -123,17 +123,53 @@ constexpr int kPad = 8;  // bf16 elements of padding per shared row: spreads ldm
 constexpr int kRowStride = kTileK + kPad;
 constexpr int kGemmThreads = 128;
 
+// FP8 experts: a B tile's codes, kTileK bytes a row, padded so that rows start 16-byte aligned.
+constexpr int kCodeStride = kTileK + 16;
+
+// Row `row` of a block-FP8 B tile (kTileK codes in shared memory, those of weight row `weight_row` of the
+// [experts * n, k] rows from column k0) into bf16 values of the tile the mma loop reads.
+__device__ __forceinline__ void dequantize_tile_row(const MoeGemmParams& p, const uint8_t* codes, int64_t weight_row,
+                                                    int k0, __nv_bfloat16* out) {
+  const float scale = p.fp8_scales[weight_row / 128 * p.fp8_scale_stride + k0 / 128];
+#pragma unroll
+  for (int half = 0; half < kTileK / 16; ++half) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(codes + 16 * half);
+    const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+    float values[2][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
+      values[i / 4][2 * (i % 4)] = f.x * scale;
+      values[i / 4][2 * (i % 4) + 1] = f.y * scale;
+    }
+    store_f32x8(out + 16 * half, values[0]);
+    store_f32x8(out + 16 * half + 8, values[1]);
+  }
+}
+
+// With Fp8 the B tiles arrive as codes (half the bytes through cp.async) and each thread dequantizes one row of the
+// stage to bf16 before the mma loop reads it.
+template <bool Fp8>
 __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParams p) {
+  static_assert(kGemmThreads == kTileN, "with Fp8 a thread copies and dequantizes one B row");
   wait_for_prior_grids();
   allow_dependent_grids();
   const int expert = p.tile_expert[blockIdx.y];
   if (expert < 0) return;
   __shared__ alignas(128) __nv_bfloat16 a_tile[kStages][kMoeTileRows * kRowStride];
-  __shared__ alignas(128) __nv_bfloat16 b_tile[kStages][kTileN * kRowStride];
+  __shared__ alignas(128) __nv_bfloat16 b_tile[Fp8 ? 1 : kStages][kTileN * kRowStride];
+  __shared__ alignas(128) uint8_t b_codes[Fp8 ? kStages : 1][Fp8 ? kTileN * kCodeStride : 16];
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
   const int n0 = blockIdx.x * kTileN;
-  const __nv_bfloat16* weight = p.weight + static_cast<int64_t>(expert) * p.n * p.k;
+  const int64_t expert_rows = static_cast<int64_t>(expert) * p.n;
+  const __nv_bfloat16* weight = Fp8 ? nullptr : p.weight + expert_rows * p.k;
+  const auto* codes_base = reinterpret_cast<const uint8_t*>(p.fp8_weight);  // a valid address for empty copies
+  const uint8_t* codes_row = nullptr;  // Fp8: this thread's B row
+  if constexpr (Fp8) {
+    const int n = n0 + static_cast<int>(threadIdx.x);
+    if (n < p.n) codes_row = codes_base + (expert_rows + n) * p.k;
+  }
 
   // Per stage each thread copies 16 bytes of 2 A rows (64 rows x 4 chunks) and of 4 B rows (128 x 4).
   const int chunk = threadIdx.x % 4;
@@ -150,7 +186,7 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
   }
   for (int i = 0; i < 4; ++i) {
     const int n = n0 + threadIdx.x / 4 + 32 * i;
-    b_src[i] = n < p.n ? weight + static_cast<int64_t>(n) * p.k : nullptr;
+    b_src[i] = !Fp8 && n < p.n ? weight + static_cast<int64_t>(n) * p.k : nullptr;
   }
   const int num_k_tiles = (p.k + kTileK - 1) / kTileK;
   const auto load_stage = [&](int kt) {
@@ -163,10 +199,20 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
         cp_async_16(&a_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8], valid ? a_src[i] + k : p.input,
                     valid ? 16 : 0);
       }
-      for (int i = 0; i < 4; ++i) {
-        const bool valid = b_src[i] && in_k;
-        cp_async_16(&b_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8], valid ? b_src[i] + k : weight,
-                    valid ? 16 : 0);
+      if constexpr (Fp8) {
+#pragma unroll
+        for (int c = 0; c < kTileK / 16; ++c) {
+          const int code_k = kt * kTileK + 16 * c;
+          const bool valid = codes_row && code_k < p.k;
+          cp_async_16(&b_codes[stage][threadIdx.x * kCodeStride + 16 * c], valid ? codes_row + code_k : codes_base,
+                      valid ? 16 : 0);
+        }
+      } else {
+        for (int i = 0; i < 4; ++i) {
+          const bool valid = b_src[i] && in_k;
+          cp_async_16(&b_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8],
+                      valid ? b_src[i] + k : weight, valid ? 16 : 0);
+        }
       }
     }
     cp_async_commit();  // empty groups too, so that every iteration waits for the same count
@@ -186,7 +232,17 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
     __syncthreads();  // stage kt landed for every thread; stage kt - 1 is no longer read
     load_stage(kt + kStages - 1);
     const __nv_bfloat16* a = a_tile[kt % kStages];
-    const __nv_bfloat16* b = b_tile[kt % kStages];
+    const __nv_bfloat16* b = b_tile[Fp8 ? 0 : kt % kStages];
+    if constexpr (Fp8) {  // the previous tile's mma reads of b_tile ended before the barrier above
+      __nv_bfloat16* row = b_tile[0] + threadIdx.x * kRowStride;
+      if (codes_row) {
+        dequantize_tile_row(p, &b_codes[kt % kStages][threadIdx.x * kCodeStride], expert_rows + n0 + threadIdx.x,
+                            kt * kTileK, row);
+      } else {
+        for (int i = 0; i < kTileK; ++i) row[i] = __float2bfloat16(0.0f);
+      }
+      __syncthreads();
+    }
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
       uint32_t a_frag[2][4];
@@ -237,7 +293,26 @@ constexpr int kSkinnyRows = 8;
 // With Gated (MoeGemmParams::fuse_gated_activation) a warp takes gate column c and up column c + width of its rows
 // (one read of each input row for both) and writes their activation, from gate and up rounded to bf16 as the
 // unfused path stores them.
-template <bool Gated>
+// Weights [k, k + 8) of row `row` of the [experts * n, k] rows, as float32: bf16 as stored, or block-FP8 codes
+// times their block's scale.
+template <bool Fp8>
+__device__ __forceinline__ void load_weights8(const MoeGemmParams& p, int64_t row, int k, float (&w)[8]) {
+  if constexpr (Fp8) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p.fp8_weight + row * p.k + k);
+    const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+    const float scale = __ldg(p.fp8_scales + row / 128 * p.fp8_scale_stride + k / 128);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
+      w[2 * i] = f.x * scale;
+      w[2 * i + 1] = f.y * scale;
+    }
+  } else {
+    load_f32x8(p.weight + row * p.k + k, w);
+  }
+}
+
+template <bool Gated, bool Fp8>
 __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmParams p) {
   constexpr int kColumns = Gated ? 2 : 1;
   wait_for_prior_grids();
@@ -255,13 +330,12 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
   const int out_n = p.n / kColumns;
   const int n = blockIdx.x * kSkinnyWarps + warp;
   if (n >= out_n) return;
-  const __nv_bfloat16* weight[kColumns];
+  int64_t weight_row[kColumns];
   float bias[kColumns];
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
-    const int64_t column = static_cast<int64_t>(expert) * p.n + n + j * out_n;
-    weight[j] = p.weight + column * p.k;
-    bias[j] = p.bias ? __bfloat162float(p.bias[column]) : 0.0f;
+    weight_row[j] = static_cast<int64_t>(expert) * p.n + n + j * out_n;
+    bias[j] = p.bias ? __bfloat162float(p.bias[weight_row[j]]) : 0.0f;
   }
   for (int r0 = 0; r0 < num_rows; r0 += kSkinnyRows) {
     const int rows = min(kSkinnyRows, num_rows - r0);
@@ -269,7 +343,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
     for (int k = lane * 8; k < p.k; k += 32 * 8) {
       float w[kColumns][8];
 #pragma unroll
-      for (int j = 0; j < kColumns; ++j) load_f32x8(weight[j] + k, w[j]);
+      for (int j = 0; j < kColumns; ++j) load_weights8<Fp8>(p, weight_row[j], k, w[j]);
 #pragma unroll
       for (int r = 0; r < kSkinnyRows; ++r) {
         if (r >= rows) break;
@@ -416,28 +490,47 @@ void launch_moe_group_pairs(const int32_t* expert_ids, int64_t num_pairs, int fi
                    first_expert, num_experts, max_tiles, grouping);
 }
 
+namespace {
+
+template <bool Fp8>
+void launch_moe_gemm_kernel(const MoeGemmParams& p, cudaStream_t stream) {
+  if (p.fuse_gated_activation) {
+    const dim3 grid((p.n / 2 + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
+    launch_dependent("moe_experts", skinny_gemm_kernel<true, Fp8>, grid, kSkinnyWarps * 32, 0, stream, p);
+  } else if (p.few_rows) {
+    const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
+    launch_dependent("moe_experts", skinny_gemm_kernel<false, Fp8>, grid, kSkinnyWarps * 32, 0, stream, p);
+  } else {
+    const dim3 grid((p.n + kTileN - 1) / kTileN, static_cast<unsigned>(p.max_tiles));
+    launch_dependent("moe_experts", grouped_gemm_kernel<Fp8>, grid, kGemmThreads, 0, stream, p);
+  }
+}
+
+}  // namespace
+
 void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   if (p.k % 8 != 0 || p.k <= 0 || p.n % 8 != 0 || p.n <= 0) {
     throw std::invalid_argument("moe_experts: GEMM of " + std::to_string(p.n) + " x " + std::to_string(p.k) +
                                 " (both must be positive multiples of 8)");
+  }
+  const bool fp8 = p.fp8_weight != nullptr;
+  if (fp8 == (p.weight != nullptr)) {
+    throw std::invalid_argument("moe_experts: needs either bf16 expert weights or block-FP8 ones");
+  }
+  if (fp8 && (p.n % 128 != 0 || p.k % 16 != 0 || !p.fp8_scales || p.fp8_scale_stride < (p.k + 127) / 128)) {
+    throw std::invalid_argument("moe_experts: block-FP8 experts of " + std::to_string(p.n) + " x " +
+                                std::to_string(p.k) + " (rows a multiple of 128, columns of 16, with their scales)");
   }
   if (p.fuse_gated_activation && !p.few_rows) {
     throw std::invalid_argument("moe_experts: the gated activation fuses into the few-rows GEMM only");
   }
   if (p.max_tiles == 0) return;
   if (p.max_tiles > 65535) throw std::invalid_argument("moe_experts: too many rows for one launch");
-  if (p.fuse_gated_activation) {
-    const dim3 grid((p.n / 2 + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
-    launch_dependent("moe_experts", skinny_gemm_kernel<true>, grid, kSkinnyWarps * 32, 0, stream, p);
-    return;
+  if (fp8) {
+    launch_moe_gemm_kernel<true>(p, stream);
+  } else {
+    launch_moe_gemm_kernel<false>(p, stream);
   }
-  if (p.few_rows) {
-    const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
-    launch_dependent("moe_experts", skinny_gemm_kernel<false>, grid, kSkinnyWarps * 32, 0, stream, p);
-    return;
-  }
-  const dim3 grid((p.n + kTileN - 1) / kTileN, static_cast<unsigned>(p.max_tiles));
-  launch_dependent("moe_experts", grouped_gemm_kernel, grid, kGemmThreads, 0, stream, p);
 }
 
 void launch_moe_gated_activation(const __nv_bfloat16* gate_up, __nv_bfloat16* out, const MoeGrouping& grouping,

@@ -4,8 +4,9 @@
 # names another config in .device/configs (e.g. qwen3-30b-a3b.json): makes the checkpoint and measures transformers
 # (scripts/gpu/hf_bench.py), then `tern bench --backend cuda` on the same checkpoint and workloads. Logs and JSON
 # results go to $OUT (or ./gpu-logs). E2E_WORKLOADS picks tern's runs (default: the three transformers also runs);
-# long_131k is one 131,072-token prompt and 128 new tokens, long_131k_b8 eight of them.
-#   [E2E_CONFIG=name.json] [E2E_WORKLOADS="decode_batch1 long_131k"] bash scripts/gpu/e2e_bench.sh [--skip-hf]
+# long_131k is one 131,072-token prompt and 128 new tokens, long_131k_b8 eight of them. E2E_FLAGS are added to every
+# tern run (e.g. "--quantization fp8").
+#   [E2E_CONFIG=name.json] [E2E_WORKLOADS="decode_batch1 long_131k"] [E2E_FLAGS=...] bash scripts/gpu/e2e_bench.sh [--skip-hf]
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${OUT:-$root/gpu-logs}"
@@ -27,7 +28,8 @@ timeout "${HF_TIMEOUT_S:-300}" python3 "$root/scripts/gpu/hf_bench.py" --config 
   --json "$out/hf.json" $hf_flags 2>&1 | grep -v -i "warn" | tee "$out/hf.txt"
 
 status=0
-common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-fraction 0.9 --max-num-batched-tokens 8192)
+common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-fraction 0.9 --max-num-batched-tokens 8192
+        ${E2E_FLAGS:-})
 run() {  # name, then bench flags
   local name="$1"; shift
   echo "== tern bench $name: $*"

@@ -16,7 +16,8 @@ if [ -z "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_STATIC=ON >/dev/null
 fi
 # tern-engine-bench is `tern bench` without the server layers (quick to build); TERN_STAGE_TERN=1 adds `tern`.
-targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench tern_engine_bench verify_step_bench)
+targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench fp8_linear_bench tern_engine_bench
+         verify_step_bench)
 [ -n "${TERN_STAGE_TERN:-}" ] && targets+=(tern)
 cmake --build "$build" -j2 --target "${targets[@]}"
 
@@ -24,11 +25,20 @@ rm -rf "$root/.device"
 mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models" "$root/.device/configs" \
   "$root/.device/tools"
 cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda_tensor_parallel_test" \
-  "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/tern_engine_bench" \
+  "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/fp8_linear_bench" \
+  "$build/bench/tern_engine_bench" \
   "$build/bench/verify_step_bench" \
   "$root/.device/bin/"
 [ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/tern" "$root/.device/bin/"
-cp "$fixtures/configs/llama-3.1-8b.json" "$root/.device/configs/"
+cp "$fixtures/configs/llama-3.1-8b.json" "$fixtures/configs/deepseek-v4-flash-8layer.json" \
+  "$root/bench/configs/gpt-oss-20b.json" "$root/.device/configs/"
+# Qwen3-30B-A3B cut to 24 layers, the MoE speed issue's shape.
+python3 - "$fixtures/configs/qwen3-30b-a3b.json" "$root/.device/configs/qwen3-30b-a3b-24-layers.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["num_hidden_layers"] = 24
+json.dump(config, open(sys.argv[2], "w"), indent=2)
+PY
 cp "$(g++ -print-file-name=libgomp.so.1)" "$root/.device/lib/"
 if [ -n "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   for binary in "$root/.device/bin/"*; do
@@ -36,7 +46,7 @@ if [ -n "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   done | sort -u | xargs -r cp -L -t "$root/.device/lib/"
 fi
 cp "$fixtures/../tools/make_model.py" "$root/.device/tools/"
-for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3 deepseek_v4; do
+for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3 deepseek_v4 tern-py-13m; do
   cp -r "$fixtures/models/$model" "$root/.device/fixtures/models/"
 done
 chmod -R u+w "$root/.device"

@@ -1,6 +1,9 @@
 #include "backend/tensor.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "core/tensor_info.h"
 
 namespace tern {
 
@@ -8,6 +11,13 @@ Tensor Tensor::reshape(std::vector<int64_t> new_shape) const {
   Tensor out = *this;
   out.shape = std::move(new_shape);
   if (out.numel() != numel()) fail("reshape: {} elements cannot take a shape of {}", numel(), out.numel());
+  // A block-FP8 weight's rows keep their columns and whole 128-row blocks: [rows, K] or experts' [E, N, K].
+  const bool keeps_blocks = out.shape.back() == shape.back() &&
+                            (out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[1] % 128 == 0));
+  if (block_scales && !keeps_blocks) {
+    fail("reshape: a block-FP8 weight of shape {} cannot take shape {} (its scales are of 128x128 blocks)",
+         shape_string(shape), shape_string(out.shape));
+  }
   return out;
 }
 
@@ -18,6 +28,15 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   Tensor out = *this;
   out.shape[0] = count;
   out.data = static_cast<char*>(data) + static_cast<size_t>(begin * row_numel()) * dtype_size(dtype);
+  if (block_scales) {  // rows of [rows, K], or experts of [E, N, K]
+    constexpr int64_t block = 128;
+    const int64_t weight_rows = row_numel() / shape.back();
+    const int64_t first = begin * weight_rows;
+    if (first % block != 0) fail("rows: a block-FP8 weight's rows are taken from a block's first row, not {}", first);
+    const int64_t scale_rows =
+        std::min(block_scales->size(0) - first / block, (count * weight_rows + block - 1) / block);
+    out.block_scales = std::make_shared<const Tensor>(block_scales->rows(first / block, scale_rows));
+  }
   return out;
 }
 

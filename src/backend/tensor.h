@@ -14,6 +14,10 @@ struct Tensor {
   std::vector<int64_t> shape;
   void* data = nullptr;
   std::shared_ptr<void> storage;  // keeps `data` alive
+  // Set on a block-FP8 weight that a backend keeps as e4m3 codes (dtype F8_E4M3, [rows, columns], or experts'
+  // [E, N, K] of N a multiple of 128, whose rows are E * N): the float32 scales of its 128x128 blocks,
+  // [ceil(rows / 128), stride] (backend/block_fp8_layout.h); element (r, c) is its code times scales[r / 128][c / 128].
+  std::shared_ptr<const Tensor> block_scales;
 
   int64_t numel() const {
     int64_t n = 1;
@@ -33,9 +37,10 @@ struct Tensor {
   T* ptr() const {
     return static_cast<T*>(data);
   }
-  // The same elements seen with another shape of equal element count.
+  // The same elements seen with another shape of equal element count (a block-FP8 weight keeps its columns and
+  // whole 128-row blocks).
   Tensor reshape(std::vector<int64_t> new_shape) const;
-  // Rows [begin, begin + count) of dimension 0.
+  // Rows [begin, begin + count) of dimension 0 (of a block-FP8 weight: from a block's first row, with their scales).
   Tensor rows(int64_t begin, int64_t count) const;
 };
 

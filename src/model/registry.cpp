@@ -45,13 +45,6 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& bac
     for (const auto& [name, factory] : registry()) known += (known.empty() ? "" : ", ") + name;
     fail("{}: unknown architecture '{}' (supported: {})", (dir / "config.json").string(), config.architecture, known);
   }
-  // Online FP8 of DeepSeek-V4's bf16 checkpoints is not done yet; one already in block FP8 (DeepSeek's released
-  // layout) loads as it is, as any block-FP8 checkpoint does under online FP8.
-  if (quantization == OnlineQuantization::fp8 && config.architecture == "DeepseekV4ForCausalLM" &&
-      !QuantizationConfig::from_config(config.raw, (dir / "config.json").string()).block_fp8) {
-    fail("{}: --quantization fp8 is not supported for {}'s unquantized checkpoints (its FP8 checkpoints, in "
-         "DeepSeek's released layout, load as they are)", (dir / "config.json").string(), config.architecture);
-  }
   const Checkpoint checkpoint = Checkpoint::open(dir, progress, quantization);
   return it->second(config, checkpoint, backend);
 }

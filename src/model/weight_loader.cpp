@@ -53,10 +53,17 @@ bool quantizes_online(const TensorInfo& info) {
 }  // namespace
 
 WeightLoader WeightLoader::linear_weights() const {
-  WeightLoader linear(*this);
-  linear.takes_quantized_ = true;
-  if (checkpoint_.quantizes_to_fp8()) linear.fp8_weights_ = std::make_shared<Fp8Weights>();
+  WeightLoader linear = grouped_weights();
+  linear.loads_linear_weights_ = true;
   return linear;
+}
+
+WeightLoader WeightLoader::grouped_weights() const {
+  WeightLoader quantized(*this);
+  quantized.takes_quantized_ = true;
+  quantized.loads_linear_weights_ = false;
+  if (checkpoint_.quantizes_to_fp8()) quantized.fp8_weights_ = std::make_shared<Fp8Weights>();
+  return quantized;
 }
 
 const TensorInfo& WeightLoader::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
@@ -191,7 +198,7 @@ Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector
 
 Tensor WeightLoader::load_parts(std::span<const TensorInfo* const> parts) {
   for (const TensorInfo* part : parts) check_format(*part, takes_quantized_);
-  Tensor weight = backend_.load_weight(parts);
+  Tensor weight = loads_linear_weights_ ? backend_.load_linear_weight(parts) : backend_.load_weight(parts);
   if (LoadProgress* progress = checkpoint_.progress()) {
     int64_t bytes = 0;
     for (const TensorInfo* part : parts) bytes += checkpoint_bytes(*part);

@@ -55,13 +55,16 @@ class WeightLoader {
   // dimension 0, as Backend::load_weight; counts their bytes in the checkpoint's load progress.
   Tensor load_parts(std::span<const TensorInfo* const> parts);
 
-  // A loader of the same checkpoint for the weights of linear layers and experts, which may be block-quantized
-  // (FP8 with scales): the backend receives them in their format, scales attached, and picks the kernel. The
-  // plain loader refuses a quantized tensor, so one where the architecture has no quantized op (an embedding, a
-  // norm, a router, a bias, the lm_head) fails at load, naming it. Under online FP8 (Checkpoint::quantizes_to_fp8)
-  // this loader's 2-D BF16, F16 and F32 tensors reach the backend as block FP8 (BlockFp8Weight), each quantized
-  // whole, once, so that shards keep the whole weight's grid as a checkpoint's do.
+  // A loader of the same checkpoint for the weights of linear layers and experts, which may be block-quantized (FP8
+  // with scales): the backend receives them in their format, scales attached (Backend::load_linear_weight), and
+  // picks the kernel. The plain loader refuses a quantized tensor, so one where the architecture has no quantized op (an
+  // embedding, a norm, a router, a bias, the lm_head) fails at load, naming it. Under online FP8
+  // (Checkpoint::quantizes_to_fp8) this loader's 2-D BF16, F16 and F32 tensors reach the backend as block FP8
+  // (BlockFp8Weight), each quantized whole, once, so that shards keep the whole weight's grid as a checkpoint's do.
   WeightLoader linear_weights() const;
+  // The same for weights that may be quantized but that Backend::grouped_linear multiplies (DeepSeek-V4's grouped
+  // output projection): the backend receives them through Backend::load_weight.
+  WeightLoader grouped_weights() const;
 
   const TensorParallelShard& shard() const { return shard_; }
   // A loader of the same checkpoint whose sharded loads give whole tensors: for layers whose weights every rank
@@ -99,6 +102,7 @@ class WeightLoader {
   Backend& backend_;
   TensorParallelShard shard_;
   bool takes_quantized_ = false;
+  bool loads_linear_weights_ = false;  // linear_weights(): Backend::load_linear_weight
   // By name, the weights this linear loader (and its copies) quantized to FP8; they live as long as it, one layer's
   // loading, since tensors and views of them handed out point into them. Null unless under online FP8.
   std::shared_ptr<Fp8Weights> fp8_weights_;

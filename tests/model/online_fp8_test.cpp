@@ -1,7 +1,7 @@
 // Online FP8 (--quantization fp8): a bf16 fixture model loaded with it gives on the CPU the logits of its FP8 twin
-// (fp8_twin.h: the same 128x128-block rule, written to disk as a block-FP8 checkpoint), on llama, qwen3, qwen3_moe
-// and deepseek_v3 (MLA's kv_b_proj dequantized on the host), under tensor parallelism and through the CLI. A
-// block-FP8 checkpoint loads as it is; an MXFP4 checkpoint and DeepSeek-V4 are refused, saying why.
+// (fp8_twin.h: the same 128x128-block rule, written to disk as a block-FP8 checkpoint), on llama, qwen3, qwen3_moe,
+// deepseek_v3 (MLA's kv_b_proj dequantized on the host) and deepseek_v4, under tensor parallelism and through the
+// CLI. A block-FP8 checkpoint loads as it is; an MXFP4 checkpoint is refused, saying why.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -71,6 +71,30 @@ TEST_P(OnlineFp8Test, LogitsEqualThoseOfTheFp8CheckpointOfTheSameWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnlineFp8Test, ::testing::Values("llama", "qwen3", "qwen3_moe", "deepseek_v3"));
 
+// DeepSeek-V4's linear weights in transformers' names: the attention's projections, the indexer's query projection
+// and the routed and shared experts' (w1, w2, w3). The compressors' projections, the router and mHC's mixes load
+// unquantized, as in DeepSeek's released checkpoints.
+bool is_v4_linear_weight(const TensorInfo& t) {
+  if (t.shape.size() != 2 || t.name.find(".compressor.") != std::string::npos) return false;
+  for (const char* suffix : {".attn.wq_a.weight", ".attn.wq_b.weight", ".attn.wkv.weight", ".attn.wo_a.weight",
+                             ".attn.wo_b.weight", ".indexer.wq_b.weight", ".w1.weight", ".w2.weight", ".w3.weight"}) {
+    if (t.name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+// A bf16 DeepSeek-V4 (hash-routed first layers, so its routing is left as it is) gives under online FP8 the logits
+// of the block-FP8 checkpoint of the same weights.
+TEST(OnlineFp8V4Test, LogitsEqualThoseOfTheFp8CheckpointOfTheSameWeights) {
+  const Twins twins = TwinWriter(fixture("deepseek_v4"), DType::F32, is_v4_linear_weight).write("online_deepseek_v4");
+  const auto prompt = long_prompt(fixture("deepseek_v4"));
+  const auto online = online_fp8_logits(fixture("deepseek_v4"), prompt);
+  EXPECT_LE(relative_error(online, cpu_logits(twins.fp8, prompt)), 1e-5f);
+  const float quantization_error = relative_error(online, cpu_logits(fixture("deepseek_v4"), prompt));
+  std::cout << "deepseek_v4: online FP8 logits vs bf16, relative error " << quantization_error << "\n";
+  EXPECT_GT(quantization_error, 0.0f) << "the weights should have been quantized";
+}
+
 // llama's 160 gate/up rows split at 80, inside a 128-row block: each rank must see the whole weight's grid.
 TEST(OnlineFp8ShardTest, TensorParallelRanksQuantizeAsTheFp8Checkpoint) {
   const Twins twins = TwinWriter(fixture("llama"), DType::F32).write("online_tp_llama");
@@ -115,15 +139,12 @@ TEST(OnlineFp8CheckpointTest, ABlockFp8CheckpointLoadsAsItIs) {
   EXPECT_EQ(relative_error(online_fp8_logits(twins.fp8, prompt), cpu_logits(twins.fp8, prompt)), 0.0f);
 }
 
-TEST(OnlineFp8CheckpointTest, RefusesMxfp4AndDeepseekV4) {
+TEST(OnlineFp8CheckpointTest, RefusesMxfp4) {
   const Twins mxfp4 = TwinWriter(fixture("llama"), DType::F32, [](const TensorInfo&) { return false; })
                           .write("online_mxfp4", {{"quant_method", "mxfp4"}});
   const std::string error = online_fp8_error(mxfp4.fp8);
   EXPECT_NE(error.find("config.json: --quantization fp8: the checkpoint is already quantized, as MXFP4 "
                        "(quantization_config.quant_method 'mxfp4')"), std::string::npos) << error;
-  const std::string v4_error = online_fp8_error(fixture("deepseek_v4"));
-  EXPECT_NE(v4_error.find("config.json: --quantization fp8 is not supported for DeepseekV4ForCausalLM"),
-            std::string::npos) << v4_error;
 }
 
 // tern-py-13m through `tern generate`: --quantization fp8 writes the text of its FP8 twin; an unknown method fails.

@@ -3,10 +3,12 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "attention/context_parallel.h"
@@ -14,6 +16,7 @@
 #include "attention/mla_attention.h"
 #include "attention/prefill_attention.h"
 #include "backend/backend.h"
+#include "backend/block_fp8_layout.h"
 #include "backend/kv_block_transfer.h"
 #include "backend/kv_cache_tensors.h"
 #include "backend/cuda/cuda_check.h"
@@ -32,6 +35,7 @@
 #include "elementwise/rms_norm.h"
 #include "elementwise/rope_kv.h"
 #include "elementwise/sample.h"
+#include "linear/block_fp8.h"
 #include "linear/gemv.h"
 #include "moe/moe_experts.h"
 #include "moe/moe_routing.h"
@@ -168,6 +172,26 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // A block-FP8 weight whose parts fit one 128x128 grid stays FP8 (block_fp8_layout.h): the GEMV reads its codes
+  // (W8A16) and prefill's GEMMs run on FP8 tensor cores (W8A8); others are dequantized to bf16 as load_weight does.
+  Tensor load_linear_weight(std::span<const TensorInfo* const> parts) override {
+    const std::optional<BlockFp8Layout> layout = block_fp8_layout(parts);
+    if (!layout) return load_weight(parts);
+    Tensor codes = allocator_->allocate(DType::F8_E4M3, {layout->rows, layout->columns});
+    char* dst = codes.ptr<char>();
+    for (const TensorInfo* part : parts) {
+      check(cudaMemcpyAsync(dst, part->data, part->size_bytes, cudaMemcpyHostToDevice, stream_), "load_linear_weight");
+      dst += part->size_bytes;
+    }
+    Tensor scales = allocator_->allocate(DType::F32, {layout->scale_rows(), layout->scale_stride});
+    check(cudaMemcpyAsync(scales.data, layout->scales.data(), layout->scales.size() * sizeof(float),
+                          cudaMemcpyHostToDevice, stream_),
+          "load_linear_weight (scales)");
+    check(cudaStreamSynchronize(stream_), "load_linear_weight");
+    codes.block_scales = std::make_shared<const Tensor>(std::move(scales));
+    return codes;
+  }
+
   Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) override {
     Tensor out = allocator_->allocate(DType::F32, std::move(shape));
     if (static_cast<size_t>(out.numel()) != values.size()) fail("from_host_f32: shape does not match value count");
@@ -183,6 +207,13 @@ class CudaBackend final : public Backend {
     copy_to_host(t, raw.data());
     std::vector<float> out(t.numel());
     convert_to_f32(t.dtype, raw.data(), out.data(), out.size());
+    if (t.block_scales) {  // codes times their block's scale, exactly
+      const std::vector<float> scales = to_host_f32(*t.block_scales);
+      const int64_t columns = t.size(-1), stride = t.block_scales->size(1);
+      for (int64_t r = 0; r < t.numel() / columns; ++r) {
+        for (int64_t c = 0; c < columns; ++c) out[r * columns + c] *= scales[r / 128 * stride + c / 128];
+      }
+    }
     return out;
   }
 
@@ -480,7 +511,7 @@ class CudaBackend final : public Backend {
     const size_t element = dtype_size(x.dtype);
     // One row's columns are contiguous: a view (at batch 1 the three q/k/v slices of each layer, copied as graph
     // nodes of the copy engine, cost 0.15 ms a step; docs/BENCHMARKS.md).
-    if (num_rows == 1) return Tensor{x.dtype, {1, count}, x.ptr<char>() + begin * element, x.storage};
+    if (num_rows == 1) return Tensor{x.dtype, {1, count}, x.ptr<char>() + begin * element, x.storage, nullptr};
     Tensor out = allocator_->allocate(x.dtype, {num_rows, count});
     launch("slice_columns", [&] {
       kernels::launch_copy_2d(out.data, count * element, x.ptr<char>() + begin * element, width * element,
@@ -613,8 +644,11 @@ class CudaBackend final : public Backend {
                      const GluActivation& activation) override {
     const auto [num_experts, hidden, intermediate, num_tokens, top_k] = moe_shape(x, routing, experts);
     const Tensor in = this->activation(x, "moe_experts");
-    const Tensor gate_up_weight = this->activation(experts.gate_up, "moe_experts (gate_up)");
-    const Tensor down_weight = this->activation(experts.down, "moe_experts (down)");
+    // Block-FP8 experts stay as codes: the kernels read them.
+    const Tensor gate_up_weight =
+        experts.gate_up.block_scales ? experts.gate_up : this->activation(experts.gate_up, "moe_experts (gate_up)");
+    const Tensor down_weight =
+        experts.down.block_scales ? experts.down : this->activation(experts.down, "moe_experts (down)");
     std::optional<Tensor> gate_up_bias, down_bias;
     if (experts.gate_up_bias) gate_up_bias = this->activation(*experts.gate_up_bias, "moe_experts (gate_up bias)");
     if (experts.down_bias) down_bias = this->activation(*experts.down_bias, "moe_experts (down bias)");
@@ -637,11 +671,11 @@ class CudaBackend final : public Backend {
                                       checked_int(experts.first_expert, "first expert"),
                                       checked_int(num_experts, "experts"), max_tiles, grouping, stream_);
     });
-    if (num_pairs >= kPerExpertGemmRows * num_experts && !capturing()) {
-      expert_gemms(in, grouping, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
-                   gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
-                   activated, down);
-    } else {
+    const bool per_expert = num_pairs >= kPerExpertGemmRows * num_experts && !capturing() &&
+                            expert_gemms(in, grouping, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
+                                         gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr,
+                                         activation, activated, down);
+    if (!per_expert) {
       grouped_gemms(in, grouping, max_tiles, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
                     gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
                     kernels::moe_few_rows(num_pairs, num_experts), activated, down);
@@ -1260,7 +1294,7 @@ class CudaBackend final : public Backend {
     up.top_k = checked_int(top_k, "top_k");
     up.tile_expert = grouping.tile_expert;
     up.max_tiles = max_tiles;
-    up.weight = gate_up_weight.ptr<bf16>();
+    set_expert_weight(up, gate_up_weight);
     up.bias = gate_up_bias ? gate_up_bias->ptr<bf16>() : nullptr;
     up.n = checked_int(2 * intermediate, "intermediate size");
     up.k = checked_int(in.size(-1), "hidden size");
@@ -1284,7 +1318,7 @@ class CudaBackend final : public Backend {
     dn.fuse_gated_activation = false;
     dn.input = activated.ptr<bf16>();
     dn.gather_by_pair = false;
-    dn.weight = down_weight.ptr<bf16>();
+    set_expert_weight(dn, down_weight);
     dn.bias = down_bias ? down_bias->ptr<bf16>() : nullptr;
     dn.out = down.ptr<bf16>();
     dn.n = up.k;
@@ -1292,9 +1326,23 @@ class CudaBackend final : public Backend {
     launch("moe_experts (down)", [&] { kernels::launch_moe_grouped_gemm(dn, stream_); });
   }
 
+  static void set_expert_weight(kernels::MoeGemmParams& p, const Tensor& weight) {
+    p.weight = nullptr;
+    p.fp8_weight = nullptr;
+    if (weight.block_scales) {
+      p.fp8_weight = static_cast<const __nv_fp8_e4m3*>(weight.data);
+      p.fp8_scales = weight.block_scales->ptr<float>();
+      p.fp8_scale_stride = checked_int(weight.block_scales->size(1), "scale stride");
+    } else {
+      p.weight = weight.ptr<bf16>();
+    }
+  }
+
   // The same with the experts' inputs gathered side by side and one cuBLASLt GEMM per expert and projection, over
-  // the expert's padded rows (multiples of 64, which bounds the GEMM shapes planned).
-  void expert_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int top_k, const Tensor& gate_up_weight,
+  // the expert's padded rows (multiples of 64, which bounds the GEMM shapes planned). Block-FP8 experts multiply
+  // on FP8 tensor cores (W8A8), each expert's rows quantized per row and 128 columns; false where cuBLASLt has no
+  // block-scaled algorithm for a shape (the caller then runs the grouped kernels).
+  bool expert_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int top_k, const Tensor& gate_up_weight,
                     const Tensor& down_weight, const Tensor* gate_up_bias, const Tensor* down_bias,
                     const GluActivation& activation, Tensor& activated, Tensor& down) {
     const int64_t num_experts = gate_up_weight.size(0);
@@ -1313,24 +1361,51 @@ class CudaBackend final : public Backend {
                                         checked_int(hidden, "hidden size"), stream_);
     });
     const auto row_ptr = [](const Tensor& t, int64_t row) { return t.ptr<bf16>() + row * t.size(-1); };
-    for (int64_t e = 0; e < num_experts; ++e) {
-      const int64_t m = rows[e + 1] - rows[e];
-      if (m == 0) continue;
-      gemm_->run(row_ptr(inputs, rows[e]), row_ptr(gate_up_weight, e * 2 * intermediate),
-                 gate_up_bias ? gate_up_bias->ptr<bf16>() + e * 2 * intermediate : nullptr,
-                 row_ptr(gate_up, rows[e]), m, 2 * intermediate, hidden);
+    // out's rows of each expert = inputs' rows of the expert times its [n, k] weight (+ its bias).
+    const auto project = [&](const Tensor& inputs, const Tensor& weight, const Tensor* bias, Tensor& out, int64_t n,
+                             int64_t k, const char* what) {
+      const bf16* biases = bias ? bias->ptr<bf16>() : nullptr;
+      if (!weight.block_scales) {
+        for (int64_t e = 0; e < num_experts; ++e) {
+          const int64_t m = rows[e + 1] - rows[e];
+          if (m == 0) continue;
+          gemm_->run(row_ptr(inputs, rows[e]), weight.ptr<bf16>() + e * n * k, biases ? biases + e * n : nullptr,
+                     row_ptr(out, rows[e]), m, n, k);
+        }
+        return true;
+      }
+      const int64_t column_blocks = (k + 127) / 128;
+      Tensor codes = allocator_->allocate(DType::F8_E4M3, {used_rows, k});
+      Tensor scales = allocator_->allocate(DType::F32, {used_rows * column_blocks});
+      launch(what, [&] {
+        kernels::launch_quantize_row_groups_fp8(inputs.ptr<bf16>(), grouping.expert_rows,
+                                                checked_int(num_experts, "experts"), used_rows, k,
+                                                static_cast<__nv_fp8_e4m3*>(codes.data), scales.ptr<float>(),
+                                                stream_);
+      });
+      const Tensor& weight_scales = *weight.block_scales;
+      const int64_t expert_scales = n / 128 * weight_scales.size(1);
+      for (int64_t e = 0; e < num_experts; ++e) {
+        const int64_t m = rows[e + 1] - rows[e];
+        if (m == 0) continue;
+        if (!gemm_->run_block_fp8(codes.ptr<char>() + rows[e] * k, scales.ptr<float>() + rows[e] * column_blocks,
+                                  static_cast<const char*>(weight.data) + e * n * k,
+                                  weight_scales.ptr<float>() + e * expert_scales, biases ? biases + e * n : nullptr,
+                                  row_ptr(out, rows[e]), m, n, k, false)) {
+          return false;
+        }
+      }
+      return true;
+    };
+    if (!project(inputs, gate_up_weight, gate_up_bias, gate_up, 2 * intermediate, hidden,
+                 "moe_experts (gate_up activations)")) {
+      return false;
     }
     launch("moe_experts (activation)", [&] {
       kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), used_rows, intermediate,
                                        gated_spec(activation), stream_);
     });
-    for (int64_t e = 0; e < num_experts; ++e) {
-      const int64_t m = rows[e + 1] - rows[e];
-      if (m == 0) continue;
-      gemm_->run(row_ptr(activated, rows[e]), row_ptr(down_weight, e * hidden),
-                 down_bias ? down_bias->ptr<bf16>() + e * hidden : nullptr, row_ptr(down, rows[e]), m, hidden,
-                 intermediate);
-    }
+    return project(activated, down_weight, down_bias, down, hidden, intermediate, "moe_experts (down activations)");
   }
 
 
@@ -1360,9 +1435,21 @@ class CudaBackend final : public Backend {
   // A bf16 view of a float input: bf16 as it is, float32 converted (e.g. tensors made by from_host_f32).
   Tensor activation(const Tensor& t, const char* op) {
     if (t.dtype == DType::BF16) return t;
+    if (t.block_scales) return dequantized(t, op);
     if (t.dtype != DType::F32) fail("cuda backend: {} expects bf16 or float32, got {}", op, dtype_name(t.dtype));
     Tensor out = allocator_->allocate(DType::BF16, t.shape);
     launch(op, [&] { kernels::launch_f32_to_bf16(t.ptr<float>(), out.ptr<bf16>(), t.numel(), stream_); });
+    return out;
+  }
+
+  // A block-FP8 weight's values rounded to bf16, for the ops that have no FP8 kernel.
+  Tensor dequantized(const Tensor& t, const char* op) {
+    Tensor out = allocator_->allocate(DType::BF16, t.shape);
+    launch(op, [&] {
+      kernels::launch_dequantize_block_fp8(static_cast<const __nv_fp8_e4m3*>(t.data), t.block_scales->ptr<float>(),
+                                           t.numel() / t.size(-1), t.size(-1), t.block_scales->size(1),
+                                           out.ptr<bf16>(), stream_);
+    });
     return out;
   }
 
@@ -1463,16 +1550,18 @@ class CudaBackend final : public Backend {
     const Tensor& residual = input.residual;
     const int64_t k = residual.shape.empty() ? 0 : residual.size(-1);
     const int64_t n = weight.shape.size() == 2 ? weight.size(0) : 0;
-    const bool fits = residual.dtype == DType::BF16 && weight.dtype == DType::BF16 && residual.numel() == k &&
-                      weight.size(1) == k && input.norm_weight.numel() == k &&
-                      (!input.addend || input.addend->numel() == k) && kernels::gemv_supports(1, n, k) &&
+    const bool fp8 = weight.block_scales != nullptr;
+    const bool fits = residual.dtype == DType::BF16 && (weight.dtype == DType::BF16 || fp8) &&
+                      residual.numel() == k && weight.size(1) == k && input.norm_weight.numel() == k &&
+                      (!input.addend || input.addend->numel() == k) &&
+                      (fp8 ? kernels::gemv_supports_fp8(1, n, k) : kernels::gemv_supports(1, n, k)) &&
                       (!bias || bias->numel() == n) && aligned16(residual.data) && aligned16(weight.data) &&
                       (!input.addend || aligned16(input.addend->data));
     if (!fits) return std::nullopt;
     PreNormGemv gemv;
     kernels::GemvParams& p = gemv.params;
     p.x = residual.ptr<bf16>();
-    p.weight = weight.ptr<bf16>();
+    set_gemv_weight(p, weight);
     p.n = static_cast<int>(n);
     p.k = static_cast<int>(k);
     p.norm_weight = gemv.inputs.emplace_back(activation(input.norm_weight, "pre-norm GEMV (norm weight)")).ptr<bf16>();
@@ -1485,6 +1574,16 @@ class CudaBackend final : public Backend {
       p.residual_out = gemv.next_residual.ptr<bf16>();
     }
     return gemv;
+  }
+
+  static void set_gemv_weight(kernels::GemvParams& p, const Tensor& weight) {
+    if (weight.block_scales) {
+      p.fp8_weight = static_cast<const __nv_fp8_e4m3*>(weight.data);
+      p.fp8_scales = weight.block_scales->ptr<float>();
+      p.fp8_scale_stride = checked_int(weight.block_scales->size(1), "scale stride");
+    } else {
+      p.weight = weight.ptr<bf16>();
+    }
   }
 
   void run(const PreNormGemv& gemv, PreNorm& input, const char* what) {
@@ -1558,23 +1657,19 @@ class CudaBackend final : public Backend {
     const int64_t k = weight.size(1);
     if (x.shape.empty() || x.size(-1) != k) fail("linear: input has {} features, weight expects {}", x.shape.empty() ? 0 : x.size(-1), k);
     const Tensor in = activation(x, "linear");
-    const Tensor w = constant(weight, DType::BF16, "linear (weight)");
     std::optional<Tensor> b;
     if (bias) {
       if (bias->numel() != n) fail("linear: bias has {} values for {} outputs", bias->numel(), n);
       b = constant(*bias, out_dtype == DType::F32 ? DType::F32 : DType::BF16, "linear (bias)");
     }
     const int64_t m = x.numel() / k;
+    if (weight.block_scales) {
+      if (std::optional<Tensor> out = block_fp8_linear(in, weight, b, out_dtype, m)) return *out;
+    }
+    const Tensor w = constant(weight, DType::BF16, "linear (weight)");
     Tensor out = allocator_->allocate(out_dtype, {m, n});
     if (out_dtype == DType::BF16 && kernels::gemv_supports(m, n, k) && aligned16(in.data) && aligned16(w.data)) {
-      kernels::GemvParams p;
-      p.x = in.ptr<bf16>();
-      p.weight = w.ptr<bf16>();
-      p.bias = b ? b->ptr<bf16>() : nullptr;
-      p.out = out.ptr<bf16>();
-      p.n = static_cast<int>(n);
-      p.k = static_cast<int>(k);
-      launch("linear (gemv)", [&] { kernels::launch_gemv(p, stream_); });
+      gemv(in, w, b, out, "linear (gemv)");
       return out;
     }
     if (out_dtype == DType::F32 && !b && kernels::skinny_gemv_f32_supports(m, n, k) && aligned16(in.data) &&
@@ -1589,6 +1684,52 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // out [1, N] (bf16) = in [1, K] times weight (bf16 or block FP8) transposed (+ bias).
+  void gemv(const Tensor& in, const Tensor& weight, const std::optional<Tensor>& bias, Tensor& out, const char* what) {
+    kernels::GemvParams p;
+    p.x = in.ptr<bf16>();
+    set_gemv_weight(p, weight);
+    p.bias = bias ? bias->ptr<bf16>() : nullptr;
+    p.out = out.ptr<bf16>();
+    p.n = checked_int(weight.size(0), "gemv rows");
+    p.k = checked_int(weight.size(1), "gemv columns");
+    launch(what, [&] { kernels::launch_gemv(p, stream_); });
+  }
+
+  // x [m, K] times a block-FP8 weight: the GEMV on its codes for one row (W8A16), cuBLASLt's block-scaled FP8 GEMM
+  // for more, over x quantized per row and 128 columns (W8A8, DeepSeek's dynamic activation scheme), m padded to the
+  // multiple of 4 that cuBLASLt's activation scales need. Nullopt where cuBLASLt has no algorithm for the shape: the
+  // caller multiplies the weight's bf16 values (a copy of the weight, kept while it lives), said once per shape.
+  std::optional<Tensor> block_fp8_linear(const Tensor& in, const Tensor& weight, const std::optional<Tensor>& bias,
+                                         DType out_dtype, int64_t m) {
+    const int64_t n = weight.size(0), k = weight.size(1);
+    const Tensor& scales = *weight.block_scales;
+    if (m == 1 && out_dtype == DType::BF16 && kernels::gemv_supports_fp8(m, n, k) && aligned16(in.data)) {
+      Tensor out = allocator_->allocate(DType::BF16, {1, n});
+      gemv(in, weight, bias, out, "linear (block-FP8 gemv)");
+      return out;
+    }
+    const int64_t padded = (m + 3) / 4 * 4;
+    Tensor codes = allocator_->allocate(DType::F8_E4M3, {padded, k});
+    Tensor x_scales = allocator_->allocate(DType::F32, {(k + 127) / 128, padded});
+    launch("linear (block-FP8 activations)", [&] {
+      kernels::launch_quantize_rows_fp8(in.ptr<bf16>(), m, padded, k, static_cast<__nv_fp8_e4m3*>(codes.data),
+                                        x_scales.ptr<float>(), stream_);
+    });
+    Tensor out = allocator_->allocate(out_dtype, {padded, n});
+    if (!gemm_->run_block_fp8(codes.data, x_scales.ptr<float>(), weight.data, scales.ptr<float>(),
+                              bias ? bias->data : nullptr, out.data, padded, n, k, out_dtype == DType::F32)) {
+      if (fp8_fallback_shapes_.insert({n, k}).second) {
+        std::fprintf(stderr,
+                     "tern: cuBLASLt has no block-scaled FP8 GEMM for %lld rows x [%lld, %lld]; weights of this shape "
+                     "multiply as bf16 copies\n",
+                     static_cast<long long>(padded), static_cast<long long>(n), static_cast<long long>(k));
+      }
+      return std::nullopt;
+    }
+    return padded == m ? out : out.rows(0, m);
+  }
+
   static ncclDataType_t nccl_type(const Tensor& x, const char* op) {
     if (x.dtype == DType::BF16) return ncclBfloat16;
     if (x.dtype == DType::F32) return ncclFloat32;
@@ -1601,6 +1742,7 @@ class CudaBackend final : public Backend {
     Tensor converted;
   };
   std::map<std::pair<const void*, DType>, ConvertedConstant> converted_constants_;
+  std::set<std::pair<int64_t, int64_t>> fp8_fallback_shapes_;  // block-FP8 weights' [N, K] that cuBLASLt did not take
   size_t live_constants_ = 0;  // entries after the last sweep of expired ones
   std::shared_ptr<cuda::NcclGroup> group_;
   int rank_ = 0;

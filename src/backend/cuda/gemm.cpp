@@ -36,7 +36,7 @@ Gemm::~Gemm() {
 Gemm::Plan& Gemm::plan(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
-  const auto [m, n, k, has_bias, align, f32_out, groups] = key;
+  const auto [m, n, k, has_bias, align, f32_out, groups, block_fp8] = key;
   Plan p;
   // Column-major view: out^T [N, M] = weight [K, N]^T * x^T [K, M].
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -52,10 +52,19 @@ Gemm::Plan& Gemm::plan(const Key& key) {
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
           "bias type");
   }
+  if (block_fp8) {
+    const cublasLtMatmulMatrixScale_t weight_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const cublasLtMatmulMatrixScale_t x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &weight_mode, sizeof(weight_mode)),
+          "weight scale mode");
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode)),
+          "activation scale mode");
+  }
+  const cudaDataType_t operand_type = block_fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   // Groups: x's and out's rows hold every group's columns (leading dimensions G * K and G * N), group g's start
   // g * K and g * N elements in; weight g starts g * N * K elements in.
-  check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "layout A");
-  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, groups * k), "layout B");
+  check(cublasLtMatrixLayoutCreate(&p.a, operand_type, k, n, k), "layout A");
+  check(cublasLtMatrixLayoutCreate(&p.b, operand_type, k, m, groups * k), "layout B");
   check(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, groups * n), "layout C");
   if (groups > 1) {
     const int32_t count = static_cast<int32_t>(groups);
@@ -83,7 +92,8 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found_count);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (status != CUBLAS_STATUS_SUCCESS || found_count == 0) {
+  p.has_algo = status == CUBLAS_STATUS_SUCCESS && found_count > 0;
+  if (!p.has_algo && !block_fp8) {
     fail("cuda backend: linear: cuBLASLt has no bf16 algorithm for {} groups of [{}, {}] x [{}, {}]^T (status {})",
          groups, m, k, n, k, static_cast<int>(status));
   }
@@ -91,12 +101,7 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   return plans_.emplace(key, p).first->second;
 }
 
-void Gemm::run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k,
-               bool f32_out) {
-  if (m == 0 || n == 0) return;
-  const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
-                              bias ? alignment_of(bias) : 256});
-  Plan& p = plan({m, n, k, bias != nullptr, align, f32_out, 1});
+void Gemm::matmul(Plan& p, const void* x, const void* weight, const void* bias, void* out, const char* what) {
   if (bias) {
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
           "bias pointer");
@@ -104,7 +109,15 @@ void Gemm::run(const void* x, const void* weight, const void* bias, void* out, i
   const float alpha = 1.0f, beta = 0.0f;
   check(cublasLtMatmul(handle_, p.desc, &alpha, weight, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo, workspace_,
                        workspace_bytes_, stream_),
-        "linear (cublasLtMatmul)");
+        what);
+}
+
+void Gemm::run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k,
+               bool f32_out) {
+  if (m == 0 || n == 0) return;
+  const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
+                              bias ? alignment_of(bias) : 256});
+  matmul(plan({m, n, k, bias != nullptr, align, f32_out, 1, false}), x, weight, bias, out, "linear (cublasLtMatmul)");
 }
 
 void Gemm::run_grouped(const void* x, const void* weight, void* out, int64_t m, int64_t n, int64_t k,
@@ -114,11 +127,24 @@ void Gemm::run_grouped(const void* x, const void* weight, void* out, int64_t m, 
   const auto offset = [](const void* p, int64_t elements) { return static_cast<const char*>(p) + elements * 2; };
   const int align = std::min({alignment_of(x), alignment_of(offset(x, k)), alignment_of(weight),
                               alignment_of(offset(weight, n * k)), alignment_of(out), alignment_of(offset(out, n))});
-  Plan& p = plan({m, n, k, false, align, false, groups});
-  const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(handle_, p.desc, &alpha, weight, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo, workspace_,
-                       workspace_bytes_, stream_),
-        "grouped_linear (cublasLtMatmul)");
+  matmul(plan({m, n, k, false, align, false, groups, false}), x, weight, nullptr, out,
+         "grouped_linear (cublasLtMatmul)");
+}
+
+bool Gemm::run_block_fp8(const void* x, const float* x_scales, const void* weight, const float* weight_scales,
+                         const void* bias, void* out, int64_t m, int64_t n, int64_t k, bool f32_out) {
+  if (m == 0 || n == 0) return true;
+  const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
+                              bias ? alignment_of(bias) : 256});
+  Plan& p = plan({m, n, k, bias != nullptr, align, f32_out, 1, true});
+  if (!p.has_algo) return false;
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales,
+                                       sizeof(weight_scales)),
+        "weight scales");
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
+        "activation scales");
+  matmul(p, x, weight, bias, out, "block-FP8 linear (cublasLtMatmul)");
+  return true;
 }
 
 }  // namespace tern::cuda

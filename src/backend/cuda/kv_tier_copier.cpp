@@ -26,7 +26,7 @@ KvTierCopier::~KvTierCopier() {
 }
 
 Tensor KvTierCopier::pinned_zeros(DType dtype, std::vector<int64_t> shape) {
-  Tensor tensor{dtype, std::move(shape), nullptr, nullptr};
+  Tensor tensor{dtype, std::move(shape), nullptr, nullptr, nullptr};
   if (tensor.bytes() == 0) return tensor;
   void* memory = nullptr;
   check(cudaMallocHost(&memory, tensor.bytes()), "host KV cache: cudaMallocHost");

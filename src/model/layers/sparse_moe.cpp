@@ -85,9 +85,9 @@ Tensor load_transposed_experts(WeightLoader& weights, const std::string& name, c
 // the result (its leading dimensions flattened) is row source_row(r) of the checkpoint tensor. Rows hold whole
 // 1 x 32 MXFP4 scale groups, so experts are picked and gate/up de-interleaved without dequantizing.
 template <typename SourceRow>
-Tensor load_quantized_rows(WeightLoader& linear, const std::string& name, const std::vector<int64_t>& shape,
+Tensor load_quantized_rows(WeightLoader& quantized, const std::string& name, const std::vector<int64_t>& shape,
                            std::vector<int64_t> result_shape, SourceRow source_row) {
-  const TensorInfo& info = linear.info(name, shape);
+  const TensorInfo& info = quantized.info(name, shape);
   if (info.dtype != DType::F4_E2M1 || !info.block_scales || info.block_scales->block_rows != 1) {
     fail("{}: tensor '{}' is {}, not MXFP4 blocks with their scales", info.file.string(), name,
          dtype_name(info.dtype));
@@ -114,7 +114,7 @@ Tensor load_quantized_rows(WeightLoader& linear, const std::string& name, const 
   relaid.size_bytes = codes.size();
   relaid.block_scales->scales = &relaid_scales;
   const TensorInfo* part = &relaid;
-  return linear.load_parts({&part, 1});
+  return quantized.load_parts({&part, 1});
 }
 
 }  // namespace
@@ -172,12 +172,12 @@ void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& 
     // MXFP4 experts are [E, out, in] with 32-element groups along `in`: gpt-oss's mlp1_weight [E, 2I, H] and
     // mlp2_weight [E, H, I] (gpt_oss/torch/model.py, MLPBlock), which transformers' convert_moe_packed_tensors
     // transposes into the bf16 checkpoints' [E, in, out] (integrations/mxfp4.py). So rows move here, none transposed.
-    WeightLoader linear = weights.linear_weights();
-    gate_up_ = load_quantized_rows(linear, names + "gate_up_proj_blocks", {num_experts, 2 * inter, hidden},
+    WeightLoader quantized = weights.grouped_weights();
+    gate_up_ = load_quantized_rows(quantized, names + "gate_up_proj_blocks", {num_experts, 2 * inter, hidden},
                                    {count, 2 * inter, hidden}, [&](int64_t r) {
                                      return experts[r / (2 * inter)] * 2 * inter + interleaved(r % (2 * inter));
                                    });
-    down_ = load_quantized_rows(linear, names + "down_proj_blocks", {num_experts, hidden, inter},
+    down_ = load_quantized_rows(quantized, names + "down_proj_blocks", {num_experts, hidden, inter},
                                 {count, hidden, inter},
                                 [&](int64_t r) { return experts[r / hidden] * hidden + r % hidden; });
   } else {

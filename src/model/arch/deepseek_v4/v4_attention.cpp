@@ -32,7 +32,8 @@ V4Attention::V4Attention(WeightLoader& weights, const std::string& prefix, const
   head_ones_ = weights.backend().from_host_f32(std::vector<float>(head_dim_, 1.0f), {head_dim_});
   kv_weight_ = linear.load(prefix + ".wkv.weight", {head_dim_, hidden});
   kv_norm_ = weights.load(prefix + "." + kv_norm + ".weight", {head_dim_});
-  o_a_weight_ = linear.load(prefix + ".wo_a.weight", {o_groups_ * o_lora_rank_, width / o_groups_})
+  o_a_weight_ = weights.grouped_weights()
+                    .load(prefix + ".wo_a.weight", {o_groups_ * o_lora_rank_, width / o_groups_})
                     .reshape({o_groups_, o_lora_rank_, width / o_groups_});
   o_b_weight_ = linear.load(prefix + ".wo_b.weight", {hidden, o_groups_ * o_lora_rank_});
   sinks_ = weights.load(prefix + ".attn_sink", {num_heads_});

@@ -1,0 +1,182 @@
+// Block-FP8 linears (the CUDA backend's path for FP8 checkpoints and --quantization fp8) against bf16, through the
+// same calls the backend makes: cuBLASLt's block-scaled FP8 GEMM (src/backend/cuda/gemm.*) with and without the
+// activation quantization before it (kernels/linear/block_fp8), and the GEMV on FP8 codes (kernels/linear/gemv).
+// Compute: 8192^3 and the Llama-3.1-8B prefill shapes at 4,096 rows, TFLOP/s beside cuBLASLt bf16 in the same run.
+// Bandwidth: the 8B decode shapes at 1, 4 and 16 rows, and one batch-1 decode step's FP8 GEMVs back to back, as a
+// share of a device-to-device copy measured in the same run; every call reads a weight copy that is not in L2.
+// Random data, medians of CUDA-event-timed runs after warm-up.
+// Usage: fp8_linear_bench
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "cuda_bench.cuh"
+#include "linear/block_fp8.h"
+#include "linear/gemv.h"
+
+using tern::bench::check;
+using tern::bench::fill_random;
+using tern::bench::median_ms;
+
+namespace {
+
+__global__ void fill_random_fp8(__nv_fp8_e4m3* out, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = __nv_fp8_e4m3(tern::bench::hashed_value(i, seed));
+  }
+}
+
+__global__ void fill_value(float* out, size_t count, float value) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = value;
+  }
+}
+
+int64_t scale_stride(int64_t k) { return ((k + 127) / 128 + 3) / 4 * 4; }
+
+tern::kernels::GemvParams fp8_gemv_params(const __nv_bfloat16* x, const __nv_fp8_e4m3* codes, const float* scales,
+                                          __nv_bfloat16* out, int64_t n, int64_t k) {
+  tern::kernels::GemvParams p;
+  p.x = x;
+  p.fp8_weight = codes;
+  p.fp8_scales = scales;
+  p.fp8_scale_stride = static_cast<int>(scale_stride(k));
+  p.out = out;
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(k);
+  return p;
+}
+
+}  // namespace
+
+int main() {
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  const size_t weight_bytes = size_t{1} << 30;  // 1 GB of FP8 codes, 2 GB of bf16 weights
+  const size_t max_rows = 8192, max_k = 28672;
+  __nv_fp8_e4m3 *codes, *x_codes;
+  __nv_bfloat16 *weight, *copy, *x, *out;
+  float *weight_scales, *x_scales;
+  void* workspace;
+  check(cudaMalloc(&codes, weight_bytes), "malloc");
+  check(cudaMalloc(&weight, weight_bytes * 2), "malloc");
+  check(cudaMalloc(&copy, weight_bytes * 2), "malloc");
+  check(cudaMalloc(&weight_scales, weight_bytes / 128 / 128 * 8 + (1 << 20)), "malloc");
+  check(cudaMalloc(&x, max_rows * max_k * 2), "malloc");
+  check(cudaMalloc(&x_codes, max_rows * max_k), "malloc");
+  check(cudaMalloc(&x_scales, max_rows * max_k / 128 * 4 + 4096), "malloc");
+  check(cudaMalloc(&out, max_rows * max_k * 4), "malloc");
+  check(cudaMalloc(&workspace, size_t{32} << 20), "malloc");
+  fill_random_fp8<<<4096, 256, 0, stream>>>(codes, weight_bytes, 1);
+  fill_random<<<4096, 256, 0, stream>>>(weight, weight_bytes, 2);
+  fill_random<<<1024, 256, 0, stream>>>(x, max_rows * max_k, 3);
+  fill_value<<<1024, 256, 0, stream>>>(weight_scales, weight_bytes / 128 / 128 * 2, 1.0f / 448);
+  tern::cuda::Gemm gemm(stream, workspace, size_t{32} << 20);
+
+  const auto quantize = [&](int64_t m, int64_t k) {
+    tern::kernels::launch_quantize_rows_fp8(x, m, (m + 3) / 4 * 4, k, x_codes, x_scales, stream);
+  };
+  const auto fp8_gemm = [&](const __nv_fp8_e4m3* w, int64_t m, int64_t n, int64_t k) {
+    if (!gemm.run_block_fp8(x_codes, x_scales, w, weight_scales, nullptr, out, (m + 3) / 4 * 4, n, k, false)) {
+      std::fprintf(stderr, "cuBLASLt has no block-scaled FP8 GEMM for [%lld, %lld] x [%lld, %lld]\n",
+                   static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
+                   static_cast<long long>(k));
+      std::exit(1);
+    }
+  };
+
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape compute_shapes[] = {{"8192^3", 8192, 8192}, {"qkv", 6144, 4096}, {"o_proj", 4096, 4096},
+                                  {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  std::printf("%-8s %6s %14s %12s %12s %12s\n", "gemm", "m", "n x k", "bf16 TF/s", "fp8 TF/s", "+quant TF/s");
+  for (const Shape& s : compute_shapes) {
+    const int64_t m = s.n == 8192 ? 8192 : 4096;
+    const double flop = 2.0 * m * s.n * s.k;
+    quantize(m, s.k);
+    const double bf16_ms = median_ms([&] { gemm.run(x, weight, nullptr, out, m, s.n, s.k); }, 5, 20, stream);
+    const double fp8_ms = median_ms([&] { fp8_gemm(codes, m, s.n, s.k); }, 5, 20, stream);
+    const double quantized_ms = median_ms(
+        [&] {
+          quantize(m, s.k);
+          fp8_gemm(codes, m, s.n, s.k);
+        },
+        5, 20, stream);
+    std::printf("%-8s %6lld %7lldx%-6lld %12.0f %12.0f %12.0f\n", s.name, static_cast<long long>(m),
+                static_cast<long long>(s.n), static_cast<long long>(s.k), flop / (bf16_ms * 1e9),
+                flop / (fp8_ms * 1e9), flop / (quantized_ms * 1e9));
+  }
+
+  const double copy_ms = median_ms(
+      [&] { check(cudaMemcpyAsync(copy, weight, weight_bytes * 2, cudaMemcpyDeviceToDevice, stream), "copy"); }, 5,
+      20, stream);
+  const double copy_tbs = 2.0 * weight_bytes * 2 / (copy_ms * 1e-3) / 1e12;  // a copy reads and writes every byte
+  std::printf("copy anchor: %.3f ms for %.2f GB read + written, %.2f TB/s\n", copy_ms, weight_bytes * 2 / 1e9,
+              copy_tbs);
+  const Shape decode_shapes[] = {{"qkv", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate_up", 28672, 4096},
+                                 {"down", 4096, 14336}};
+  std::printf("%-8s %4s %12s %-22s %10s %7s %8s\n", "linear", "m", "n x k", "kernel", "time (us)", "TB/s", "of copy");
+  for (const Shape& s : decode_shapes) {
+    const size_t copies = weight_bytes / static_cast<size_t>(s.n * s.k);
+    size_t call = 0;
+    const auto next_codes = [&] { return codes + (call++ % copies) * s.n * s.k; };
+    for (const int64_t m : {1, 4, 16}) {
+      const double bytes = 1.0 * s.n * s.k + 2.0 * m * (s.k + s.n);
+      const auto report = [&](const char* kernel, double ms) {
+        const double tbs = bytes / (ms * 1e-3) / 1e12;
+        std::printf("%-8s %4lld %6lldx%-5lld %-22s %10.1f %7.2f %7.0f%%\n", s.name, static_cast<long long>(m),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), kernel, ms * 1e3, tbs,
+                    100 * tbs / copy_tbs);
+      };
+      if (m == 1) {
+        report("fp8 gemv", median_ms(
+                               [&] {
+                                 tern::kernels::launch_gemv(
+                                     fp8_gemv_params(x, next_codes(), weight_scales, out, s.n, s.k), stream);
+                               },
+                               5, 50, stream));
+      }
+      report("quantize + fp8 cuBLASLt", median_ms(
+                                            [&] {
+                                              quantize(m, s.k);
+                                              fp8_gemm(next_codes(), m, s.n, s.k);
+                                            },
+                                            5, 50, stream));
+    }
+  }
+  // One batch-1 decode step's FP8 GEMVs back to back, as a recorded step runs them: 32 layers of distinct weights
+  // (7 GB, so every weight comes from memory), each launched as a dependent of the one before.
+  {
+    std::vector<std::pair<__nv_fp8_e4m3*, Shape>> chain;
+    size_t total_bytes = 0;
+    for (int layer = 0; layer < 32; ++layer) {
+      for (const Shape& s : decode_shapes) {
+        __nv_fp8_e4m3* w;
+        check(cudaMalloc(&w, s.n * s.k), "malloc");
+        fill_random_fp8<<<4096, 256, 0, stream>>>(w, s.n * s.k, layer + 3);
+        chain.push_back({w, s});
+        total_bytes += s.n * s.k;
+      }
+    }
+    const double chain_ms = median_ms(
+        [&] {
+          for (const auto& [w, s] : chain) {
+            tern::kernels::launch_gemv(fp8_gemv_params(x, w, weight_scales, out, s.n, s.k), stream);
+          }
+        },
+        2, 10, stream);
+    std::printf("batch 1: one decode step's %zu FP8 GEMVs back to back: %.3f ms for %.2f GB, %.2f TB/s (%.0f%% of "
+                "copy)\n",
+                chain.size(), chain_ms, total_bytes / 1e9, total_bytes / (chain_ms * 1e-3) / 1e12,
+                100 * total_bytes / (chain_ms * 1e-3) / 1e12 / copy_tbs);
+    for (const auto& link : chain) check(cudaFree(link.first), "free");
+  }
+  return 0;
+}

@@ -1,0 +1,301 @@
+// Block-FP8 linear weights on the CUDA backend: load_linear_weight keeps a weight whose parts fit one 128x128 grid
+// as e4m3 codes with its block scales. One row multiplies through the GEMV on the codes (W8A16), more rows through
+// cuBLASLt's block-scaled FP8 GEMM over activations quantized per row and 128 columns (W8A8), each against float64
+// products of the same operands; the fused pre-norm GEMVs and the MoE experts against the CPU backend's ops on the
+// dequantized weights; weights off the grid load as bf16; and fixture models under --quantization fp8 against the
+// CPU's W8A16 logits.
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "fixtures.h"
+#include "model/block_fp8_weight.h"
+#include "model/model.h"
+#include "model/sequence_runner.h"
+
+namespace tern {
+namespace {
+
+using testing::random_bf16_values;
+using testing::relative_error;
+
+// A weight quantized to 128x128 blocks of scales that differ from block to block (powers of two apart), so that
+// a scale taken from the wrong block shows.
+struct Fp8Weight {
+  std::vector<float> values;
+  TensorInfo source;
+  std::unique_ptr<BlockFp8Weight> quantized;
+  std::vector<float> dequantized;  // [n, k]: code times scale, as every backend must read it
+
+  Fp8Weight(int64_t n, int64_t k, uint32_t seed) : values(random_bf16_values(static_cast<size_t>(n * k), seed, 0.05f)) {
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        values[r * k + c] *= std::ldexp(1.0f, static_cast<int>((r / 128 + 2 * (c / 128)) % 5) - 2);
+      }
+    }
+    source.name = "fp8_test.weight";
+    source.dtype = DType::F32;
+    source.shape = {n, k};
+    source.data = reinterpret_cast<const std::byte*>(values.data());
+    source.size_bytes = values.size() * sizeof(float);
+    quantized = std::make_unique<BlockFp8Weight>(source);
+    part = &quantized->info();
+    dequantized.resize(values.size());
+    dequantize_to_f32(quantized->info(), dequantized.data());
+  }
+
+  std::span<const TensorInfo* const> parts() const { return {&part, 1}; }
+
+  const TensorInfo* part = nullptr;
+};
+
+// x's rows as the GEMM's input quantization leaves them: per row and 128 columns, scale = amax / 448 (1 for zeros)
+// and each value the e4m3 nearest value / scale, times the scale.
+std::vector<float> quantized_rows(const std::vector<float>& x, int64_t m, int64_t k) {
+  std::vector<float> out(x.size());
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t b = 0; b < k; b += 128) {
+      const int64_t end = std::min(k, b + 128);
+      float amax = 0.0f;
+      for (int64_t c = b; c < end; ++c) amax = std::max(amax, std::abs(x[r * k + c]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      for (int64_t c = b; c < end; ++c) out[r * k + c] = f8_e4m3_to_f32(f32_to_f8_e4m3(x[r * k + c] / scale)) * scale;
+    }
+  }
+  return out;
+}
+
+// out [m, n] = x [m, k] times w [n, k] transposed (+ bias), in float64.
+std::vector<float> products(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>* bias,
+                            int64_t m, int64_t n, int64_t k) {
+  std::vector<float> out(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = bias ? (*bias)[j] : 0.0;
+      for (int64_t c = 0; c < k; ++c) sum += static_cast<double>(x[r * k + c]) * w[j * k + c];
+      out[r * n + j] = static_cast<float>(sum);
+    }
+  }
+  return out;
+}
+
+class CudaBlockFp8Test : public testing::CudaVsCpuTest {};
+
+TEST_F(CudaBlockFp8Test, LoadsCodesAndScalesOfWeightsOnTheGrid) {
+  const Fp8Weight w(200, 320, 1);  // partial edge blocks both ways
+  const Tensor loaded = gpu->load_linear_weight(w.parts());
+  EXPECT_EQ(loaded.dtype, DType::F8_E4M3);
+  ASSERT_TRUE(loaded.block_scales);
+  EXPECT_EQ(loaded.block_scales->shape, (std::vector<int64_t>{2, 4}));  // 3 column blocks, cuBLASLt's stride of 4
+  EXPECT_EQ(gpu->to_host_f32(loaded), w.dequantized);
+  // Rows from a block's first row keep their scales; others are refused.
+  const std::vector<float> tail = gpu->to_host_f32(loaded.rows(128, 72));
+  EXPECT_EQ(tail, std::vector<float>(w.dequantized.begin() + 128 * 320, w.dequantized.end()));
+  EXPECT_THROW(loaded.rows(64, 8), Error);
+  EXPECT_THROW(loaded.reshape({400, 160}), Error);
+  // Not through load_linear_weight (experts, grouped projections), or off the grid: bf16.
+  EXPECT_EQ(gpu->load_weight(w.parts()).dtype, DType::BF16);
+  const Fp8Weight q(64, 256, 2), k(64, 256, 3);
+  const TensorInfo* off_grid[] = {q.part, k.part};
+  EXPECT_EQ(gpu->load_linear_weight(off_grid).dtype, DType::BF16);
+}
+
+// One row takes the GEMV on the codes: float32 sums of exact weights, so only the output's bf16 rounding differs from
+// float64. More rows take cuBLASLt's FP8 GEMM: against float64 products of the same quantized activations, only the
+// summation order and the output's rounding differ; a scale taken from another block or row would be off by 2x or
+// more. No shape of whole blocks may fall back to bf16.
+TEST_F(CudaBlockFp8Test, LinearMatchesFloat64ProductsOfTheQuantizedOperands) {
+  struct Shape {
+    int64_t n, k;
+    std::vector<int64_t> rows;
+  };
+  const std::vector<int64_t> rows = {1, 2, 5, 8, 37, 300};
+  for (const Shape& s :
+       {Shape{384, 512, rows}, Shape{256, 2048, rows}, Shape{200, 320, rows}, Shape{4096, 4096, {1, 8}}}) {
+    const Fp8Weight w(s.n, s.k, 10);
+    const Tensor weight = gpu->load_linear_weight(w.parts());
+    ASSERT_EQ(weight.dtype, DType::F8_E4M3);
+    const std::vector<float> bias_values = random_bf16_values(s.n, 11);
+    const Tensor bias = testing::bf16_tensor(*gpu, bias_values, {s.n});
+    for (const int64_t m : s.rows) {
+      const std::string what = fmt::format("[{}, {}] x [{}, {}]", m, s.k, s.n, s.k);
+      const std::vector<float> x_values = random_bf16_values(static_cast<size_t>(m * s.k), 12);
+      const Tensor x = testing::bf16_tensor(*gpu, x_values, {m, s.k});
+      const std::vector<float> x_used = m == 1 ? x_values : quantized_rows(x_values, m, s.k);
+      const bool whole_blocks = s.n % 128 == 0 && s.k % 128 == 0;
+      ::testing::internal::CaptureStderr();
+      const Tensor out = gpu->linear(x, weight, nullptr);
+      const Tensor with_bias = gpu->linear(x, weight, &bias);
+      const Tensor wide = gpu->linear_f32(x, weight, &bias);
+      const std::string log = ::testing::internal::GetCapturedStderr();
+      if (whole_blocks) EXPECT_EQ(log, "") << what;
+      ASSERT_EQ(out.shape, (std::vector<int64_t>{m, s.n})) << what;
+      EXPECT_EQ(wide.dtype, DType::F32);
+      const bool fp8_gemm = m > 1 && log.empty();
+      const double tolerance = fp8_gemm || m == 1 ? 8e-3 : 6e-2;  // a bf16 fallback multiplies unquantized rows
+      EXPECT_LE(relative_error(gpu->to_host_f32(out), products(x_used, w.dequantized, nullptr, m, s.n, s.k)), tolerance)
+          << what;
+      const std::vector<float> biased = products(x_used, w.dequantized, &bias_values, m, s.n, s.k);
+      EXPECT_LE(relative_error(gpu->to_host_f32(with_bias), biased), tolerance) << what << " + bias";
+      EXPECT_LE(relative_error(gpu->to_host_f32(wide), biased), m == 1 ? 1e-3 : tolerance) << what << " float32";
+    }
+  }
+}
+
+// The batch-1 GEMVs with a pre-norm and an epilogue read the codes too: against the CPU backend's ops on the same
+// checkpoint tensor (dequantized to float32 at load).
+TEST_F(CudaBlockFp8Test, FusedPreNormGemvsReadTheCodes) {
+  const int64_t k = 512;
+  const auto norm = weight(random_bf16_values(k, 20, 0.5f), {k});
+  const auto addend = input(random_bf16_values(k, 21), {1, k});
+  const auto load = [&](const Fp8Weight& w) -> Pair {
+    return {cpu->load_linear_weight(w.parts()), gpu->load_linear_weight(w.parts())};
+  };
+  {
+    auto residual = input(random_bf16_values(k, 22), {1, k});
+    const Fp8Weight w(384, k, 23);
+    const Pair weights = load(w);
+    ASSERT_EQ(weights.gpu.dtype, DType::F8_E4M3);
+    PreNorm gpu_input{residual.gpu, &addend.gpu, norm.gpu, 1e-5f};
+    PreNorm cpu_input{residual.cpu, &addend.cpu, norm.cpu, 1e-5f};
+    EXPECT_LE(relative_error(gpu->to_host_f32(gpu->norm_linear(gpu_input, weights.gpu, nullptr)),
+                             cpu->to_host_f32(cpu->norm_linear(cpu_input, weights.cpu, nullptr))),
+              2e-2);
+  }
+  {
+    auto residual = input(random_bf16_values(k, 24), {1, k});
+    const Fp8Weight w(2 * 384, k, 25);  // gate rows 0-383, up rows 384-767: a gate row and its up row in other blocks
+    const Pair weights = load(w);
+    PreNorm gpu_input{residual.gpu, &addend.gpu, norm.gpu, 1e-5f};
+    PreNorm cpu_input{residual.cpu, &addend.cpu, norm.cpu, 1e-5f};
+    EXPECT_LE(relative_error(gpu->to_host_f32(gpu->norm_linear_silu_mul(gpu_input, weights.gpu)),
+                             cpu->to_host_f32(cpu->norm_linear_silu_mul(cpu_input, weights.cpu))),
+              2e-2);
+  }
+  {
+    const int heads = 4, kv_heads = 2, head_dim = 64, cached = 20;
+    auto residual = input(random_bf16_values(k, 26), {1, k});
+    const Fp8Weight w((heads + 2 * kv_heads) * head_dim, k, 27);
+    const Pair weights = load(w);
+    const std::vector<float> inv_freq = testing::rope_inv_freq(head_dim);
+    const RopeTable cpu_table{cpu->from_host_f32(inv_freq, {head_dim / 2}), head_dim, 1.0f};
+    const RopeTable gpu_table{gpu->from_host_f32(inv_freq, {head_dim / 2}), head_dim, 1.0f};
+    const std::vector<KvLayerSpec> layers = {{kv_heads, head_dim, head_dim}};
+    ForwardBatch batch;
+    batch.token_ids = {7};
+    batch.sequences.push_back({cached, 1, {{0, 1}}});
+    KvCache gpu_cache = gpu->allocate_kv_cache(layers, 2, 16);
+    KvCache cpu_cache = cpu->allocate_kv_cache(layers, 2, 16);
+    const auto gpu_step = gpu->begin_step(batch);
+    const auto cpu_step = cpu->begin_step(batch);
+    const QkvHeads qkv{heads, kv_heads, head_dim};
+    PreNorm gpu_input{residual.gpu, &addend.gpu, norm.gpu, 1e-5f};
+    PreNorm cpu_input{residual.cpu, &addend.cpu, norm.cpu, 1e-5f};
+    const Tensor q =
+        gpu->norm_linear_rope_store_kv(gpu_input, weights.gpu, nullptr, qkv, gpu_table, gpu_cache, 0, *gpu_step);
+    const Tensor q_cpu =
+        cpu->norm_linear_rope_store_kv(cpu_input, weights.cpu, nullptr, qkv, cpu_table, cpu_cache, 0, *cpu_step);
+    EXPECT_LE(relative_error(gpu->to_host_f32(q), cpu->to_host_f32(q_cpu)), 2e-2);
+    const size_t row = static_cast<size_t>(kv_heads) * head_dim;
+    for (const auto& [gpu_part, cpu_part] :
+         {std::pair{&gpu_cache.keys[0], &cpu_cache.keys[0]}, {&gpu_cache.values[0], &cpu_cache.values[0]}}) {
+      const auto ours = gpu->to_host_f32(*gpu_part);
+      const auto reference = cpu->to_host_f32(*cpu_part);
+      EXPECT_LE(relative_error(std::vector<float>(ours.begin() + cached * row, ours.begin() + (cached + 1) * row),
+                               std::vector<float>(reference.begin() + cached * row,
+                                                  reference.begin() + (cached + 1) * row)),
+                2e-2);
+    }
+  }
+}
+
+// MoE experts in block FP8 ([E, N, K] of whole 128-row blocks per expert) stay FP8 on the GPU; against the CPU's
+// experts on the same codes (float32 weights). The warp-per-column kernel (decode, gate/up fused with the
+// activation) and the tensor-core tiles read the codes (W8A16, weights rounded to bf16 in the tiles); with 1,024 rows
+// or more per expert each expert is one cuBLASLt block-FP8 GEMM over its rows quantized per row and 128 columns
+// (W8A8), a looser bound.
+TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
+  struct Case {
+    int64_t tokens, experts, top_k, hidden, intermediate, first_expert, local_experts;
+  };
+  for (const Case& c : {Case{1, 8, 2, 256, 128, 0, 8}, Case{16, 64, 4, 256, 128, 32, 32},
+                        Case{40, 8, 2, 256, 128, 0, 8}, Case{130, 8, 2, 384, 256, 0, 8},
+                        Case{300, 64, 8, 256, 128, 0, 64}, Case{4200, 4, 2, 256, 128, 0, 4}}) {
+    const std::string what = fmt::format("{} tokens, {} of {} experts from {}, top {}, {}x{}", c.tokens,
+                                         c.local_experts, c.experts, c.first_expert, c.top_k, c.hidden, c.intermediate);
+    const auto x = input(random_bf16_values(c.tokens * c.hidden, 50), {c.tokens, c.hidden});
+    const Fp8Weight gate_up(c.local_experts * 2 * c.intermediate, c.hidden, 51);
+    const Fp8Weight down(c.local_experts * c.hidden, c.intermediate, 52);
+    const std::vector<int64_t> gate_up_shape = {c.local_experts, 2 * c.intermediate, c.hidden};
+    const std::vector<int64_t> down_shape = {c.local_experts, c.hidden, c.intermediate};
+    const Tensor gpu_gate_up = gpu->load_linear_weight(gate_up.parts()).reshape(gate_up_shape);
+    ASSERT_EQ(gpu_gate_up.dtype, DType::F8_E4M3) << what;
+    const ExpertWeights cpu_experts{cpu->load_linear_weight(gate_up.parts()).reshape(gate_up_shape),
+                                    cpu->load_linear_weight(down.parts()).reshape(down_shape), nullptr, nullptr,
+                                    c.first_expert};
+    const ExpertWeights gpu_experts{gpu_gate_up, gpu->load_linear_weight(down.parts()).reshape(down_shape), nullptr,
+                                    nullptr, c.first_expert};
+    std::mt19937 rng(53);
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      std::vector<int32_t> all(c.experts);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int64_t j = 0; j < c.top_k; ++j) {
+        ids.push_back(all[j]);
+        weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
+      }
+    }
+    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {c.tokens, c.top_k}),
+                                    cpu->from_host_f32(weights, {c.tokens, c.top_k})};
+    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),
+                                    gpu->from_host_f32(weights, {c.tokens, c.top_k})};
+    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, GluActivation{});
+    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, GluActivation{});
+    ASSERT_EQ(got.shape, expected.shape) << what;
+    const bool per_expert_gemms = c.tokens * c.top_k >= 1024 * c.local_experts;
+    EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), per_expert_gemms ? 6e-2 : 2e-2)
+        << what;
+  }
+}
+
+// Fixture models quantized at load (--quantization fp8): the prompt's logits on CUDA (FP8 GEMV and GEMMs, bf16
+// activations) against the CPU's (the same codes, float32 W8A16), and the transformers goldens' distance printed
+// beside the bf16 model's.
+class CudaOnlineFp8ModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaOnlineFp8ModelTest, LogitsMatchTheCpuBackend) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const std::filesystem::path dir = testing::fixtures_dir() / "models" / GetParam();
+  if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << "fixture missing: " << dir;
+  auto gpu = make_cuda_backend(0);
+  auto cpu = make_cpu_backend(2);
+  auto gpu_model = load_model(dir, *gpu, nullptr, OnlineQuantization::fp8);
+  auto cpu_model = load_model(dir, *cpu, nullptr, OnlineQuantization::fp8);
+  const auto golden = testing::read_json(dir / "golden.json");
+  for (const auto& prompt_json : golden["prompts"]) {
+    const auto prompt = prompt_json.get<std::vector<int32_t>>();
+    SequenceRunner gpu_runner(*gpu_model, *gpu, static_cast<int64_t>(prompt.size()) + 1);
+    SequenceRunner cpu_runner(*cpu_model, *cpu, static_cast<int64_t>(prompt.size()) + 1);
+    const auto ours = gpu->to_host_f32(gpu_runner.append(prompt, true));
+    const auto reference = cpu->to_host_f32(cpu_runner.append(prompt, true));
+    const double error = relative_error(ours, reference);
+    std::printf("%s, %zu tokens under online FP8: CUDA vs CPU relative logit error %.2e\n", GetParam().c_str(),
+                prompt.size(), error);
+    EXPECT_LE(error, 5e-2) << GetParam() << ", " << prompt.size() << " tokens";
+    // The next token through the batch-1 GEMVs.
+    const std::vector<int32_t> next = {prompt.back()};
+    EXPECT_LE(relative_error(gpu->to_host_f32(gpu_runner.append(next, false)),
+                             cpu->to_host_f32(cpu_runner.append(next, false))),
+              5e-2)
+        << GetParam() << ", decode step";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOnlineFp8ModelTest,
+                         ::testing::Values("tern-py-13m", "llama", "qwen3", "qwen3_moe", "deepseek_v3"));
+
+}  // namespace
+}  // namespace tern
