@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs ON THE GPU MACHINE in the repository root, after scripts/gpu/stage.sh ran on the build machine (device
-# tool: carry [".device"]; TERN_STAGE_TERN=1 for the perplexity runs). Block-FP8 linears (FP8 checkpoints and
-# --quantization fp8): the CUDA tests of the path, bench/fp8_linear_bench (TFLOP/s against cuBLASLt bf16, decode
-# bandwidth against a copy), tern-py-13m's perplexity on the repo's Python files with and without FP8, and the
+# tool: carry [".device"]; TERN_STAGE_TERN=1 for the perplexity and fixture checks). Block-FP8 linears (FP8
+# checkpoints and --quantization fp8): the CUDA tests of the path, bench/fp8_linear_bench (TFLOP/s against cuBLASLt
+# bf16, decode bandwidth against a copy), block-FP8 fixtures written by transformers with tern's logits checked
+# against them (scripts/gpu/make_fp8_fixtures.py; $OUT/fp8_fixtures.tar.gz holds the fixtures for tests/), tern-py-13m's
+# perplexity on the repo's Python files with and without FP8, and the
 # Llama-3.1-8B and Qwen3-30B-A3B (24 layers, where staged) shapes end to end under --quantization fp8
 # (scripts/gpu/e2e_bench.sh). Logs go to $OUT (or ./gpu-logs).
 #   bash scripts/gpu/fp8_check.sh [--skip-e2e]
@@ -24,6 +26,14 @@ echo "== tests"
 echo "== fp8_linear_bench"
 "$bin/fp8_linear_bench" 2>&1 | tee "$out/fp8_linear_bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== block-FP8 fixtures written by transformers, tern's logits against their float64 reference"
+tern_flag=()
+[ -x "$bin/tern" ] && tern_flag=(--tern "$bin/tern")
+python3 "$root/scripts/gpu/make_fp8_fixtures.py" --out "$out/fp8_fixtures" "${tern_flag[@]}" 2>&1 |
+  grep -v -i "warn" | tee "$out/fp8_fixtures.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+tar -C "$out" -czf "$out/fp8_fixtures.tar.gz" fp8_fixtures && rm -rf "$out/fp8_fixtures"
 
 if [ -x "$bin/tern" ]; then
   echo "== perplexity, tern-py-13m on the repo's Python files"

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Block-FP8 fixtures made by transformers (issue: real checkpoints), on the GPU machine.
+
+For each architecture: a small random model whose linear dimensions are multiples of 128 (transformers'
+FineGrainedFP8 quantizes whole 128x128 blocks), written in bf16, then loaded with
+FineGrainedFP8Config(weight_block_size=[128, 128]) and saved again: the block-FP8 checkpoint exactly as transformers
+writes one (F8_E4M3 weights with their `weight_scale_inv`, quantization_config in config.json). Beside it:
+
+  golden.json                   prompts, greedy_24 (from the float64 reference), reference, fp8_relative_error
+  golden_logits.safetensors     logits_i [T, vocab] float32: a float64 forward over the exactly dequantized weights
+                                (each e4m3 code times its block's scale), the reference
+  hf_fp8_logits.safetensors     logits_i: transformers' own FP8 forward (W8A8, bf16 activations), the yardstick:
+                                tern's CUDA FP8 logits should land within twice its error against the reference
+
+  python3 scripts/gpu/make_fp8_fixtures.py --out DIR [--archs qwen3 qwen3_moe] [--tern BINARY]
+
+Prints each model's FP8 error (max |diff| / max |reference|). With --tern, also `tern logits` of each checkpoint on
+the CPU (W8A16 in float32: within 1e-3 of the reference) and on CUDA (W8A8: within twice transformers' FP8 error),
+and exits 1 where one is not. Needs CUDA (transformers' FP8 kernels).
+"""
+import argparse, json, os, shutil, subprocess, tempfile
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModelForCausalLM, FineGrainedFP8Config
+
+# Small shapes of each architecture, every linear dimension a multiple of 128.
+CONFIGS = {
+    'qwen3': dict(model_type='qwen3', vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                  tie_word_embeddings=False),
+    'qwen3_moe': dict(model_type='qwen3_moe', vocab_size=512, hidden_size=256, intermediate_size=512,
+                      moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                      tie_word_embeddings=False, norm_topk_prob=True),
+}
+BLOCK = 128
+
+
+def random_model(config, seed):
+    torch.manual_seed(seed)
+    with torch.device('cuda'):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # non-trivial norms, so that a skipped weight shows
+            if name.endswith('norm.weight'):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+    return model.to(torch.bfloat16)
+
+
+def dequantized_state(directory):
+    """The checkpoint's tensors with every F8 weight replaced by code x block scale, in float64."""
+    state = {}
+    for file in sorted(f for f in os.listdir(directory) if f.endswith('.safetensors')):
+        state.update(load_file(os.path.join(directory, file)))
+    out = {}
+    for name, tensor in state.items():
+        if name.endswith('_scale_inv'):
+            continue
+        scale = state.get(name + '_scale_inv')
+        if tensor.dtype == torch.float8_e4m3fn:
+            if scale is None:
+                raise SystemExit(f'{directory}: {name} is F8 without {name}_scale_inv')
+            rows, columns = tensor.shape[-2], tensor.shape[-1]
+            expanded = scale.double().repeat_interleave(BLOCK, dim=-2)[..., :rows, :]
+            expanded = expanded.repeat_interleave(BLOCK, dim=-1)[..., :columns]
+            out[name] = tensor.double() * expanded
+        else:
+            out[name] = tensor.double()
+    return out
+
+
+def logits(model, prompts):
+    result = {}
+    with torch.no_grad():
+        for i, prompt in enumerate(prompts):
+            ids = torch.tensor([prompt], device='cuda')
+            result[f'logits_{i}'] = model(input_ids=ids).logits[0].float().cpu().contiguous()
+    return result
+
+
+def relative_error(a, b):
+    return max(float((a[k] - b[k]).abs().max() / b[k].abs().max()) for k in b)
+
+
+def make(arch, out, seed):
+    spec = dict(CONFIGS[arch])
+    model_type = spec.pop('model_type')
+    config = AutoConfig.for_model(model_type, **spec)
+    bf16_dir = tempfile.mkdtemp(prefix=f'tern_fp8_{arch}_')
+    random_model(config, seed).save_pretrained(bf16_dir, safe_serialization=True)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        bf16_dir, quantization_config=FineGrainedFP8Config(weight_block_size=[BLOCK, BLOCK]), dtype=torch.bfloat16,
+        device_map='cuda')
+    target = os.path.join(out, f'{arch}_fp8')
+    shutil.rmtree(target, ignore_errors=True)
+    quantized.save_pretrained(target, safe_serialization=True)
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    vocab = config.vocab_size
+    prompts = [[1], torch.randint(3, vocab, (7,), generator=generator).tolist(),
+               torch.randint(3, vocab, (40,), generator=generator).tolist()]
+    hf_fp8 = logits(quantized, prompts)
+
+    reference_model = AutoModelForCausalLM.from_config(config, dtype=torch.float64).to('cuda').eval()
+    missing, unexpected = reference_model.load_state_dict(dequantized_state(target), strict=False)
+    if [m for m in missing if not m.endswith('rotary_emb.inv_freq')] or unexpected:
+        raise SystemExit(f'{arch}: the dequantized checkpoint does not fit the model: missing {missing}, '
+                         f'unexpected {unexpected}')
+    reference = logits(reference_model, prompts)
+    greedy = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([prompt], device='cuda')
+            generated = reference_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24,
+                                                 do_sample=False, pad_token_id=0, eos_token_id=None)
+            greedy.append(generated[0, len(prompt):].tolist())
+    save_file(reference, os.path.join(target, 'golden_logits.safetensors'))
+    save_file(hf_fp8, os.path.join(target, 'hf_fp8_logits.safetensors'))
+    error = relative_error(hf_fp8, reference)
+    import transformers
+    json.dump({'model_type': model_type, 'prompts': prompts, 'greedy_24': greedy,
+               'reference': f'transformers {transformers.__version__}, float64 forward over the exactly dequantized '
+                            f'block-FP8 weights in model.safetensors',
+               'fp8_relative_error': error},
+              open(os.path.join(target, 'golden.json'), 'w'), indent=1)
+    shutil.rmtree(bf16_dir)
+    files = ', '.join(f'{f} {os.path.getsize(os.path.join(target, f))} B' for f in sorted(os.listdir(target)))
+    print(f'{arch}: wrote {target} ({files}); transformers FP8 vs float64 reference: {error:.3e}')
+    return target, prompts, reference, error
+
+
+def check_tern(tern, arch, target, prompts, reference, hf_error):
+    """tern's logits of the checkpoint on both backends against the reference; True where within the bounds."""
+    ok = True
+    for backend, bound in (('cpu', 1e-3), ('cuda', 2 * hf_error)):
+        ours = {}
+        for i, prompt in enumerate(prompts):
+            path = os.path.join(tempfile.gettempdir(), f'tern_fp8_{arch}_{backend}_{i}.safetensors')
+            subprocess.run([tern, 'logits', '--model', target, '--backend', backend, '--prompt-ids',
+                            ','.join(map(str, prompt)), '--out', path], check=True, capture_output=True)
+            ours[f'logits_{i}'] = load_file(path)['logits']
+        error = relative_error(ours, reference)
+        verdict = 'ok' if error <= bound else 'OVER'
+        print(f'{arch}: tern {backend} vs float64 reference {error:.3e} (bound {bound:.3e}: {verdict})')
+        ok = ok and error <= bound
+    return ok
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--out', required=True)
+    parser.add_argument('--archs', nargs='*', default=list(CONFIGS))
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--tern', help='a tern binary whose logits to check against the fixtures')
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    ok = True
+    for arch in args.archs:
+        target, prompts, reference, error = make(arch, args.out, args.seed)
+        if args.tern:
+            ok = check_tern(args.tern, arch, target, prompts, reference, error) and ok
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == '__main__':
+    main()
