@@ -43,9 +43,7 @@ tern::kernels::GemvParams fp8_gemv_params(const __nv_bfloat16* x, const __nv_fp8
                                           __nv_bfloat16* out, int64_t n, int64_t k) {
   tern::kernels::GemvParams p;
   p.x = x;
-  p.fp8_weight = codes;
-  p.fp8_scales = scales;
-  p.fp8_scale_stride = static_cast<int>(scale_stride(k));
+  p.fp8 = {codes, scales, static_cast<int>(scale_stride(k))};
   p.out = out;
   p.n = static_cast<int>(n);
   p.k = static_cast<int>(k);

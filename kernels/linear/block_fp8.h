@@ -10,6 +10,17 @@
 
 namespace tern::kernels {
 
+// A block-FP8 weight as the kernels read it (backend/block_fp8_layout.h): e4m3 codes, rows of k, and float32 scales
+// of 128x128 blocks of those rows, scales[r / 128 * scale_stride + c / 128].
+struct BlockFp8Codes {
+  const __nv_fp8_e4m3* codes = nullptr;
+  const float* scales = nullptr;
+  int scale_stride = 0;
+
+  // Set, with a scale for every block of rows of k columns.
+  bool covers(int64_t k) const { return codes && scales && scale_stride >= (k + 127) / 128; }
+};
+
 // x [m, k] (bf16, rows k apart) to e4m3 codes [padded_m, k] and float32 scales [ceil(k / 128), padded_m], the layout
 // of cuBLASLt's CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F for its B operand (a scale per row and 128 columns, rows
 // contiguous): per row and 128 columns scale = amax / 448 (1 for a block of zeros) and code = the e4m3 nearest

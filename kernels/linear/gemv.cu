@@ -107,8 +107,8 @@ struct WeightRow {
 
   __device__ WeightRow(const GemvParams& p, int row) {
     if constexpr (Fp8) {
-      loads = reinterpret_cast<const uint4*>(p.fp8_weight + static_cast<int64_t>(row) * p.k);
-      scales = p.fp8_scales + static_cast<int64_t>(row / 128) * p.fp8_scale_stride;
+      loads = reinterpret_cast<const uint4*>(p.fp8.codes + static_cast<int64_t>(row) * p.k);
+      scales = p.fp8.scales + static_cast<int64_t>(row / 128) * p.fp8.scale_stride;
     } else {
       loads = reinterpret_cast<const uint4*>(p.weight + static_cast<int64_t>(row) * p.k);
       scales = nullptr;
@@ -297,13 +297,13 @@ bool gemv_supports_rope_kv(int64_t n, int64_t num_q_rows, int64_t num_kv_heads, 
 }
 
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
-  const bool fp8 = p.fp8_weight != nullptr;
+  const bool fp8 = p.fp8.codes != nullptr;
   if (fp8 ? !gemv_supports_fp8(1, p.n, p.k) : !gemv_supports(1, p.n, p.k)) {
     throw std::invalid_argument(std::string("gemv: [1, ") + std::to_string(p.k) + "] x [" + std::to_string(p.n) +
                                 ", " + std::to_string(p.k) + "]^T" + (fp8 ? " (block FP8)" : "") +
                                 " is outside the kernel's shapes");
   }
-  if (fp8 == (p.weight != nullptr) || (fp8 && (!p.fp8_scales || p.fp8_scale_stride < (p.k + 127) / 128))) {
+  if (fp8 == (p.weight != nullptr) || (fp8 && !p.fp8.covers(p.k))) {
     throw std::invalid_argument("gemv: needs either a bf16 weight or a block-FP8 one with its scales");
   }
   if (p.norm_weight && p.addend && !p.residual_out) throw std::invalid_argument("gemv: an addend needs residual_out");

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "elementwise/rope_kv.h"
+#include "linear/block_fp8.h"
 
 namespace tern::kernels {
 
@@ -31,11 +32,8 @@ enum class GemvOutput {
 struct GemvParams {
   const __nv_bfloat16* x = nullptr;       // [K]
   const __nv_bfloat16* weight = nullptr;  // [N, K], or null for a block-FP8 weight
-  // A block-FP8 weight (W8A16: each code times its block's scale in float32, x as it is): e4m3 codes [N, K] with
-  // float32 scales of 128x128 blocks, fp8_scales[r / 128 * fp8_scale_stride + c / 128] (backend/block_fp8_layout.h).
-  const __nv_fp8_e4m3* fp8_weight = nullptr;
-  const float* fp8_scales = nullptr;
-  int fp8_scale_stride = 0;
+  // A block-FP8 weight instead, [N, K] (W8A16: each code times its block's scale in float32, x as it is).
+  BlockFp8Codes fp8;
   const __nv_bfloat16* bias = nullptr;    // [N] or null
   __nv_bfloat16* out = nullptr;           // [N], or [N / 2] for silu_mul
   int n = 0;

@@ -130,7 +130,7 @@ constexpr int kCodeStride = kTileK + 16;
 // [experts * n, k] rows from column k0) into bf16 values of the tile the mma loop reads.
 __device__ __forceinline__ void dequantize_tile_row(const MoeGemmParams& p, const uint8_t* codes, int64_t weight_row,
                                                     int k0, __nv_bfloat16* out) {
-  const float scale = p.fp8_scales[weight_row / 128 * p.fp8_scale_stride + k0 / 128];
+  const float scale = p.fp8.scales[weight_row / 128 * p.fp8.scale_stride + k0 / 128];
 #pragma unroll
   for (int half = 0; half < kTileK / 16; ++half) {
     const uint4 raw = *reinterpret_cast<const uint4*>(codes + 16 * half);
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
   const int n0 = blockIdx.x * kTileN;
   const int64_t expert_rows = static_cast<int64_t>(expert) * p.n;
   const __nv_bfloat16* weight = Fp8 ? nullptr : p.weight + expert_rows * p.k;
-  const auto* codes_base = reinterpret_cast<const uint8_t*>(p.fp8_weight);  // a valid address for empty copies
+  const auto* codes_base = reinterpret_cast<const uint8_t*>(p.fp8.codes);  // a valid address for empty copies
   const uint8_t* codes_row = nullptr;  // Fp8: this thread's B row
   if constexpr (Fp8) {
     const int n = n0 + static_cast<int>(threadIdx.x);
@@ -298,9 +298,9 @@ constexpr int kSkinnyRows = 8;
 template <bool Fp8>
 __device__ __forceinline__ void load_weights8(const MoeGemmParams& p, int64_t row, int k, float (&w)[8]) {
   if constexpr (Fp8) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p.fp8_weight + row * p.k + k);
+    const uint2 raw = *reinterpret_cast<const uint2*>(p.fp8.codes + row * p.k + k);
     const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
-    const float scale = __ldg(p.fp8_scales + row / 128 * p.fp8_scale_stride + k / 128);
+    const float scale = __ldg(p.fp8.scales + row / 128 * p.fp8.scale_stride + k / 128);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
@@ -513,11 +513,11 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
     throw std::invalid_argument("moe_experts: GEMM of " + std::to_string(p.n) + " x " + std::to_string(p.k) +
                                 " (both must be positive multiples of 8)");
   }
-  const bool fp8 = p.fp8_weight != nullptr;
+  const bool fp8 = p.fp8.codes != nullptr;
   if (fp8 == (p.weight != nullptr)) {
     throw std::invalid_argument("moe_experts: needs either bf16 expert weights or block-FP8 ones");
   }
-  if (fp8 && (p.n % 128 != 0 || p.k % 16 != 0 || !p.fp8_scales || p.fp8_scale_stride < (p.k + 127) / 128)) {
+  if (fp8 && (p.n % 128 != 0 || p.k % 16 != 0 || !p.fp8.covers(p.k))) {
     throw std::invalid_argument("moe_experts: block-FP8 experts of " + std::to_string(p.n) + " x " +
                                 std::to_string(p.k) + " (rows a multiple of 128, columns of 16, with their scales)");
   }

@@ -4,12 +4,12 @@
 // tiles (the layout of vLLM's moe_align_block_size), and two grouped GEMMs run over a grid sized for the worst
 // case, whose unused tiles return at once.
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "elementwise/gated_activation.h"
+#include "linear/block_fp8.h"
 
 namespace tern::kernels {
 
@@ -40,13 +40,10 @@ struct MoeGemmParams {
   const int32_t* tile_expert = nullptr;
   int64_t max_tiles = 0;
   const __nv_bfloat16* weight = nullptr;  // [experts, n, k], or null for block-FP8 experts
-  // Block-FP8 experts (W8A16: each weight is its code times its block's scale, rounded to bf16 for the tensor-core
-  // tiles): e4m3 codes [experts, n, k] with float32 scales of 128x128 blocks of the [experts * n, k] rows,
-  // fp8_scales[(e * n + r) / 128 * fp8_scale_stride + c / 128] (backend/block_fp8_layout.h). n a multiple of 128,
-  // k of 16.
-  const __nv_fp8_e4m3* fp8_weight = nullptr;
-  const float* fp8_scales = nullptr;
-  int fp8_scale_stride = 0;
+  // Block-FP8 experts instead (W8A16: each weight is its code times its block's scale, rounded to bf16 for the
+  // tensor-core tiles): codes [experts, n, k], the scales of 128x128 blocks of the [experts * n, k] rows. n a
+  // multiple of 128, k of 16.
+  BlockFp8Codes fp8;
   const __nv_bfloat16* bias = nullptr;    // [experts, n] or null
   __nv_bfloat16* out = nullptr;           // [max_tiles * kMoeTileRows, n]
   int n = 0;

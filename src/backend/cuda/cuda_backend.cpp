@@ -1326,16 +1326,15 @@ class CudaBackend final : public Backend {
     launch("moe_experts (down)", [&] { kernels::launch_moe_grouped_gemm(dn, stream_); });
   }
 
+  // A block-FP8 weight's codes and scales as the kernels take them.
+  static kernels::BlockFp8Codes fp8_codes(const Tensor& weight) {
+    return {static_cast<const __nv_fp8_e4m3*>(weight.data), weight.block_scales->ptr<float>(),
+            checked_int(weight.block_scales->size(1), "scale stride")};
+  }
+
   static void set_expert_weight(kernels::MoeGemmParams& p, const Tensor& weight) {
-    p.weight = nullptr;
-    p.fp8_weight = nullptr;
-    if (weight.block_scales) {
-      p.fp8_weight = static_cast<const __nv_fp8_e4m3*>(weight.data);
-      p.fp8_scales = weight.block_scales->ptr<float>();
-      p.fp8_scale_stride = checked_int(weight.block_scales->size(1), "scale stride");
-    } else {
-      p.weight = weight.ptr<bf16>();
-    }
+    p.weight = weight.block_scales ? nullptr : weight.ptr<bf16>();
+    p.fp8 = weight.block_scales ? fp8_codes(weight) : kernels::BlockFp8Codes{};
   }
 
   // The same with the experts' inputs gathered side by side and one cuBLASLt GEMM per expert and projection, over
@@ -1577,13 +1576,8 @@ class CudaBackend final : public Backend {
   }
 
   static void set_gemv_weight(kernels::GemvParams& p, const Tensor& weight) {
-    if (weight.block_scales) {
-      p.fp8_weight = static_cast<const __nv_fp8_e4m3*>(weight.data);
-      p.fp8_scales = weight.block_scales->ptr<float>();
-      p.fp8_scale_stride = checked_int(weight.block_scales->size(1), "scale stride");
-    } else {
-      p.weight = weight.ptr<bf16>();
-    }
+    p.weight = weight.block_scales ? nullptr : weight.ptr<bf16>();
+    p.fp8 = weight.block_scales ? fp8_codes(weight) : kernels::BlockFp8Codes{};
   }
 
   void run(const PreNormGemv& gemv, PreNorm& input, const char* what) {

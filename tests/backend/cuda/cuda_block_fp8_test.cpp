@@ -6,7 +6,6 @@
 // CPU's W8A16 logits.
 #include <cmath>
 #include <filesystem>
-#include <numeric>
 
 #include "cuda_test_util.h"
 #include "fixtures.h"
@@ -240,18 +239,7 @@ TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
                                     c.first_expert};
     const ExpertWeights gpu_experts{gpu_gate_up, gpu->load_linear_weight(down.parts()).reshape(down_shape), nullptr,
                                     nullptr, c.first_expert};
-    std::mt19937 rng(53);
-    std::vector<int32_t> ids;
-    std::vector<float> weights;
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      std::vector<int32_t> all(c.experts);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng);
-      for (int64_t j = 0; j < c.top_k; ++j) {
-        ids.push_back(all[j]);
-        weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
-      }
-    }
+    const auto [ids, weights] = testing::random_routing(c.tokens, c.experts, c.top_k, 53);
     const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {c.tokens, c.top_k}),
                                     cpu->from_host_f32(weights, {c.tokens, c.top_k})};
     const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),

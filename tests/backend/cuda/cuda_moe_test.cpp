@@ -4,7 +4,6 @@
 // activations.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "cuda_test_util.h"
 
@@ -216,19 +215,7 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
     const auto gate_up_bias = weight(random_bf16_values(c.local_experts * 2 * c.intermediate, 34, 0.5f),
                                      {c.local_experts, 2 * c.intermediate});
     const auto down_bias = weight(random_bf16_values(c.local_experts * c.hidden, 35, 0.5f), {c.local_experts, c.hidden});
-    // Distinct experts per token, spread over all experts (other ranks' too), random weights.
-    std::mt19937 rng(36);
-    std::vector<int32_t> ids;
-    std::vector<float> weights;
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      std::vector<int32_t> all(c.experts);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng);
-      for (int64_t j = 0; j < c.top_k; ++j) {
-        ids.push_back(c.crowded ? static_cast<int32_t>(j) : all[j]);
-        weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
-      }
-    }
+    const auto [ids, weights] = testing::random_routing(c.tokens, c.experts, c.top_k, 36, c.crowded);
     const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {c.tokens, c.top_k}),
                                     cpu->from_host_f32(weights, {c.tokens, c.top_k})};
     const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),

@@ -86,6 +86,28 @@ inline Tensor bf16_tensor(Backend& backend, const std::vector<float>& values, st
   return backend.load_weight(parts);
 }
 
+// Routing of `tokens` tokens to `top_k` distinct experts each, spread over all `experts` (other expert-parallel
+// ranks' too), with random weights in [0.1, 1); with `crowded`, every token takes experts 0 .. top_k - 1.
+struct RandomRouting {
+  std::vector<int32_t> ids;  // [tokens, top_k]
+  std::vector<float> weights;
+};
+inline RandomRouting random_routing(int64_t tokens, int64_t experts, int64_t top_k, uint32_t seed,
+                                    bool crowded = false) {
+  std::mt19937 rng(seed);
+  RandomRouting routing;
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<int32_t> all(experts);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int64_t j = 0; j < top_k; ++j) {
+      routing.ids.push_back(crowded ? static_cast<int32_t>(j) : all[j]);
+      routing.weights.push_back(std::uniform_real_distribution<float>(0.1f, 1.0f)(rng));
+    }
+  }
+  return routing;
+}
+
 class CudaVsCpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
