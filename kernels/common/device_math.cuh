@@ -1,8 +1,9 @@
 #pragma once
-// Small device helpers shared by the kernels: bf16 vectors of 8 (one 16-byte access), warp reductions,
-// and the PTX wrappers for asynchronous copies (cp.async, bulk copies on mbarriers), ldmatrix and the bf16
-// tensor-core mma.
+// Small device helpers shared by the kernels: bf16 vectors of 8 (one 16-byte access), e4m3 codes to float32,
+// warp reductions, and the PTX wrappers for asynchronous copies (cp.async, bulk copies on mbarriers), ldmatrix and
+// the bf16 tensor-core mma.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cstdint>
 
 namespace tern::kernels {
@@ -26,6 +27,27 @@ __device__ __forceinline__ void store_f32x8(__nv_bfloat16* dst, const float (&in
 #pragma unroll
   for (int i = 0; i < 4; ++i) v.pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
   *reinterpret_cast<Bf16x8*>(dst) = v;
+}
+
+// Two e4m3 codes as float32, through the f16 pair Hopper converts them to in one instruction.
+__device__ __forceinline__ float2 e4m3x2_to_float2(__nv_fp8x2_storage_t codes) {
+  return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3)));
+}
+
+// 16 e4m3 codes (one 16-byte access) times `scale`, rounded to bf16 into dst[16] (16-byte aligned).
+__device__ __forceinline__ void store_dequantized16(const uint4& codes, float scale, __nv_bfloat16* dst) {
+  const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&codes);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float values[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = e4m3x2_to_float2(pairs[4 * half + i]);
+      values[2 * i] = f.x * scale;
+      values[2 * i + 1] = f.y * scale;
+    }
+    store_f32x8(dst + 8 * half, values);
+  }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -73,21 +73,8 @@ __global__ void dequantize_block_fp8_kernel(const __nv_fp8_e4m3* codes, const fl
   if (chunk >= rows * chunks_per_row) return;
   const int64_t row = chunk / chunks_per_row;
   const int64_t column = chunk % chunks_per_row * 16;
-  const float scale = scales[row / kBlock * scale_stride + column / kBlock];
-  const uint4 raw = *reinterpret_cast<const uint4*>(codes + row * columns + column);
-  const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
-  float values[16];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
-    values[2 * i] = f.x * scale;
-    values[2 * i + 1] = f.y * scale;
-  }
-  float first[8], second[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) first[i] = values[i], second[i] = values[8 + i];
-  store_f32x8(out + row * columns + column, first);
-  store_f32x8(out + row * columns + column + 8, second);
+  store_dequantized16(*reinterpret_cast<const uint4*>(codes + row * columns + column),
+                      scales[row / kBlock * scale_stride + column / kBlock], out + row * columns + column);
 }
 
 }  // namespace

@@ -126,7 +126,7 @@ struct WeightRow {
         load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&x_shared[2 * c + half]), xf);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const float2 w = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[4 * half + j], __NV_E4M3)));
+          const float2 w = e4m3x2_to_float2(pairs[4 * half + j]);
           sum += w.x * xf[2 * j] + w.y * xf[2 * j + 1];
         }
       }

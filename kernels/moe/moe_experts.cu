@@ -132,18 +132,8 @@ __device__ __forceinline__ void dequantize_tile_row(const MoeGemmParams& p, cons
                                                     int k0, __nv_bfloat16* out) {
   const float scale = p.fp8.scales[weight_row / 128 * p.fp8.scale_stride + k0 / 128];
 #pragma unroll
-  for (int half = 0; half < kTileK / 16; ++half) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(codes + 16 * half);
-    const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
-    float values[2][8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
-      values[i / 4][2 * (i % 4)] = f.x * scale;
-      values[i / 4][2 * (i % 4) + 1] = f.y * scale;
-    }
-    store_f32x8(out + 16 * half, values[0]);
-    store_f32x8(out + 16 * half + 8, values[1]);
+  for (int i = 0; i < kTileK / 16; ++i) {
+    store_dequantized16(*reinterpret_cast<const uint4*>(codes + 16 * i), scale, out + 16 * i);
   }
 }
 
@@ -303,7 +293,7 @@ __device__ __forceinline__ void load_weights8(const MoeGemmParams& p, int64_t ro
     const float scale = __ldg(p.fp8.scales + row / 128 * p.fp8.scale_stride + k / 128);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
+      const float2 f = e4m3x2_to_float2(pairs[i]);
       w[2 * i] = f.x * scale;
       w[2 * i + 1] = f.y * scale;
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/block_fp8_layout.h"
 #include "core/error.h"
 #include "core/tensor_info.h"
 
@@ -11,12 +12,14 @@ Tensor Tensor::reshape(std::vector<int64_t> new_shape) const {
   Tensor out = *this;
   out.shape = std::move(new_shape);
   if (out.numel() != numel()) fail("reshape: {} elements cannot take a shape of {}", numel(), out.numel());
-  // A block-FP8 weight's rows keep their columns and whole 128-row blocks: [rows, K] or experts' [E, N, K].
-  const bool keeps_blocks = out.shape.back() == shape.back() &&
-                            (out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[1] % 128 == 0));
-  if (block_scales && !keeps_blocks) {
-    fail("reshape: a block-FP8 weight of shape {} cannot take shape {} (its scales are of 128x128 blocks)",
-         shape_string(shape), shape_string(out.shape));
+  if (block_scales) {  // its rows keep their columns and whole 128-row blocks: [rows, K] or experts' [E, N, K]
+    const bool keeps_blocks =
+        (out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[1] % BlockFp8Layout::kBlock == 0)) &&
+        out.shape.back() == shape.back();
+    if (!keeps_blocks) {
+      fail("reshape: a block-FP8 weight of shape {} cannot take shape {} (its scales are of 128x128 blocks)",
+           shape_string(shape), shape_string(out.shape));
+    }
   }
   return out;
 }
@@ -29,7 +32,7 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   out.shape[0] = count;
   out.data = static_cast<char*>(data) + static_cast<size_t>(begin * row_numel()) * dtype_size(dtype);
   if (block_scales) {  // rows of [rows, K], or experts of [E, N, K]
-    constexpr int64_t block = 128;
+    constexpr int64_t block = BlockFp8Layout::kBlock;
     const int64_t weight_rows = row_numel() / shape.back();
     const int64_t first = begin * weight_rows;
     if (first % block != 0) fail("rows: a block-FP8 weight's rows are taken from a block's first row, not {}", first);

@@ -206,13 +206,16 @@ class CudaBackend final : public Backend {
     std::vector<char> raw(t.bytes());
     copy_to_host(t, raw.data());
     std::vector<float> out(t.numel());
-    convert_to_f32(t.dtype, raw.data(), out.data(), out.size());
-    if (t.block_scales) {  // codes times their block's scale, exactly
-      const std::vector<float> scales = to_host_f32(*t.block_scales);
-      const int64_t columns = t.size(-1), stride = t.block_scales->size(1);
-      for (int64_t r = 0; r < t.numel() / columns; ++r) {
-        for (int64_t c = 0; c < columns; ++c) out[r * columns + c] *= scales[r / 128 * stride + c / 128];
-      }
+    if (!t.block_scales) {
+      convert_to_f32(t.dtype, raw.data(), out.data(), out.size());
+    } else {  // codes times their block's scale, exactly, as a checkpoint's are dequantized
+      const std::vector<float> scale_values = to_host_f32(*t.block_scales);
+      const TensorInfo scales{"block scales", {}, DType::F32, t.block_scales->shape,
+                              reinterpret_cast<const std::byte*>(scale_values.data()),
+                              scale_values.size() * sizeof(float), std::nullopt};
+      const TensorInfo codes{"block-FP8 weight", {}, t.dtype, t.shape, reinterpret_cast<const std::byte*>(raw.data()),
+                             raw.size(), BlockScales{&scales, BlockFp8Layout::kBlock, BlockFp8Layout::kBlock}};
+      dequantize_to_f32(codes, out.data());
     }
     return out;
   }
@@ -1376,23 +1379,40 @@ class CudaBackend final : public Backend {
       const int64_t column_blocks = (k + 127) / 128;
       Tensor codes = allocator_->allocate(DType::F8_E4M3, {used_rows, k});
       Tensor scales = allocator_->allocate(DType::F32, {used_rows * column_blocks});
+      const Tensor& weight_scales = *weight.block_scales;
+      const int64_t expert_scales = n / 128 * weight_scales.size(1);
+      struct ExpertOperands {
+        int64_t m;
+        const char* x;
+        const float* x_scales;
+        const char* weight;
+        const float* weight_scales;
+        const bf16* bias;
+        bf16* out;
+      };
+      const auto operands = [&](int64_t e) {
+        return ExpertOperands{rows[e + 1] - rows[e],
+                              codes.ptr<char>() + rows[e] * k,
+                              scales.ptr<float>() + rows[e] * column_blocks,
+                              static_cast<const char*>(weight.data) + e * n * k,
+                              weight_scales.ptr<float>() + e * expert_scales,
+                              biases ? biases + e * n : nullptr,
+                              row_ptr(out, rows[e])};
+      };
+      // Every expert's GEMM is asked for before any activation is quantized for one.
+      for (int64_t e = 0; e < num_experts; ++e) {
+        const ExpertOperands o = operands(e);
+        if (!gemm_->has_block_fp8(o.x, o.weight, o.bias, o.out, o.m, n, k, false)) return false;
+      }
       launch(what, [&] {
         kernels::launch_quantize_row_groups_fp8(inputs.ptr<bf16>(), grouping.expert_rows,
                                                 checked_int(num_experts, "experts"), used_rows, k,
                                                 static_cast<__nv_fp8_e4m3*>(codes.data), scales.ptr<float>(),
                                                 stream_);
       });
-      const Tensor& weight_scales = *weight.block_scales;
-      const int64_t expert_scales = n / 128 * weight_scales.size(1);
       for (int64_t e = 0; e < num_experts; ++e) {
-        const int64_t m = rows[e + 1] - rows[e];
-        if (m == 0) continue;
-        if (!gemm_->run_block_fp8(codes.ptr<char>() + rows[e] * k, scales.ptr<float>() + rows[e] * column_blocks,
-                                  static_cast<const char*>(weight.data) + e * n * k,
-                                  weight_scales.ptr<float>() + e * expert_scales, biases ? biases + e * n : nullptr,
-                                  row_ptr(out, rows[e]), m, n, k, false)) {
-          return false;
-        }
+        const ExpertOperands o = operands(e);
+        gemm_->run_block_fp8(o.x, o.x_scales, o.weight, o.weight_scales, o.bias, o.out, o.m, n, k, false);
       }
       return true;
     };
@@ -1706,13 +1726,10 @@ class CudaBackend final : public Backend {
     const int64_t padded = (m + 3) / 4 * 4;
     Tensor codes = allocator_->allocate(DType::F8_E4M3, {padded, k});
     Tensor x_scales = allocator_->allocate(DType::F32, {(k + 127) / 128, padded});
-    launch("linear (block-FP8 activations)", [&] {
-      kernels::launch_quantize_rows_fp8(in.ptr<bf16>(), m, padded, k, static_cast<__nv_fp8_e4m3*>(codes.data),
-                                        x_scales.ptr<float>(), stream_);
-    });
     Tensor out = allocator_->allocate(out_dtype, {padded, n});
-    if (!gemm_->run_block_fp8(codes.data, x_scales.ptr<float>(), weight.data, scales.ptr<float>(),
-                              bias ? bias->data : nullptr, out.data, padded, n, k, out_dtype == DType::F32)) {
+    const void* bias_data = bias ? bias->data : nullptr;
+    const bool f32_out = out_dtype == DType::F32;
+    if (!gemm_->has_block_fp8(codes.data, weight.data, bias_data, out.data, padded, n, k, f32_out)) {
       if (fp8_fallback_shapes_.insert({n, k}).second) {
         std::fprintf(stderr,
                      "tern: cuBLASLt has no block-scaled FP8 GEMM for %lld rows x [%lld, %lld]; weights of this shape "
@@ -1721,6 +1738,12 @@ class CudaBackend final : public Backend {
       }
       return std::nullopt;
     }
+    launch("linear (block-FP8 activations)", [&] {
+      kernels::launch_quantize_rows_fp8(in.ptr<bf16>(), m, padded, k, static_cast<__nv_fp8_e4m3*>(codes.data),
+                                        x_scales.ptr<float>(), stream_);
+    });
+    gemm_->run_block_fp8(codes.data, x_scales.ptr<float>(), weight.data, scales.ptr<float>(), bias_data, out.data,
+                         padded, n, k, f32_out);
     return padded == m ? out : out.rows(0, m);
   }
 

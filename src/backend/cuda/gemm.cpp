@@ -16,6 +16,11 @@ int alignment_of(const void* p) {
   return align;
 }
 
+// The alignment every operand of a GEMM has (the bias only where there is one), as its plan is keyed.
+int operand_alignment(const void* x, const void* weight, const void* bias, const void* out) {
+  return std::min({alignment_of(x), alignment_of(weight), alignment_of(out), bias ? alignment_of(bias) : 256});
+}
+
 }  // namespace
 
 Gemm::Gemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
@@ -115,8 +120,7 @@ void Gemm::matmul(Plan& p, const void* x, const void* weight, const void* bias, 
 void Gemm::run(const void* x, const void* weight, const void* bias, void* out, int64_t m, int64_t n, int64_t k,
                bool f32_out) {
   if (m == 0 || n == 0) return;
-  const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
-                              bias ? alignment_of(bias) : 256});
+  const int align = operand_alignment(x, weight, bias, out);
   matmul(plan({m, n, k, bias != nullptr, align, f32_out, 1, false}), x, weight, bias, out, "linear (cublasLtMatmul)");
 }
 
@@ -131,20 +135,29 @@ void Gemm::run_grouped(const void* x, const void* weight, void* out, int64_t m, 
          "grouped_linear (cublasLtMatmul)");
 }
 
-bool Gemm::run_block_fp8(const void* x, const float* x_scales, const void* weight, const float* weight_scales,
+Gemm::Plan& Gemm::block_fp8_plan(const void* x, const void* weight, const void* bias, const void* out, int64_t m,
+                                  int64_t n, int64_t k, bool f32_out) {
+  return plan({m, n, k, bias != nullptr, operand_alignment(x, weight, bias, out), f32_out, 1, true});
+}
+
+bool Gemm::has_block_fp8(const void* x, const void* weight, const void* bias, const void* out, int64_t m, int64_t n,
+                         int64_t k, bool f32_out) {
+  return m == 0 || n == 0 || block_fp8_plan(x, weight, bias, out, m, n, k, f32_out).has_algo;
+}
+
+void Gemm::run_block_fp8(const void* x, const float* x_scales, const void* weight, const float* weight_scales,
                          const void* bias, void* out, int64_t m, int64_t n, int64_t k, bool f32_out) {
-  if (m == 0 || n == 0) return true;
-  const int align = std::min({alignment_of(x), alignment_of(weight), alignment_of(out),
-                              bias ? alignment_of(bias) : 256});
-  Plan& p = plan({m, n, k, bias != nullptr, align, f32_out, 1, true});
-  if (!p.has_algo) return false;
+  if (m == 0 || n == 0) return;
+  Plan& p = block_fp8_plan(x, weight, bias, out, m, n, k, f32_out);
+  if (!p.has_algo) {
+    fail("cuda backend: linear: cuBLASLt has no block-scaled FP8 algorithm for [{}, {}] x [{}, {}]^T", m, k, n, k);
+  }
   check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales,
                                        sizeof(weight_scales)),
         "weight scales");
   check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
         "activation scales");
   matmul(p, x, weight, bias, out, "block-FP8 linear (cublasLtMatmul)");
-  return true;
 }
 
 }  // namespace tern::cuda

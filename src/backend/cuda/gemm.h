@@ -30,9 +30,13 @@ class Gemm {
   // out [M, N] (bf16, or float32) = x times weight transposed, both block FP8, bias as run's: x's e4m3 codes [M, K]
   // with float32 scales per row and 128 columns, [ceil(K / 128), M] (kernels/linear/block_fp8.h); the weight's codes
   // [N, K] with scales per 128x128 block, [ceil(N / 128), ceil(K / 128) rounded up to 4] (backend/block_fp8_layout.h).
-  // M a multiple of 4, K of 16. False, doing nothing, where cuBLASLt has no block-scaled algorithm for the shape.
-  bool run_block_fp8(const void* x, const float* x_scales, const void* weight, const float* weight_scales,
+  // M a multiple of 4, K of 16; the shape needs an algorithm (has_block_fp8).
+  void run_block_fp8(const void* x, const float* x_scales, const void* weight, const float* weight_scales,
                      const void* bias, void* out, int64_t m, int64_t n, int64_t k, bool f32_out);
+  // Whether cuBLASLt has a block-scaled FP8 algorithm for run_block_fp8 on these operands, asked before the
+  // activations are quantized for it (once per shape: the plan is kept).
+  bool has_block_fp8(const void* x, const void* weight, const void* bias, const void* out, int64_t m, int64_t n,
+                     int64_t k, bool f32_out);
 
  private:
   struct Plan {
@@ -45,6 +49,8 @@ class Gemm {
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, int, bool, int64_t, bool>;
   // The plan for `key`; a bf16 shape without an algorithm fails, a block-FP8 one comes back without one.
   Plan& plan(const Key& key);
+  Plan& block_fp8_plan(const void* x, const void* weight, const void* bias, const void* out, int64_t m, int64_t n,
+                       int64_t k, bool f32_out);
   // Runs p's algorithm (with its bias pointer set to `bias`, if any) on the stream.
   void matmul(Plan& p, const void* x, const void* weight, const void* bias, void* out, const char* what);
 

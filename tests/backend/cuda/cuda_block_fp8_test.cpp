@@ -50,18 +50,17 @@ struct Fp8Weight {
 };
 
 // x's rows as the GEMM's input quantization leaves them: per row and 128 columns, scale = amax / 448 (1 for zeros)
-// and each value the e4m3 nearest value / scale, times the scale.
+// and each value the e4m3 nearest value / scale, times the scale (BlockFp8Weight's rule over 1 x 128 blocks).
 std::vector<float> quantized_rows(const std::vector<float>& x, int64_t m, int64_t k) {
+  TensorInfo rows;
+  rows.name = "x";
+  rows.dtype = DType::F32;
+  rows.shape = {m, k};
+  rows.data = reinterpret_cast<const std::byte*>(x.data());
+  rows.size_bytes = x.size() * sizeof(float);
+  const BlockFp8Weight quantized(rows, 1, BlockFp8Weight::kBlockSize);
   std::vector<float> out(x.size());
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t b = 0; b < k; b += 128) {
-      const int64_t end = std::min(k, b + 128);
-      float amax = 0.0f;
-      for (int64_t c = b; c < end; ++c) amax = std::max(amax, std::abs(x[r * k + c]));
-      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-      for (int64_t c = b; c < end; ++c) out[r * k + c] = f8_e4m3_to_f32(f32_to_f8_e4m3(x[r * k + c] / scale)) * scale;
-    }
-  }
+  dequantize_to_f32(quantized.info(), out.data());
   return out;
 }
 
@@ -128,7 +127,9 @@ TEST_F(CudaBlockFp8Test, LinearMatchesFloat64ProductsOfTheQuantizedOperands) {
       const Tensor wide = gpu->linear_f32(x, weight, &bias);
       const std::string log = ::testing::internal::GetCapturedStderr();
       const bool whole_blocks = s.n % 128 == 0 && s.k % 128 == 0;
-      if (whole_blocks) EXPECT_EQ(log, "") << what;
+      if (whole_blocks) {
+        EXPECT_EQ(log, "") << what;
+      }
       ASSERT_EQ(out.shape, (std::vector<int64_t>{m, s.n})) << what;
       EXPECT_EQ(wide.dtype, DType::F32);
       // The GEMV (one row, bf16 out) multiplies x as it is, the FP8 GEMM its quantized rows; elsewhere a bf16
