@@ -1,7 +1,8 @@
 #pragma once
-// What the CUDA benchmarks share: fail-fast status checks, deterministic random bf16 data made on the device, and
-// the median of CUDA-event-timed runs after a warm-up.
+// What the CUDA benchmarks share: fail-fast status checks, deterministic random bf16 and e4m3 data made on the
+// device, and the median of CUDA-event-timed runs after a warm-up.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +32,19 @@ __device__ inline float hashed_value(size_t i, uint32_t seed) {
 __global__ inline void fill_random(__nv_bfloat16* out, size_t count, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
     out[i] = __float2bfloat16(hashed_value(i, seed));
+  }
+}
+
+__global__ inline void fill_random_e4m3(__nv_fp8_e4m3* out, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = __nv_fp8_e4m3(hashed_value(i, seed));
+  }
+}
+
+template <typename T>
+__global__ void fill_value(T* out, size_t count, T value) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = value;
   }
 }
 

@@ -1,6 +1,7 @@
 // Block-FP8 linears (the CUDA backend's path for FP8 checkpoints and --quantization fp8) against bf16, through the
-// same calls the backend makes: cuBLASLt's block-scaled FP8 GEMM (src/backend/cuda/gemm.*) with and without the
-// activation quantization before it (kernels/linear/block_fp8), and the GEMV on FP8 codes (kernels/linear/gemv).
+// same calls the backend makes: the FP8 tensor-core GEMM (kernels/linear/fp8_gemm) with and without the activation
+// quantization before it (kernels/linear/block_fp8), and the GEMV on FP8 codes (kernels/linear/gemv), beside
+// cuBLASLt's bf16 GEMM (src/backend/cuda/gemm.*).
 // Compute: 8192^3 and the Llama-3.1-8B prefill shapes at 4,096 rows, TFLOP/s beside cuBLASLt bf16 in the same run.
 // Bandwidth: the 8B decode shapes at 1, 4 and 16 rows, and one batch-1 decode step's FP8 GEMVs back to back, as a
 // share of a device-to-device copy measured in the same run; every call reads a weight copy that is not in L2.
@@ -17,6 +18,7 @@
 #include "backend/cuda/gemm.h"
 #include "cuda_bench.cuh"
 #include "linear/block_fp8.h"
+#include "linear/fp8_gemm.h"
 #include "linear/gemv.h"
 
 using tern::bench::check;
@@ -25,18 +27,6 @@ using tern::bench::median_ms;
 using tern::bench::print_device_and_copy_anchor;
 
 namespace {
-
-__global__ void fill_random_fp8(__nv_fp8_e4m3* out, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
-    out[i] = __nv_fp8_e4m3(tern::bench::hashed_value(i, seed));
-  }
-}
-
-__global__ void fill_value(float* out, size_t count, float value) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
-    out[i] = value;
-  }
-}
 
 // BlockFp8Layout::stride_for (backend/block_fp8_layout.h, C++20, which nvcc here does not compile).
 int64_t scale_stride(int64_t k) { return ((k + 127) / 128 + 3) / 4 * 4; }
@@ -72,24 +62,26 @@ int main() {
   check(cudaMalloc(&x_scales, max_rows * max_k / 128 * 4 + 4096), "malloc");
   check(cudaMalloc(&out, max_rows * max_k * 4), "malloc");
   check(cudaMalloc(&workspace, size_t{32} << 20), "malloc");
-  fill_random_fp8<<<4096, 256, 0, stream>>>(codes, weight_bytes, 1);
+  tern::bench::fill_random_e4m3<<<4096, 256, 0, stream>>>(codes, weight_bytes, 1);
   fill_random<<<4096, 256, 0, stream>>>(weight, weight_bytes, 2);
   fill_random<<<1024, 256, 0, stream>>>(x, max_rows * max_k, 3);
-  fill_value<<<1024, 256, 0, stream>>>(weight_scales, weight_bytes / 128 / 128 * 2, 1.0f / 448);
+  tern::bench::fill_value<float><<<1024, 256, 0, stream>>>(weight_scales, weight_bytes / 128 / 128 * 2, 1.0f / 448);
   tern::cuda::Gemm gemm(stream, workspace, size_t{32} << 20);
 
   const auto quantize = [&](int64_t m, int64_t k) {
-    tern::kernels::launch_quantize_rows_fp8(x, m, (m + 3) / 4 * 4, k, x_codes, x_scales, stream);
+    tern::kernels::launch_quantize_rows_fp8(x, m, m, k, x_codes, x_scales, stream);
   };
   const auto fp8_gemm = [&](const __nv_fp8_e4m3* w, int64_t m, int64_t n, int64_t k) {
-    const int64_t padded = (m + 3) / 4 * 4;
-    if (!gemm.has_block_fp8(x_codes, w, nullptr, out, padded, n, k, false)) {
-      std::fprintf(stderr, "cuBLASLt has no block-scaled FP8 GEMM for [%lld, %lld] x [%lld, %lld]\n",
-                   static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
-                   static_cast<long long>(k));
-      std::exit(1);
-    }
-    gemm.run_block_fp8(x_codes, x_scales, w, weight_scales, nullptr, out, padded, n, k, false);
+    tern::kernels::Fp8GemmParams p;
+    p.x = x_codes;
+    p.x_scales = x_scales;
+    p.x_scale_stride = m;
+    p.weight = {w, weight_scales, static_cast<int>(scale_stride(k))};
+    p.out = out;
+    p.m = static_cast<int>(m);
+    p.n = static_cast<int>(n);
+    p.k = static_cast<int>(k);
+    tern::kernels::launch_fp8_gemm(p, stream);
   };
 
   struct Shape {
@@ -139,7 +131,7 @@ int main() {
                                },
                                5, 50, stream));
       }
-      report("quantize + fp8 cuBLASLt", median_ms(
+      report("quantize + fp8 gemm", median_ms(
                                             [&] {
                                               quantize(m, s.k);
                                               fp8_gemm(next_codes(), m, s.n, s.k);
@@ -156,7 +148,7 @@ int main() {
       for (const Shape& s : decode_shapes) {
         __nv_fp8_e4m3* w;
         check(cudaMalloc(&w, s.n * s.k), "malloc");
-        fill_random_fp8<<<4096, 256, 0, stream>>>(w, s.n * s.k, layer + 3);
+        tern::bench::fill_random_e4m3<<<4096, 256, 0, stream>>>(w, s.n * s.k, layer + 3);
         chain.push_back({w, s});
         total_bytes += s.n * s.k;
       }

@@ -1,7 +1,7 @@
 #pragma once
-// Small device helpers shared by the kernels: bf16 vectors of 8 (one 16-byte access), e4m3 codes to float32,
-// warp reductions, and the PTX wrappers for asynchronous copies (cp.async, bulk copies on mbarriers), ldmatrix and
-// the bf16 tensor-core mma.
+// Small device helpers shared by the kernels: bf16 vectors of 8 (one 16-byte access), e4m3, e2m1 and e8m0 codes to
+// float32, warp reductions, and the PTX wrappers for asynchronous copies (cp.async, bulk copies on mbarriers),
+// ldmatrix and the bf16 tensor-core mma.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cstdint>
@@ -47,6 +47,28 @@ __device__ __forceinline__ void store_dequantized16(const uint4& codes, float sc
       values[2 * i + 1] = f.y * scale;
     }
     store_f32x8(dst + 8 * half, values);
+  }
+}
+
+// An e8m0 scale (OCP MX: 2^(bits - 127), 0xff NaN) as float32; 2^-127 is a float32 subnormal.
+__device__ __forceinline__ float e8m0_to_float(uint32_t bits) {
+  if (bits == 0xffu) return __uint_as_float(0x7fffffffu);
+  return __uint_as_float(bits == 0 ? 0x00400000u : bits << 23);
+}
+
+// Eight e2m1 codes (OCP MX FP4: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; element i in bits [4i, 4i + 4) of `codes`, the
+// byte order of a packed row) times `scale`, as float32. The doubled magnitudes of codes 0-7 are whole numbers that
+// fit a byte each, so one byte permute looks up four codes at once, without a table in memory.
+__device__ __forceinline__ void e2m1x8_to_float8(uint32_t codes, float scale, float (&out)[8]) {
+  constexpr uint32_t kDoubledLow = 0x03020100u;   // codes 0-3: 0, 1, 2, 3
+  constexpr uint32_t kDoubledHigh = 0x0c080604u;  // codes 4-7: 4, 6, 8, 12
+  const uint32_t doubled[2] = {__byte_perm(kDoubledLow, kDoubledHigh, codes & 0x7777u),
+                               __byte_perm(kDoubledLow, kDoubledHigh, (codes >> 16) & 0x7777u)};
+  const float half_scale = 0.5f * scale;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float magnitude = static_cast<float>((doubled[i / 4] >> (8 * (i % 4))) & 0xffu) * half_scale;
+    out[i] = (codes >> (4 * i + 3)) & 1u ? -magnitude : magnitude;
   }
 }
 

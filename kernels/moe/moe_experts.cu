@@ -123,42 +123,71 @@ constexpr int kPad = 8;  // bf16 elements of padding per shared row: spreads ldm
 constexpr int kRowStride = kTileK + kPad;
 constexpr int kGemmThreads = 128;
 
-// FP8 experts: a B tile's codes, kTileK bytes a row, padded so that rows start 16-byte aligned.
-constexpr int kCodeStride = kTileK + 16;
+// How the experts' weights are stored (MoeGemmParams): bf16, or codes with scales.
+enum class ExpertFormat { bf16, fp8, mxfp4 };
 
-// Row `row` of a block-FP8 B tile (kTileK codes in shared memory, those of weight row `weight_row` of the
+// Quantized experts: a B tile row's codes (kTileK of them) and their bytes in shared memory, rows 16-byte aligned.
+template <ExpertFormat Format>
+constexpr int kCodeBytes = Format == ExpertFormat::mxfp4 ? kTileK / 2 : kTileK;
+template <ExpertFormat Format>
+constexpr int kCodeStride = Format == ExpertFormat::fp8 ? kTileK + 16 : kCodeBytes<Format>;
+
+// Code bytes of a weight row of k elements.
+template <ExpertFormat Format>
+__device__ __forceinline__ int64_t code_row_bytes(int k) {
+  return Format == ExpertFormat::mxfp4 ? k / 2 : k;
+}
+
+// Row `row` of a quantized B tile (kTileK codes in shared memory, those of weight row `weight_row` of the
 // [experts * n, k] rows from column k0) into bf16 values of the tile the mma loop reads.
+template <ExpertFormat Format>
 __device__ __forceinline__ void dequantize_tile_row(const MoeGemmParams& p, const uint8_t* codes, int64_t weight_row,
                                                     int k0, __nv_bfloat16* out) {
-  const float scale = p.fp8.scales[weight_row / 128 * p.fp8.scale_stride + k0 / 128];
+  if constexpr (Format == ExpertFormat::fp8) {
+    const float scale = p.fp8.scales[weight_row / 128 * p.fp8.scale_stride + k0 / 128];
 #pragma unroll
-  for (int i = 0; i < kTileK / 16; ++i) {
-    store_dequantized16(*reinterpret_cast<const uint4*>(codes + 16 * i), scale, out + 16 * i);
+    for (int i = 0; i < kTileK / 16; ++i) {
+      store_dequantized16(*reinterpret_cast<const uint4*>(codes + 16 * i), scale, out + 16 * i);
+    }
+  } else {
+    static_assert(kTileK == 32, "an MXFP4 tile row is one scale group");
+    const float scale = e8m0_to_float(p.mxfp4.scales[weight_row * (p.k / 32) + k0 / 32]);
+    const uint4 words = *reinterpret_cast<const uint4*>(codes);
+    const uint32_t word[4] = {words.x, words.y, words.z, words.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float values[8];
+      e2m1x8_to_float8(word[i], scale, values);
+      store_f32x8(out + 8 * i, values);
+    }
   }
 }
 
-// With Fp8 the B tiles arrive as codes (half the bytes through cp.async) and each thread dequantizes one row of the
-// stage to bf16 before the mma loop reads it.
-template <bool Fp8>
+// Quantized B tiles arrive as codes (a half or a quarter of the bytes through cp.async) and each thread dequantizes
+// one row of the stage to bf16 before the mma loop reads it.
+template <ExpertFormat Format>
 __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParams p) {
-  static_assert(kGemmThreads == kTileN, "with Fp8 a thread copies and dequantizes one B row");
+  constexpr bool kCoded = Format != ExpertFormat::bf16;
+  static_assert(kGemmThreads == kTileN, "with codes a thread copies and dequantizes one B row");
   wait_for_prior_grids();
   allow_dependent_grids();
   const int expert = p.tile_expert[blockIdx.y];
   if (expert < 0) return;
   __shared__ alignas(128) __nv_bfloat16 a_tile[kStages][kMoeTileRows * kRowStride];
-  __shared__ alignas(128) __nv_bfloat16 b_tile[Fp8 ? 1 : kStages][kTileN * kRowStride];
-  __shared__ alignas(128) uint8_t b_codes[Fp8 ? kStages : 1][Fp8 ? kTileN * kCodeStride : 16];
+  __shared__ alignas(128) __nv_bfloat16 b_tile[kCoded ? 1 : kStages][kTileN * kRowStride];
+  __shared__ alignas(128) uint8_t b_codes[kCoded ? kStages : 1][kCoded ? kTileN * kCodeStride<Format> : 16];
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
   const int n0 = blockIdx.x * kTileN;
   const int64_t expert_rows = static_cast<int64_t>(expert) * p.n;
-  const __nv_bfloat16* weight = Fp8 ? nullptr : p.weight + expert_rows * p.k;
-  const auto* codes_base = reinterpret_cast<const uint8_t*>(p.fp8.codes);  // a valid address for empty copies
-  const uint8_t* codes_row = nullptr;  // Fp8: this thread's B row
-  if constexpr (Fp8) {
+  const __nv_bfloat16* weight = kCoded ? nullptr : p.weight + expert_rows * p.k;
+  // A valid address for empty copies.
+  const auto* codes_base = Format == ExpertFormat::mxfp4 ? p.mxfp4.codes : reinterpret_cast<const uint8_t*>(p.fp8.codes);
+  const int64_t row_bytes = code_row_bytes<Format>(p.k);
+  const uint8_t* codes_row = nullptr;  // quantized: this thread's B row
+  if constexpr (kCoded) {
     const int n = n0 + static_cast<int>(threadIdx.x);
-    if (n < p.n) codes_row = codes_base + (expert_rows + n) * p.k;
+    if (n < p.n) codes_row = codes_base + (expert_rows + n) * row_bytes;
   }
 
   // Per stage each thread copies 16 bytes of 2 A rows (64 rows x 4 chunks) and of 4 B rows (128 x 4).
@@ -176,7 +205,7 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
   }
   for (int i = 0; i < 4; ++i) {
     const int n = n0 + threadIdx.x / 4 + 32 * i;
-    b_src[i] = !Fp8 && n < p.n ? weight + static_cast<int64_t>(n) * p.k : nullptr;
+    b_src[i] = !kCoded && n < p.n ? weight + static_cast<int64_t>(n) * p.k : nullptr;
   }
   const int num_k_tiles = (p.k + kTileK - 1) / kTileK;
   const auto load_stage = [&](int kt) {
@@ -189,13 +218,13 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
         cp_async_16(&a_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8], valid ? a_src[i] + k : p.input,
                     valid ? 16 : 0);
       }
-      if constexpr (Fp8) {
+      if constexpr (kCoded) {
 #pragma unroll
-        for (int c = 0; c < kTileK / 16; ++c) {
-          const int code_k = kt * kTileK + 16 * c;
-          const bool valid = codes_row && code_k < p.k;
-          cp_async_16(&b_codes[stage][threadIdx.x * kCodeStride + 16 * c], valid ? codes_row + code_k : codes_base,
-                      valid ? 16 : 0);
+        for (int c = 0; c < kCodeBytes<Format> / 16; ++c) {
+          const int64_t code_byte = static_cast<int64_t>(kt) * kCodeBytes<Format> + 16 * c;
+          const bool valid = codes_row && code_byte < row_bytes;
+          cp_async_16(&b_codes[stage][threadIdx.x * kCodeStride<Format> + 16 * c],
+                      valid ? codes_row + code_byte : codes_base, valid ? 16 : 0);
         }
       } else {
         for (int i = 0; i < 4; ++i) {
@@ -222,12 +251,12 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
     __syncthreads();  // stage kt landed for every thread; stage kt - 1 is no longer read
     load_stage(kt + kStages - 1);
     const __nv_bfloat16* a = a_tile[kt % kStages];
-    const __nv_bfloat16* b = b_tile[Fp8 ? 0 : kt % kStages];
-    if constexpr (Fp8) {  // the previous tile's mma reads of b_tile ended before the barrier above
+    const __nv_bfloat16* b = b_tile[kCoded ? 0 : kt % kStages];
+    if constexpr (kCoded) {  // the previous tile's mma reads of b_tile ended before the barrier above
       __nv_bfloat16* row = b_tile[0] + threadIdx.x * kRowStride;
       if (codes_row) {
-        dequantize_tile_row(p, &b_codes[kt % kStages][threadIdx.x * kCodeStride], expert_rows + n0 + threadIdx.x,
-                            kt * kTileK, row);
+        dequantize_tile_row<Format>(p, &b_codes[kt % kStages][threadIdx.x * kCodeStride<Format>],
+                                    expert_rows + n0 + threadIdx.x, kt * kTileK, row);
       } else {
         for (int i = 0; i < kTileK; ++i) row[i] = __float2bfloat16(0.0f);
       }
@@ -280,29 +309,61 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
 constexpr int kSkinnyWarps = 8;
 constexpr int kSkinnyRows = 8;
 
+// A lane's weights of a row per step, with their scale (one per lane: 16 codes lie in one 128-column block, 8 in one
+// MXFP4 group), turned into float32 8 at a time: 8 bf16 or 16 e4m3 codes (16 bytes: a warp streams 512 contiguous
+// bytes), or 8 e2m1 codes (4 bytes): with 32 e2m1 codes (16 bytes) a lane, MXFP4 experts at 16 tokens measured at
+// least 1.4x slower on the H200 (bench/moe_experts_bench, docs/BENCHMARKS.md): a warp step then spans 1,024
+// columns, so short rows leave lanes idle, and fewer loads are in flight.
+template <ExpertFormat Format>
+constexpr int kLaneWeights = Format == ExpertFormat::fp8 ? 16 : 8;
+
+template <ExpertFormat Format>
+struct LaneWeights {
+  uint4 raw;
+  float scale = 1.0f;
+
+  // Weights [k, k + kLaneWeights) of row `row` of the [experts * n, k] rows.
+  __device__ __forceinline__ void load(const MoeGemmParams& p, int64_t row, int k) {
+    if constexpr (Format == ExpertFormat::bf16) {
+      raw = *reinterpret_cast<const uint4*>(p.weight + row * p.k + k);
+    } else if constexpr (Format == ExpertFormat::fp8) {
+      raw = *reinterpret_cast<const uint4*>(p.fp8.codes + row * p.k + k);
+      scale = __ldg(p.fp8.scales + row / 128 * p.fp8.scale_stride + k / 128);
+    } else {
+      raw.x = *reinterpret_cast<const uint32_t*>(p.mxfp4.codes + row * (p.k / 2) + k / 2);
+      scale = e8m0_to_float(__ldg(p.mxfp4.scales + row * (p.k / 32) + k / 32));
+    }
+  }
+
+  // Weights [8 c, 8 c + 8) of the lane's as float32.
+  __device__ __forceinline__ void get8(int c, float (&w)[8]) const {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (Format == ExpertFormat::bf16) {
+      const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(words);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(pairs[i]);
+        w[2 * i] = f.x;
+        w[2 * i + 1] = f.y;
+      }
+    } else if constexpr (Format == ExpertFormat::fp8) {
+      const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(words) + 4 * c;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = e4m3x2_to_float2(pairs[i]);
+        w[2 * i] = f.x * scale;
+        w[2 * i + 1] = f.y * scale;
+      }
+    } else {
+      e2m1x8_to_float8(words[c], scale, w);
+    }
+  }
+};
+
 // With Gated (MoeGemmParams::fuse_gated_activation) a warp takes gate column c and up column c + width of its rows
 // (one read of each input row for both) and writes their activation, from gate and up rounded to bf16 as the
 // unfused path stores them.
-// Weights [k, k + 8) of row `row` of the [experts * n, k] rows, as float32: bf16 as stored, or block-FP8 codes
-// times their block's scale.
-template <bool Fp8>
-__device__ __forceinline__ void load_weights8(const MoeGemmParams& p, int64_t row, int k, float (&w)[8]) {
-  if constexpr (Fp8) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p.fp8.codes + row * p.k + k);
-    const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
-    const float scale = __ldg(p.fp8.scales + row / 128 * p.fp8.scale_stride + k / 128);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = e4m3x2_to_float2(pairs[i]);
-      w[2 * i] = f.x * scale;
-      w[2 * i + 1] = f.y * scale;
-    }
-  } else {
-    load_f32x8(p.weight + row * p.k + k, w);
-  }
-}
-
-template <bool Gated, bool Fp8>
+template <bool Gated, ExpertFormat Format>
 __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmParams p) {
   constexpr int kColumns = Gated ? 2 : 1;
   wait_for_prior_grids();
@@ -330,19 +391,26 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
   for (int r0 = 0; r0 < num_rows; r0 += kSkinnyRows) {
     const int rows = min(kSkinnyRows, num_rows - r0);
     float acc[kColumns][kSkinnyRows] = {};
-    for (int k = lane * 8; k < p.k; k += 32 * 8) {
-      float w[kColumns][8];
+    constexpr int kStep = kLaneWeights<Format>;
+    for (int k = lane * kStep; k < p.k; k += 32 * kStep) {
+      LaneWeights<Format> lane_weights[kColumns];
 #pragma unroll
-      for (int j = 0; j < kColumns; ++j) load_weights8<Fp8>(p, weight_row[j], k, w[j]);
+      for (int j = 0; j < kColumns; ++j) lane_weights[j].load(p, weight_row[j], k);
 #pragma unroll
-      for (int r = 0; r < kSkinnyRows; ++r) {
-        if (r >= rows) break;
-        float a[8];
-        load_f32x8(p.input + source_row[r0 + r] * p.k + k, a);
+      for (int c = 0; c < kStep / 8; ++c) {
+        float w[kColumns][8];
 #pragma unroll
-        for (int j = 0; j < kColumns; ++j) {
+        for (int j = 0; j < kColumns; ++j) lane_weights[j].get8(c, w[j]);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[j][r] += w[j][i] * a[i];
+        for (int r = 0; r < kSkinnyRows; ++r) {
+          if (r >= rows) break;
+          float a[8];
+          load_f32x8(p.input + source_row[r0 + r] * p.k + k + 8 * c, a);
+#pragma unroll
+          for (int j = 0; j < kColumns; ++j) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[j][r] += w[j][i] * a[i];
+          }
         }
       }
     }
@@ -482,17 +550,17 @@ void launch_moe_group_pairs(const int32_t* expert_ids, int64_t num_pairs, int fi
 
 namespace {
 
-template <bool Fp8>
+template <ExpertFormat Format>
 void launch_moe_gemm_kernel(const MoeGemmParams& p, cudaStream_t stream) {
   if (p.fuse_gated_activation) {
     const dim3 grid((p.n / 2 + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
-    launch_dependent("moe_experts", skinny_gemm_kernel<true, Fp8>, grid, kSkinnyWarps * 32, 0, stream, p);
+    launch_dependent("moe_experts", skinny_gemm_kernel<true, Format>, grid, kSkinnyWarps * 32, 0, stream, p);
   } else if (p.few_rows) {
     const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
-    launch_dependent("moe_experts", skinny_gemm_kernel<false, Fp8>, grid, kSkinnyWarps * 32, 0, stream, p);
+    launch_dependent("moe_experts", skinny_gemm_kernel<false, Format>, grid, kSkinnyWarps * 32, 0, stream, p);
   } else {
     const dim3 grid((p.n + kTileN - 1) / kTileN, static_cast<unsigned>(p.max_tiles));
-    launch_dependent("moe_experts", grouped_gemm_kernel<Fp8>, grid, kGemmThreads, 0, stream, p);
+    launch_dependent("moe_experts", grouped_gemm_kernel<Format>, grid, kGemmThreads, 0, stream, p);
   }
 }
 
@@ -504,12 +572,17 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
                                 " (both must be positive multiples of 8)");
   }
   const bool fp8 = p.fp8.codes != nullptr;
-  if (fp8 == (p.weight != nullptr)) {
-    throw std::invalid_argument("moe_experts: needs either bf16 expert weights or block-FP8 ones");
+  const bool mxfp4 = p.mxfp4.codes != nullptr;
+  if ((p.weight != nullptr) + fp8 + mxfp4 != 1) {
+    throw std::invalid_argument("moe_experts: needs one of bf16, block-FP8 or MXFP4 expert weights");
   }
   if (fp8 && (p.n % 128 != 0 || p.k % 16 != 0 || !p.fp8.covers(p.k))) {
     throw std::invalid_argument("moe_experts: block-FP8 experts of " + std::to_string(p.n) + " x " +
                                 std::to_string(p.k) + " (rows a multiple of 128, columns of 16, with their scales)");
+  }
+  if (mxfp4 && (p.k % 32 != 0 || !p.mxfp4.scales)) {
+    throw std::invalid_argument("moe_experts: MXFP4 experts of " + std::to_string(p.n) + " x " + std::to_string(p.k) +
+                                " (columns a multiple of 32, with their scales)");
   }
   if (p.fuse_gated_activation && !p.few_rows) {
     throw std::invalid_argument("moe_experts: the gated activation fuses into the few-rows GEMM only");
@@ -517,9 +590,11 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   if (p.max_tiles == 0) return;
   if (p.max_tiles > 65535) throw std::invalid_argument("moe_experts: too many rows for one launch");
   if (fp8) {
-    launch_moe_gemm_kernel<true>(p, stream);
+    launch_moe_gemm_kernel<ExpertFormat::fp8>(p, stream);
+  } else if (mxfp4) {
+    launch_moe_gemm_kernel<ExpertFormat::mxfp4>(p, stream);
   } else {
-    launch_moe_gemm_kernel<false>(p, stream);
+    launch_moe_gemm_kernel<ExpertFormat::bf16>(p, stream);
   }
 }
 

@@ -30,6 +30,14 @@ struct MoeGrouping {
 void launch_moe_group_pairs(const int32_t* expert_ids, int64_t num_pairs, int first_expert, int num_experts,
                             int64_t max_tiles, const MoeGrouping& grouping, cudaStream_t stream);
 
+// MXFP4 experts as the kernels read them (backend/mxfp4_layout.h; gpt-oss's and DeepSeek-V4's FP4 experts): e2m1
+// codes two to a byte, element 2i in the low nibble of byte i, rows of k / 2 bytes, and an e8m0 scale byte per row
+// and 32 columns, rows of k / 32; element (r, c) is its code times 2^(scales[r][c / 32] - 127).
+struct Mxfp4Codes {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+};
+
 struct MoeGemmParams {
   // Row r of the input: rows[r] of `input` when gather_by_pair (input row = row_pair[r] / top_k, the token of the
   // pair; padding rows read zeros), else row r itself.
@@ -39,11 +47,14 @@ struct MoeGemmParams {
   int top_k = 1;
   const int32_t* tile_expert = nullptr;
   int64_t max_tiles = 0;
-  const __nv_bfloat16* weight = nullptr;  // [experts, n, k], or null for block-FP8 experts
-  // Block-FP8 experts instead (W8A16: each weight is its code times its block's scale, rounded to bf16 for the
-  // tensor-core tiles): codes [experts, n, k], the scales of 128x128 blocks of the [experts * n, k] rows. n a
-  // multiple of 128, k of 16.
+  const __nv_bfloat16* weight = nullptr;  // [experts, n, k], or null for quantized experts
+  // Quantized experts instead, one of (W8A16 or W4A16: each weight is its code times its scale, rounded to bf16 for
+  // the tensor-core tiles):
+  // - block FP8: codes [experts, n, k], the scales of 128x128 blocks of the [experts * n, k] rows; n a multiple of
+  //   128, k of 16;
+  // - MXFP4: the [experts * n, k] rows' codes and scales; k a multiple of 32.
   BlockFp8Codes fp8;
+  Mxfp4Codes mxfp4;
   const __nv_bfloat16* bias = nullptr;    // [experts, n] or null
   __nv_bfloat16* out = nullptr;           // [max_tiles * kMoeTileRows, n]
   int n = 0;

@@ -16,8 +16,8 @@ if [ -z "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_STATIC=ON >/dev/null
 fi
 # tern-engine-bench is `tern bench` without the server layers (quick to build); TERN_STAGE_TERN=1 adds `tern`.
-targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench fp8_linear_bench tern_engine_bench
-         verify_step_bench)
+targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench fp8_linear_bench moe_experts_bench
+         tern_engine_bench verify_step_bench)
 [ -n "${TERN_STAGE_TERN:-}" ] && targets+=(tern)
 cmake --build "$build" -j2 --target "${targets[@]}"
 
@@ -26,7 +26,7 @@ mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models"
   "$root/.device/tools"
 cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda_tensor_parallel_test" \
   "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/fp8_linear_bench" \
-  "$build/bench/tern_engine_bench" \
+  "$build/bench/moe_experts_bench" "$build/bench/tern_engine_bench" \
   "$build/bench/verify_step_bench" \
   "$root/.device/bin/"
 [ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/tern" "$root/.device/bin/"
@@ -42,7 +42,7 @@ PY
 cp "$(g++ -print-file-name=libgomp.so.1)" "$root/.device/lib/"
 if [ -n "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   for binary in "$root/.device/bin/"*; do
-    ldd "$binary" | awk '/=> \// {print $3}' | grep -E "utf8proc|pcre2|fmt" || true
+    ldd "$binary" | awk '/=> \// {print $3}' | grep -E "utf8proc|pcre2|fmt|icu" || true
   done | sort -u | xargs -r cp -L -t "$root/.device/lib/"
 fi
 cp "$fixtures/../tools/make_model.py" "$root/.device/tools/"

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/block_fp8_layout.h"
+#include "backend/mxfp4_layout.h"
 #include "core/error.h"
 #include "core/tensor_info.h"
 
@@ -12,13 +13,14 @@ Tensor Tensor::reshape(std::vector<int64_t> new_shape) const {
   Tensor out = *this;
   out.shape = std::move(new_shape);
   if (out.numel() != numel()) fail("reshape: {} elements cannot take a shape of {}", numel(), out.numel());
-  if (block_scales) {  // its rows keep their columns and whole 128-row blocks: [rows, K] or experts' [E, N, K]
-    const bool keeps_blocks =
-        (out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[1] % BlockFp8Layout::kBlock == 0)) &&
-        out.shape.back() == shape.back();
+  if (block_scales) {  // its rows keep their columns and whole blocks of rows: [rows, K] or experts' [E, N, K]
+    const int64_t block = scale_block_rows();
+    const bool keeps_blocks = (out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[1] % block == 0)) &&
+                              out.shape.back() == shape.back();
     if (!keeps_blocks) {
-      fail("reshape: a block-FP8 weight of shape {} cannot take shape {} (its scales are of 128x128 blocks)",
-           shape_string(shape), shape_string(out.shape));
+      fail("reshape: a block-quantized weight of shape {} cannot take shape {} (its scales are of {}x{} blocks)",
+           shape_string(shape), shape_string(out.shape), block,
+           dtype == DType::F4_E2M1 ? Mxfp4Layout::kGroup : BlockFp8Layout::kBlock);
     }
   }
   return out;
@@ -30,9 +32,9 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   }
   Tensor out = *this;
   out.shape[0] = count;
-  out.data = static_cast<char*>(data) + static_cast<size_t>(begin * row_numel()) * dtype_size(dtype);
+  out.data = static_cast<char*>(data) + dtype_bytes(dtype, begin * row_numel());
   if (block_scales) {  // rows of [rows, K], or experts of [E, N, K]
-    constexpr int64_t block = BlockFp8Layout::kBlock;
+    const int64_t block = scale_block_rows();
     const int64_t weight_rows = row_numel() / shape.back();
     const int64_t first = begin * weight_rows;
     if (first % block != 0) fail("rows: a block-FP8 weight's rows are taken from a block's first row, not {}", first);
@@ -42,5 +44,7 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   }
   return out;
 }
+
+int64_t Tensor::scale_block_rows() const { return dtype == DType::F4_E2M1 ? 1 : BlockFp8Layout::kBlock; }
 
 }  // namespace tern

@@ -14,9 +14,12 @@ struct Tensor {
   std::vector<int64_t> shape;
   void* data = nullptr;
   std::shared_ptr<void> storage;  // keeps `data` alive
-  // Set on a block-FP8 weight that a backend keeps as e4m3 codes (dtype F8_E4M3, [rows, columns], or experts'
-  // [E, N, K] of N a multiple of 128, whose rows are E * N): the float32 scales of its 128x128 blocks,
-  // [ceil(rows / 128), stride] (backend/block_fp8_layout.h); element (r, c) is its code times scales[r / 128][c / 128].
+  // Set on a block-quantized weight that a backend keeps as codes, [rows, columns] or experts' [E, N, K] (rows
+  // E * N):
+  // - block FP8 (dtype F8_E4M3, N a multiple of 128): the float32 scales of its 128x128 blocks,
+  //   [ceil(rows / 128), stride] (backend/block_fp8_layout.h); element (r, c) is its code times scales[r / 128][c / 128];
+  // - MXFP4 (dtype F4_E2M1, two codes a byte): the e8m0 scale bytes of its 1x32 groups, [rows, columns / 32]
+  //   (backend/mxfp4_layout.h); element (r, c) is its code times 2^(scales[r][c / 32] - 127).
   std::shared_ptr<const Tensor> block_scales;
 
   int64_t numel() const {
@@ -25,7 +28,7 @@ struct Tensor {
     return n;
   }
   int64_t size(int dim) const { return shape.at(dim < 0 ? shape.size() + dim : dim); }
-  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t bytes() const { return dtype_bytes(dtype, numel()); }
   // Elements per row of dimension 0 (also of a tensor with no rows).
   int64_t row_numel() const {
     int64_t n = 1;
@@ -37,11 +40,14 @@ struct Tensor {
   T* ptr() const {
     return static_cast<T*>(data);
   }
-  // The same elements seen with another shape of equal element count (a block-FP8 weight keeps its columns and
-  // whole 128-row blocks).
+  // The same elements seen with another shape of equal element count (a block-quantized weight keeps its columns,
+  // and a block-FP8 one whole 128-row blocks).
   Tensor reshape(std::vector<int64_t> new_shape) const;
-  // Rows [begin, begin + count) of dimension 0 (of a block-FP8 weight: from a block's first row, with their scales).
+  // Rows [begin, begin + count) of dimension 0 (of a block-quantized weight: with their scales, and for block FP8
+  // from a block's first row).
   Tensor rows(int64_t begin, int64_t count) const;
+  // The rows a block-quantized weight's scales are given per: 128 for block FP8, 1 for MXFP4.
+  int64_t scale_block_rows() const;
 };
 
 }  // namespace tern

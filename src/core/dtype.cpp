@@ -23,6 +23,12 @@ size_t dtype_size(DType dtype) {
   fail("unknown dtype {}", static_cast<int>(dtype));
 }
 
+size_t dtype_bytes(DType dtype, int64_t count) {
+  if (dtype != DType::F4_E2M1) return static_cast<size_t>(count) * dtype_size(dtype);
+  if (count % 2 != 0) fail("{} F4_E2M1 elements are not whole bytes", count);
+  return static_cast<size_t>(count / 2);
+}
+
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
     case DType::F32: return "F32";

@@ -17,6 +17,8 @@ enum class DType : uint8_t { F32, F16, BF16, I32, I64, F8_E4M3, F8_E8M0, U8, I8,
 
 // Bytes per element; fails for F4_E2M1, whose elements are half a byte.
 size_t dtype_size(DType dtype);
+// Bytes of `count` elements (F4_E2M1: count / 2, count even).
+size_t dtype_bytes(DType dtype, int64_t count);
 std::string_view dtype_name(DType dtype);
 
 inline float bf16_to_f32(uint16_t bits) {

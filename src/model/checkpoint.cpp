@@ -122,13 +122,24 @@ void Checkpoint::attach_block_scales(const std::filesystem::path& config_path) {
     const auto blocks = [](int64_t n, int64_t block) { return (n + block - 1) / block; };
     const std::vector<int64_t> expected = {blocks(weight.shape[0], quantization_.block_rows),
                                            blocks(weight.shape[1], quantization_.block_columns)};
-    if (scales.shape != expected) {
+    // transformers 5.17 saves the scales of MoE experts it quantized (FineGrainedFP8Config) without their dimension
+    // of one block: [2] for a [256, 128] weight. The grid is the same, so such a scale is read as its 2-D shape.
+    const bool squeezed = scales.shape.size() == 1 && (expected[0] == 1 || expected[1] == 1) &&
+                          scales.shape[0] == expected[0] * expected[1];
+    if (scales.shape != expected && !squeezed) {
       fail("{}: scale tensor '{}' has shape {}, expected {} for the {} weight in {}x{} blocks", scales.file.string(),
            scale_name, shape_string(scales.shape), shape_string(expected), shape_string(weight.shape),
            quantization_.block_rows, quantization_.block_columns);
     }
+    const TensorInfo* grid = &scales;
+    if (squeezed) {
+      auto unsqueezed = std::make_shared<TensorInfo>(scales);
+      unsqueezed->shape = expected;
+      grid = unsqueezed.get();
+      scaled_weights_.push_back(std::move(unsqueezed));
+    }
     auto scaled = std::make_shared<TensorInfo>(weight);
-    scaled->block_scales = BlockScales{&scales, quantization_.block_rows, quantization_.block_columns, 0, 0};
+    scaled->block_scales = BlockScales{grid, quantization_.block_rows, quantization_.block_columns, 0, 0};
     entry = scaled.get();
     scaled_weights_.push_back(std::move(scaled));
   }

@@ -48,7 +48,8 @@ class Checkpoint {
   std::filesystem::path dir_;
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
   std::unordered_map<std::string, const TensorInfo*> index_;
-  std::vector<std::shared_ptr<const TensorInfo>> scaled_weights_;  // what index_ points to for quantized weights
+  // What index_ points to for quantized weights, and scales read in another shape than stored.
+  std::vector<std::shared_ptr<const TensorInfo>> scaled_weights_;
   QuantizationConfig quantization_;
   bool quantizes_to_fp8_ = false;
   LoadProgress* progress_ = nullptr;

@@ -153,6 +153,17 @@ TEST_F(Fp8LoadErrorTest, MisshapenScale) {
                        "[1, 2], expected [2, 1]"), std::string::npos) << error;
 }
 
+// transformers 5.17 saves the scales of MoE experts it quantized without their dimension of one block ([2] for a
+// [2, 1] grid): such a scale is the same grid.
+TEST_F(Fp8LoadErrorTest, ScaleSavedWithoutItsDimensionOfOneBlockLoads) {
+  const auto ids = read_json(fixture("llama") / "golden.json")["prompts"][1].get<std::vector<int32_t>>();
+  const auto as_written = cpu_logits(writer_.write("as_written", fp8_quantization_config()).fp8, ids);
+  const auto squeezed =
+      broken("squeezed", [&](auto& tensors) { tensor(tensors, std::string(kGate) + "_scale_inv").shape = {2}; });
+  EXPECT_EQ(load_error(squeezed), "");
+  EXPECT_EQ(cpu_logits(squeezed, ids), as_written);
+}
+
 TEST_F(Fp8LoadErrorTest, ScaleOfAWrongDtype) {
   const auto dir = broken("dtype", [&](auto& tensors) { tensor(tensors, std::string(kGate) + "_scale_inv").dtype = DType::I32; });
   const std::string error = load_error(dir);

@@ -17,6 +17,7 @@
 #include "attention/prefill_attention.h"
 #include "backend/backend.h"
 #include "backend/block_fp8_layout.h"
+#include "backend/mxfp4_layout.h"
 #include "backend/kv_block_transfer.h"
 #include "backend/kv_cache_tensors.h"
 #include "backend/cuda/cuda_check.h"
@@ -36,6 +37,7 @@
 #include "elementwise/rope_kv.h"
 #include "elementwise/sample.h"
 #include "linear/block_fp8.h"
+#include "linear/fp8_gemm.h"
 #include "linear/gemv.h"
 #include "moe/moe_experts.h"
 #include "moe/moe_routing.h"
@@ -173,8 +175,10 @@ class CudaBackend final : public Backend {
   }
 
   // A block-FP8 weight whose parts fit one 128x128 grid stays FP8 (block_fp8_layout.h): the GEMV reads its codes
-  // (W8A16) and prefill's GEMMs run on FP8 tensor cores (W8A8); others are dequantized to bf16 as load_weight does.
+  // (W8A16) and prefill's GEMMs run on FP8 tensor cores (W8A8). MXFP4 experts stay as codes too (mxfp4_layout.h):
+  // the MoE kernels read them (W4A16). Others are dequantized to bf16 as load_weight does.
   Tensor load_linear_weight(std::span<const TensorInfo* const> parts) override {
+    if (std::optional<Mxfp4Layout> mxfp4 = mxfp4_layout(parts)) return load_mxfp4(parts, *mxfp4);
     const std::optional<BlockFp8Layout> layout = block_fp8_layout(parts);
     if (!layout) return load_weight(parts);
     Tensor codes = allocator_->allocate(DType::F8_E4M3, {layout->rows, layout->columns});
@@ -186,6 +190,22 @@ class CudaBackend final : public Backend {
     Tensor scales = allocator_->allocate(DType::F32, {layout->scale_rows(), layout->scale_stride});
     check(cudaMemcpyAsync(scales.data, layout->scales.data(), layout->scales.size() * sizeof(float),
                           cudaMemcpyHostToDevice, stream_),
+          "load_linear_weight (scales)");
+    check(cudaStreamSynchronize(stream_), "load_linear_weight");
+    codes.block_scales = std::make_shared<const Tensor>(std::move(scales));
+    return codes;
+  }
+
+  // The parts' codes as stored, [rows, columns] (the caller reshapes experts to [E, N, K]), with their scale bytes.
+  Tensor load_mxfp4(std::span<const TensorInfo* const> parts, const Mxfp4Layout& layout) {
+    Tensor codes = allocator_->allocate(DType::F4_E2M1, {layout.rows, layout.columns});
+    char* dst = codes.ptr<char>();
+    for (const TensorInfo* part : parts) {
+      check(cudaMemcpyAsync(dst, part->data, part->size_bytes, cudaMemcpyHostToDevice, stream_), "load_linear_weight");
+      dst += part->size_bytes;
+    }
+    Tensor scales = allocator_->allocate(DType::U8, {layout.rows, layout.scale_columns()});
+    check(cudaMemcpyAsync(scales.data, layout.scales.data(), layout.scales.size(), cudaMemcpyHostToDevice, stream_),
           "load_linear_weight (scales)");
     check(cudaStreamSynchronize(stream_), "load_linear_weight");
     codes.block_scales = std::make_shared<const Tensor>(std::move(scales));
@@ -208,6 +228,14 @@ class CudaBackend final : public Backend {
     std::vector<float> out(t.numel());
     if (!t.block_scales) {
       convert_to_f32(t.dtype, raw.data(), out.data(), out.size());
+    } else if (t.dtype == DType::F4_E2M1) {  // codes times their group's scale, exactly
+      std::vector<char> scale_bytes(t.block_scales->bytes());
+      copy_to_host(*t.block_scales, scale_bytes.data());
+      const TensorInfo scales{"MXFP4 scales", {}, DType::F8_E8M0, t.block_scales->shape,
+                              reinterpret_cast<const std::byte*>(scale_bytes.data()), scale_bytes.size(), std::nullopt};
+      const TensorInfo codes{"MXFP4 weight", {}, t.dtype, t.shape, reinterpret_cast<const std::byte*>(raw.data()),
+                             raw.size(), BlockScales{&scales, 1, Mxfp4Layout::kGroup}};
+      dequantize_to_f32(codes, out.data());
     } else {  // codes times their block's scale, exactly, as a checkpoint's are dequantized
       const std::vector<float> scale_values = to_host_f32(*t.block_scales);
       const TensorInfo scales{"block scales", {}, DType::F32, t.block_scales->shape,
@@ -647,7 +675,7 @@ class CudaBackend final : public Backend {
                      const GluActivation& activation) override {
     const auto [num_experts, hidden, intermediate, num_tokens, top_k] = moe_shape(x, routing, experts);
     const Tensor in = this->activation(x, "moe_experts");
-    // Block-FP8 experts stay as codes: the kernels read them.
+    // Block-FP8 and MXFP4 experts stay as codes: the kernels read them.
     const Tensor gate_up_weight =
         experts.gate_up.block_scales ? experts.gate_up : this->activation(experts.gate_up, "moe_experts (gate_up)");
     const Tensor down_weight =
@@ -1336,17 +1364,26 @@ class CudaBackend final : public Backend {
   }
 
   static void set_expert_weight(kernels::MoeGemmParams& p, const Tensor& weight) {
-    p.weight = weight.block_scales ? nullptr : weight.ptr<bf16>();
-    p.fp8 = weight.block_scales ? fp8_codes(weight) : kernels::BlockFp8Codes{};
+    p.weight = nullptr;
+    p.fp8 = {};
+    p.mxfp4 = {};
+    if (weight.dtype == DType::F4_E2M1) {
+      p.mxfp4 = {weight.ptr<uint8_t>(), weight.block_scales->ptr<uint8_t>()};
+    } else if (weight.block_scales) {
+      p.fp8 = fp8_codes(weight);
+    } else {
+      p.weight = weight.ptr<bf16>();
+    }
   }
 
-  // The same with the experts' inputs gathered side by side and one cuBLASLt GEMM per expert and projection, over
-  // the expert's padded rows (multiples of 64, which bounds the GEMM shapes planned). Block-FP8 experts multiply
-  // on FP8 tensor cores (W8A8), each expert's rows quantized per row and 128 columns; false where cuBLASLt has no
-  // block-scaled algorithm for a shape (the caller then runs the grouped kernels).
+  // The same with the experts' inputs gathered side by side and one GEMM per expert and projection over the
+  // expert's padded rows (multiples of 64, which bounds the GEMM shapes planned): cuBLASLt for bf16 experts, the FP8
+  // tensor-core GEMM (W8A8) for block-FP8 ones, each expert's rows quantized per row and 128 columns. False for
+  // MXFP4 experts (Hopper has no FP4 tensor cores): the caller then runs the grouped kernels.
   bool expert_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int top_k, const Tensor& gate_up_weight,
                     const Tensor& down_weight, const Tensor* gate_up_bias, const Tensor* down_bias,
                     const GluActivation& activation, Tensor& activated, Tensor& down) {
+    if (gate_up_weight.dtype == DType::F4_E2M1 || down_weight.dtype == DType::F4_E2M1) return false;
     const int64_t num_experts = gate_up_weight.size(0);
     const int64_t hidden = in.size(-1);
     const int64_t intermediate = activated.size(1);
@@ -1374,59 +1411,43 @@ class CudaBackend final : public Backend {
           gemm_->run(row_ptr(inputs, rows[e]), weight.ptr<bf16>() + e * n * k, biases ? biases + e * n : nullptr,
                      row_ptr(out, rows[e]), m, n, k);
         }
-        return true;
+        return;
       }
       const int64_t column_blocks = (k + 127) / 128;
       Tensor codes = allocator_->allocate(DType::F8_E4M3, {used_rows, k});
       Tensor scales = allocator_->allocate(DType::F32, {used_rows * column_blocks});
-      const Tensor& weight_scales = *weight.block_scales;
-      const int64_t expert_scales = n / 128 * weight_scales.size(1);
-      struct ExpertOperands {
-        int64_t m;
-        const char* x;
-        const float* x_scales;
-        const char* weight;
-        const float* weight_scales;
-        const bf16* bias;
-        bf16* out;
-      };
-      const auto operands = [&](int64_t e) {
-        return ExpertOperands{rows[e + 1] - rows[e],
-                              codes.ptr<char>() + rows[e] * k,
-                              scales.ptr<float>() + rows[e] * column_blocks,
-                              static_cast<const char*>(weight.data) + e * n * k,
-                              weight_scales.ptr<float>() + e * expert_scales,
-                              biases ? biases + e * n : nullptr,
-                              row_ptr(out, rows[e])};
-      };
-      // Every expert's GEMM is asked for before any activation is quantized for one.
-      for (int64_t e = 0; e < num_experts; ++e) {
-        const ExpertOperands o = operands(e);
-        if (!gemm_->has_block_fp8(o.x, o.weight, o.bias, o.out, o.m, n, k, false)) return false;
-      }
       launch(what, [&] {
         kernels::launch_quantize_row_groups_fp8(inputs.ptr<bf16>(), grouping.expert_rows,
                                                 checked_int(num_experts, "experts"), used_rows, k,
                                                 static_cast<__nv_fp8_e4m3*>(codes.data), scales.ptr<float>(),
                                                 stream_);
       });
+      const kernels::BlockFp8Codes experts = fp8_codes(weight);
+      const int64_t expert_scales = n / 128 * experts.scale_stride;
       for (int64_t e = 0; e < num_experts; ++e) {
-        const ExpertOperands o = operands(e);
-        gemm_->run_block_fp8(o.x, o.x_scales, o.weight, o.weight_scales, o.bias, o.out, o.m, n, k, false);
+        kernels::Fp8GemmParams p;
+        p.m = checked_int(rows[e + 1] - rows[e], "expert rows");
+        if (p.m == 0) continue;
+        p.x = static_cast<const __nv_fp8_e4m3*>(codes.data) + rows[e] * k;
+        p.x_scales = scales.ptr<float>() + rows[e] * column_blocks;  // the expert's own [column blocks, rows]
+        p.x_scale_stride = p.m;
+        p.weight = {experts.codes + e * n * k, experts.scales + e * expert_scales, experts.scale_stride};
+        p.bias = biases ? biases + e * n : nullptr;
+        p.out = row_ptr(out, rows[e]);
+        p.n = checked_int(n, "output features");
+        p.k = checked_int(k, "input features");
+        launch("moe_experts (block-FP8 gemm)", [&] { kernels::launch_fp8_gemm(p, stream_); });
       }
-      return true;
     };
-    if (!project(inputs, gate_up_weight, gate_up_bias, gate_up, 2 * intermediate, hidden,
-                 "moe_experts (gate_up activations)")) {
-      return false;
-    }
+    project(inputs, gate_up_weight, gate_up_bias, gate_up, 2 * intermediate, hidden,
+            "moe_experts (gate_up activations)");
     launch("moe_experts (activation)", [&] {
       kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), used_rows, intermediate,
                                        gated_spec(activation), stream_);
     });
-    return project(activated, down_weight, down_bias, down, hidden, intermediate, "moe_experts (down activations)");
+    project(activated, down_weight, down_bias, down, hidden, intermediate, "moe_experts (down activations)");
+    return true;
   }
-
 
   cuda::RankStream rank_stream() { return {*allocator_, *staging_, stream_}; }
 
@@ -1463,6 +1484,7 @@ class CudaBackend final : public Backend {
 
   // A block-FP8 weight's values rounded to bf16, for the ops that have no FP8 kernel.
   Tensor dequantized(const Tensor& t, const char* op) {
+    if (t.dtype == DType::F4_E2M1) fail("cuda backend: {} takes no MXFP4 weight (only the MoE experts do)", op);
     Tensor out = allocator_->allocate(DType::BF16, t.shape);
     launch(op, [&] {
       kernels::launch_dequantize_block_fp8(static_cast<const __nv_fp8_e4m3*>(t.data), t.block_scales->ptr<float>(),
@@ -1490,7 +1512,7 @@ class CudaBackend final : public Backend {
       std::erase_if(converted_constants_, [](const auto& item) { return item.second.source.expired(); });
       live_constants_ = converted_constants_.size();
     }
-    ConvertedConstant& entry = converted_constants_[{t.data, dtype}];
+    ConvertedConstant& entry = converted_constants_[{t.data, dtype, t.shape}];
     const bool same_weight = !entry.source.owner_before(t.storage) && !t.storage.owner_before(entry.source);
     if (entry.source.expired() || !same_weight) {
       entry.source = t.storage;
@@ -1569,7 +1591,7 @@ class CudaBackend final : public Backend {
     const Tensor& residual = input.residual;
     const int64_t k = residual.shape.empty() ? 0 : residual.size(-1);
     const int64_t n = weight.shape.size() == 2 ? weight.size(0) : 0;
-    const bool fp8 = weight.block_scales != nullptr;
+    const bool fp8 = weight.dtype == DType::F8_E4M3 && weight.block_scales;
     const bool fits = residual.dtype == DType::BF16 && (weight.dtype == DType::BF16 || fp8) &&
                       residual.numel() == k && weight.size(1) == k && input.norm_weight.numel() == k &&
                       (!input.addend || input.addend->numel() == k) &&
@@ -1677,9 +1699,7 @@ class CudaBackend final : public Backend {
       b = constant(*bias, out_dtype == DType::F32 ? DType::F32 : DType::BF16, "linear (bias)");
     }
     const int64_t m = x.numel() / k;
-    if (weight.block_scales) {
-      if (std::optional<Tensor> out = block_fp8_linear(in, weight, b, out_dtype, m)) return *out;
-    }
+    if (weight.dtype == DType::F8_E4M3 && weight.block_scales) return block_fp8_linear(in, weight, b, out_dtype, m);
     const Tensor w = constant(weight, DType::BF16, "linear (weight)");
     Tensor out = allocator_->allocate(out_dtype, {m, n});
     if (out_dtype == DType::BF16 && kernels::gemv_supports(m, n, k) && aligned16(in.data) && aligned16(w.data)) {
@@ -1710,41 +1730,35 @@ class CudaBackend final : public Backend {
     launch(what, [&] { kernels::launch_gemv(p, stream_); });
   }
 
-  // x [m, K] times a block-FP8 weight: the GEMV on its codes for one row (W8A16), cuBLASLt's block-scaled FP8 GEMM
-  // for more, over x quantized per row and 128 columns (W8A8, DeepSeek's dynamic activation scheme), m padded to the
-  // multiple of 4 that cuBLASLt's activation scales need. Nullopt where cuBLASLt has no algorithm for the shape: the
-  // caller multiplies the weight's bf16 values (a copy of the weight, kept while it lives), said once per shape.
-  std::optional<Tensor> block_fp8_linear(const Tensor& in, const Tensor& weight, const std::optional<Tensor>& bias,
-                                         DType out_dtype, int64_t m) {
+  // x [m, K] times a block-FP8 weight: the GEMV on its codes for one row (W8A16); for more, x quantized per row and
+  // 128 columns (W8A8, DeepSeek's dynamic activation scheme) and the FP8 tensor-core GEMM (kernels/linear/fp8_gemm).
+  Tensor block_fp8_linear(const Tensor& in, const Tensor& weight, const std::optional<Tensor>& bias, DType out_dtype,
+                          int64_t m) {
     const int64_t n = weight.size(0), k = weight.size(1);
-    const Tensor& scales = *weight.block_scales;
+    Tensor out = allocator_->allocate(out_dtype, {m, n});
     if (m == 1 && out_dtype == DType::BF16 && kernels::gemv_supports_fp8(m, n, k) && aligned16(in.data)) {
-      Tensor out = allocator_->allocate(DType::BF16, {1, n});
       gemv(in, weight, bias, out, "linear (block-FP8 gemv)");
       return out;
     }
-    const int64_t padded = (m + 3) / 4 * 4;
-    Tensor codes = allocator_->allocate(DType::F8_E4M3, {padded, k});
-    Tensor x_scales = allocator_->allocate(DType::F32, {(k + 127) / 128, padded});
-    Tensor out = allocator_->allocate(out_dtype, {padded, n});
-    const void* bias_data = bias ? bias->data : nullptr;
-    const bool f32_out = out_dtype == DType::F32;
-    if (!gemm_->has_block_fp8(codes.data, weight.data, bias_data, out.data, padded, n, k, f32_out)) {
-      if (fp8_fallback_shapes_.insert({n, k}).second) {
-        std::fprintf(stderr,
-                     "tern: cuBLASLt has no block-scaled FP8 GEMM for %lld rows x [%lld, %lld]; weights of this shape "
-                     "multiply as bf16 copies\n",
-                     static_cast<long long>(padded), static_cast<long long>(n), static_cast<long long>(k));
-      }
-      return std::nullopt;
-    }
+    Tensor codes = allocator_->allocate(DType::F8_E4M3, {m, k});
+    Tensor x_scales = allocator_->allocate(DType::F32, {(k + 127) / 128, m});
     launch("linear (block-FP8 activations)", [&] {
-      kernels::launch_quantize_rows_fp8(in.ptr<bf16>(), m, padded, k, static_cast<__nv_fp8_e4m3*>(codes.data),
+      kernels::launch_quantize_rows_fp8(in.ptr<bf16>(), m, m, k, static_cast<__nv_fp8_e4m3*>(codes.data),
                                         x_scales.ptr<float>(), stream_);
     });
-    gemm_->run_block_fp8(codes.data, x_scales.ptr<float>(), weight.data, scales.ptr<float>(), bias_data, out.data,
-                         padded, n, k, f32_out);
-    return padded == m ? out : out.rows(0, m);
+    kernels::Fp8GemmParams p;
+    p.x = static_cast<const __nv_fp8_e4m3*>(codes.data);
+    p.x_scales = x_scales.ptr<float>();
+    p.x_scale_stride = m;
+    p.weight = fp8_codes(weight);
+    p.bias = bias ? bias->data : nullptr;
+    p.out = out.data;
+    p.f32_out = out_dtype == DType::F32;
+    p.m = checked_int(m, "rows");
+    p.n = checked_int(n, "output features");
+    p.k = checked_int(k, "input features");
+    launch("linear (block-FP8 gemm)", [&] { kernels::launch_fp8_gemm(p, stream_); });
+    return out;
   }
 
   static ncclDataType_t nccl_type(const Tensor& x, const char* op) {
@@ -1758,8 +1772,8 @@ class CudaBackend final : public Backend {
     std::weak_ptr<void> source;  // the weight's storage: a later tensor at the same address is another weight
     Tensor converted;
   };
-  std::map<std::pair<const void*, DType>, ConvertedConstant> converted_constants_;
-  std::set<std::pair<int64_t, int64_t>> fp8_fallback_shapes_;  // block-FP8 weights' [N, K] that cuBLASLt did not take
+  // By address, type and shape: a view of a weight's first rows starts where the weight does.
+  std::map<std::tuple<const void*, DType, std::vector<int64_t>>, ConvertedConstant> converted_constants_;
   size_t live_constants_ = 0;  // entries after the last sweep of expired ones
   std::shared_ptr<cuda::NcclGroup> group_;
   int rank_ = 0;

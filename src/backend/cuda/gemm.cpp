@@ -41,7 +41,7 @@ Gemm::~Gemm() {
 Gemm::Plan& Gemm::plan(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
-  const auto [m, n, k, has_bias, align, f32_out, groups, block_fp8] = key;
+  const auto [m, n, k, has_bias, align, f32_out, groups] = key;
   Plan p;
   // Column-major view: out^T [N, M] = weight [K, N]^T * x^T [K, M].
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -57,19 +57,10 @@ Gemm::Plan& Gemm::plan(const Key& key) {
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
           "bias type");
   }
-  if (block_fp8) {
-    const cublasLtMatmulMatrixScale_t weight_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-    const cublasLtMatmulMatrixScale_t x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &weight_mode, sizeof(weight_mode)),
-          "weight scale mode");
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode)),
-          "activation scale mode");
-  }
-  const cudaDataType_t operand_type = block_fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   // Groups: x's and out's rows hold every group's columns (leading dimensions G * K and G * N), group g's start
   // g * K and g * N elements in; weight g starts g * N * K elements in.
-  check(cublasLtMatrixLayoutCreate(&p.a, operand_type, k, n, k), "layout A");
-  check(cublasLtMatrixLayoutCreate(&p.b, operand_type, k, m, groups * k), "layout B");
+  check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k), "layout A");
+  check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, groups * k), "layout B");
   check(cublasLtMatrixLayoutCreate(&p.c, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, groups * n), "layout C");
   if (groups > 1) {
     const int32_t count = static_cast<int32_t>(groups);
@@ -97,8 +88,7 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found_count);
   cublasLtMatmulPreferenceDestroy(pref);
-  p.has_algo = status == CUBLAS_STATUS_SUCCESS && found_count > 0;
-  if (!p.has_algo && !block_fp8) {
+  if (status != CUBLAS_STATUS_SUCCESS || found_count == 0) {
     fail("cuda backend: linear: cuBLASLt has no bf16 algorithm for {} groups of [{}, {}] x [{}, {}]^T (status {})",
          groups, m, k, n, k, static_cast<int>(status));
   }
@@ -121,7 +111,7 @@ void Gemm::run(const void* x, const void* weight, const void* bias, void* out, i
                bool f32_out) {
   if (m == 0 || n == 0) return;
   const int align = operand_alignment(x, weight, bias, out);
-  matmul(plan({m, n, k, bias != nullptr, align, f32_out, 1, false}), x, weight, bias, out, "linear (cublasLtMatmul)");
+  matmul(plan({m, n, k, bias != nullptr, align, f32_out, 1}), x, weight, bias, out, "linear (cublasLtMatmul)");
 }
 
 void Gemm::run_grouped(const void* x, const void* weight, void* out, int64_t m, int64_t n, int64_t k,
@@ -131,33 +121,8 @@ void Gemm::run_grouped(const void* x, const void* weight, void* out, int64_t m, 
   const auto offset = [](const void* p, int64_t elements) { return static_cast<const char*>(p) + elements * 2; };
   const int align = std::min({alignment_of(x), alignment_of(offset(x, k)), alignment_of(weight),
                               alignment_of(offset(weight, n * k)), alignment_of(out), alignment_of(offset(out, n))});
-  matmul(plan({m, n, k, false, align, false, groups, false}), x, weight, nullptr, out,
+  matmul(plan({m, n, k, false, align, false, groups}), x, weight, nullptr, out,
          "grouped_linear (cublasLtMatmul)");
-}
-
-Gemm::Plan& Gemm::block_fp8_plan(const void* x, const void* weight, const void* bias, const void* out, int64_t m,
-                                  int64_t n, int64_t k, bool f32_out) {
-  return plan({m, n, k, bias != nullptr, operand_alignment(x, weight, bias, out), f32_out, 1, true});
-}
-
-bool Gemm::has_block_fp8(const void* x, const void* weight, const void* bias, const void* out, int64_t m, int64_t n,
-                         int64_t k, bool f32_out) {
-  return m == 0 || n == 0 || block_fp8_plan(x, weight, bias, out, m, n, k, f32_out).has_algo;
-}
-
-void Gemm::run_block_fp8(const void* x, const float* x_scales, const void* weight, const float* weight_scales,
-                         const void* bias, void* out, int64_t m, int64_t n, int64_t k, bool f32_out) {
-  if (m == 0 || n == 0) return;
-  Plan& p = block_fp8_plan(x, weight, bias, out, m, n, k, f32_out);
-  if (!p.has_algo) {
-    fail("cuda backend: linear: cuBLASLt has no block-scaled FP8 algorithm for [{}, {}] x [{}, {}]^T", m, k, n, k);
-  }
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales,
-                                       sizeof(weight_scales)),
-        "weight scales");
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
-        "activation scales");
-  matmul(p, x, weight, bias, out, "block-FP8 linear (cublasLtMatmul)");
 }
 
 }  // namespace tern::cuda

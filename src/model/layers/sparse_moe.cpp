@@ -114,7 +114,7 @@ Tensor load_quantized_rows(WeightLoader& quantized, const std::string& name, con
   relaid.size_bytes = codes.size();
   relaid.block_scales->scales = &relaid_scales;
   const TensorInfo* part = &relaid;
-  return quantized.load_parts({&part, 1});
+  return quantized.load_parts({&part, 1}).reshape(relaid.shape);  // a backend may keep the codes as [rows, K]
 }
 
 }  // namespace
@@ -172,7 +172,7 @@ void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& 
     // MXFP4 experts are [E, out, in] with 32-element groups along `in`: gpt-oss's mlp1_weight [E, 2I, H] and
     // mlp2_weight [E, H, I] (gpt_oss/torch/model.py, MLPBlock), which transformers' convert_moe_packed_tensors
     // transposes into the bf16 checkpoints' [E, in, out] (integrations/mxfp4.py). So rows move here, none transposed.
-    WeightLoader quantized = weights.grouped_weights();
+    WeightLoader quantized = weights.linear_weights();
     gate_up_ = load_quantized_rows(quantized, names + "gate_up_proj_blocks", {num_experts, 2 * inter, hidden},
                                    {count, 2 * inter, hidden}, [&](int64_t r) {
                                      return experts[r / (2 * inter)] * 2 * inter + interleaved(r % (2 * inter));

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
+#include "v4_without_choices.h"
 
 namespace tern {
 namespace {
@@ -145,45 +146,6 @@ TEST_P(CudaMoeModelTest, EveryExpertRoutedMatchesCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Moe, CudaMoeModelTest, ::testing::Values("qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"));
 
-// DeepSeek-V4 (mHC residual streams, CSA and HCA compressed attention with the Lightning Indexer, hash-routed and
-// sqrt-softplus MoE layers) with no discrete choice left, as a temporary directory: every expert routed in every
-// MoE layer (the hash layers' token->expert tables rewritten to list every expert) and the indexer keeping every
-// compressed entry.
-std::filesystem::path v4_without_choices(const std::filesystem::path& dir) {
-  const auto out = std::filesystem::temp_directory_path() / "tern_v4_without_choices";
-  std::filesystem::remove_all(out);
-  std::filesystem::create_directories(out);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const auto name = entry.path().filename();
-    if (name != "config.json" && name != "model.safetensors") std::filesystem::create_symlink(entry.path(), out / name);
-  }
-  auto config = read_json(dir / "config.json");
-  const int64_t num_experts = config.at("n_routed_experts").get<int64_t>();
-  config["num_experts_per_tok"] = num_experts;
-  config["index_topk"] = config.at("max_position_embeddings");
-  std::ofstream(out / "config.json") << config.dump();
-
-  const auto weights = SafetensorsFile::open(dir / "model.safetensors");
-  std::vector<TensorInfo> tensors;
-  std::vector<int32_t> every_expert;  // [vocab, experts]: each token lists every expert
-  for (const auto& [name, info] : weights->tensors()) {
-    tensors.push_back(info);
-    if (!name.ends_with(".gate.tid2eid")) continue;
-    const int64_t vocab = info.shape.at(0);
-    if (every_expert.empty()) {
-      for (int64_t t = 0; t < vocab; ++t) {
-        for (int64_t e = 0; e < num_experts; ++e) every_expert.push_back(static_cast<int32_t>(e));
-      }
-    }
-    tensors.back().dtype = DType::I32;
-    tensors.back().shape = {vocab, num_experts};
-    tensors.back().data = reinterpret_cast<const std::byte*>(every_expert.data());
-    tensors.back().size_bytes = every_expert.size() * sizeof(int32_t);
-  }
-  write_safetensors(out / "model.safetensors", tensors);
-  return out;
-}
-
 // The checkpoint as it is makes choices that rounding decides. transformers' own forward on the H200 (5.17, float32
 // weights under bf16 autocast) misses the goldens (float32, made on a CPU) of the 7- and 40-token prompts by 0.739
 // and 0.354, where a near-tied choice went the other way, and meets the 1-token prompt's at 9.8e-3
@@ -202,7 +164,7 @@ TEST_P(CudaV4ModelTest, LogitsWithinTwiceTransformersBf16Error) {
 // Without choices, what is left is rounding: transformers' bf16 forward of the same variant departs from its float32
 // one by up to 2.45e-2 on the prompts alone (docs/BENCHMARKS.md); twice that, as for every bf16 kernel.
 TEST_P(CudaV4ModelTest, WithoutChoicesTeacherForcedDecodeMatchesCpuBackend) {
-  const auto without_choices = v4_without_choices(dir);
+  const auto without_choices = testing::v4_without_choices(dir);
   expect_teacher_forced_decode_matches_cpu(without_choices, 4.9e-2);
   std::filesystem::remove_all(without_choices);
 }
