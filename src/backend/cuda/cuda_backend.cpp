@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <tuple>
 
 #include "attention/context_parallel.h"
@@ -178,34 +177,26 @@ class CudaBackend final : public Backend {
   // (W8A16) and prefill's GEMMs run on FP8 tensor cores (W8A8). MXFP4 experts stay as codes too (mxfp4_layout.h):
   // the MoE kernels read them (W4A16). Others are dequantized to bf16 as load_weight does.
   Tensor load_linear_weight(std::span<const TensorInfo* const> parts) override {
-    if (std::optional<Mxfp4Layout> mxfp4 = mxfp4_layout(parts)) return load_mxfp4(parts, *mxfp4);
+    if (std::optional<Mxfp4Layout> mxfp4 = mxfp4_layout(parts)) {
+      return load_codes(parts, allocator_->allocate(DType::F4_E2M1, {mxfp4->rows, mxfp4->columns}),
+                        allocator_->allocate(DType::U8, {mxfp4->rows, mxfp4->scale_columns()}), mxfp4->scales.data());
+    }
     const std::optional<BlockFp8Layout> layout = block_fp8_layout(parts);
     if (!layout) return load_weight(parts);
-    Tensor codes = allocator_->allocate(DType::F8_E4M3, {layout->rows, layout->columns});
-    char* dst = codes.ptr<char>();
-    for (const TensorInfo* part : parts) {
-      check(cudaMemcpyAsync(dst, part->data, part->size_bytes, cudaMemcpyHostToDevice, stream_), "load_linear_weight");
-      dst += part->size_bytes;
-    }
-    Tensor scales = allocator_->allocate(DType::F32, {layout->scale_rows(), layout->scale_stride});
-    check(cudaMemcpyAsync(scales.data, layout->scales.data(), layout->scales.size() * sizeof(float),
-                          cudaMemcpyHostToDevice, stream_),
-          "load_linear_weight (scales)");
-    check(cudaStreamSynchronize(stream_), "load_linear_weight");
-    codes.block_scales = std::make_shared<const Tensor>(std::move(scales));
-    return codes;
+    return load_codes(parts, allocator_->allocate(DType::F8_E4M3, {layout->rows, layout->columns}),
+                      allocator_->allocate(DType::F32, {layout->scale_rows(), layout->scale_stride}),
+                      layout->scales.data());
   }
 
-  // The parts' codes as stored, [rows, columns] (the caller reshapes experts to [E, N, K]), with their scale bytes.
-  Tensor load_mxfp4(std::span<const TensorInfo* const> parts, const Mxfp4Layout& layout) {
-    Tensor codes = allocator_->allocate(DType::F4_E2M1, {layout.rows, layout.columns});
+  // The parts' codes as stored into `codes` ([rows, columns]: the caller reshapes experts to [E, N, K]), with the
+  // layout's scales (scales.bytes() of them at host_scales) copied into `scales`, attached as its block_scales.
+  Tensor load_codes(std::span<const TensorInfo* const> parts, Tensor codes, Tensor scales, const void* host_scales) {
     char* dst = codes.ptr<char>();
     for (const TensorInfo* part : parts) {
       check(cudaMemcpyAsync(dst, part->data, part->size_bytes, cudaMemcpyHostToDevice, stream_), "load_linear_weight");
       dst += part->size_bytes;
     }
-    Tensor scales = allocator_->allocate(DType::U8, {layout.rows, layout.scale_columns()});
-    check(cudaMemcpyAsync(scales.data, layout.scales.data(), layout.scales.size(), cudaMemcpyHostToDevice, stream_),
+    check(cudaMemcpyAsync(scales.data, host_scales, scales.bytes(), cudaMemcpyHostToDevice, stream_),
           "load_linear_weight (scales)");
     check(cudaStreamSynchronize(stream_), "load_linear_weight");
     codes.block_scales = std::make_shared<const Tensor>(std::move(scales));
