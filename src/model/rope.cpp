@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numbers>
 
-#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tern {
@@ -47,12 +46,6 @@ RopeConfig RopeConfig::from_config(const nlohmann::json& config) {
   rope.mscale_all_dim = number_or(params, "mscale_all_dim", 0.0);
   rope.attention_factor = number_or(params, "attention_factor", 0.0);
   if (auto it = params.find("truncate"); it != params.end() && it->is_boolean()) rope.truncate = *it;
-  for (const char* key : {"dtype", "torch_dtype"}) {
-    if (auto it = config.find(key); it != config.end() && it->is_string()) {
-      rope.bf16_frequencies = *it == "bfloat16";
-      break;
-    }
-  }
   rope.partial_rotary_factor =
       number_or(params, "partial_rotary_factor", number_or(config, "partial_rotary_factor", 1.0));
   if (type != "default" && type != "linear" && type != "dynamic" && type != "llama3" && type != "yarn") {
@@ -120,9 +113,6 @@ RopeFrequencies rope_frequencies(const RopeConfig& rope, int rotary_dim, int64_t
       out.inv_freq[i] = static_cast<float>(interpolated * (1.0 - extrapolation_weight) + base[i] * extrapolation_weight);
     }
     out.attention_scaling = static_cast<float>(attention_factor);
-  }
-  if (rope.bf16_frequencies) {
-    for (float& f : out.inv_freq) f = bf16_to_f32(f32_to_bf16(f));
   }
   return out;
 }

@@ -1,6 +1,9 @@
 #pragma once
 // Rotary position embedding parameters and their inverse frequencies, as transformers' ROPE_INIT_FUNCTIONS define
-// them (default, linear, dynamic at its base length, llama3, yarn).
+// them (default, linear, dynamic at its base length, llama3, yarn). The frequencies are float32 whatever the
+// weights' dtype: transformers' from_pretrained keeps its inv_freq buffer float32 (only nn.Module.to(bfloat16) would
+// round it, which at long contexts turns a 2^-9 frequency error into radians of phase), and vLLM computes them in
+// float32 too.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,9 +28,6 @@ struct RopeConfig {
   double attention_factor = 0.0;  // 0: derived from factor and mscale
   bool truncate = true;
   double partial_rotary_factor = 1.0;
-  // transformers keeps the inverse frequencies in a buffer of the checkpoint's dtype, so a bf16 checkpoint rotates
-  // by bf16-rounded frequencies; matching its outputs needs the same rounding (config.json "dtype": "bfloat16").
-  bool bf16_frequencies = false;
 
   // Reads `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling` (transformers 4) from config.json.
   static RopeConfig from_config(const nlohmann::json& config);

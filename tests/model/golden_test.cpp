@@ -1,4 +1,4 @@
-// The CLI contract against transformers: `tern logits` within 1e-3 (max |diff| / max |ref|) of golden_logits and
+// The CLI contract against transformers: `tern logits` within kSharedGoldenTolerance of golden_logits and
 // `tern generate --max-tokens 24` equal to golden.json's greedy tokens, for every dense fixture model.
 #include <gtest/gtest.h>
 
@@ -54,7 +54,7 @@ TEST_P(GoldenTest, LogitsMatchTransformers) {
       max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
       max_ref = std::max(max_ref, std::abs(b[i]));
     }
-    EXPECT_LE(max_diff / max_ref, 1e-3) << GetParam() << " prompt " << p;
+    EXPECT_LE(max_diff / max_ref, testing::kSharedGoldenTolerance) << GetParam() << " prompt " << p;
   }
 }
 

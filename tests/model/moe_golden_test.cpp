@@ -1,7 +1,7 @@
 // The MoE and MLA models against transformers, through the model library directly (the CLI path is
-// checked by golden_test.cpp): logits of every prompt position within 1e-3 (max |diff| / max |ref|) of
-// golden_logits, greedy tokens equal to golden.json, and a prompt fed in pieces (chunked prefill, then one token
-// at a time) giving the same logits as one pass.
+// checked by golden_test.cpp): logits of every prompt position within kSharedGoldenTolerance of golden_logits,
+// greedy tokens equal to golden.json, and a prompt fed in pieces (chunked prefill, then one token at a time) giving
+// the same logits as one pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,7 +54,7 @@ TEST_P(MoeGoldenTest, LogitsMatchTransformers) {
     ASSERT_EQ(logits.shape, ref->shape);
     std::vector<float> expected(ref->numel());
     convert_to_f32(ref->dtype, ref->data, expected.data(), expected.size());
-    EXPECT_LE(relative_error(backend_->to_host_f32(logits), expected), 1e-3) << GetParam() << " prompt " << p;
+    EXPECT_LE(relative_error(backend_->to_host_f32(logits), expected), testing::kSharedGoldenTolerance) << GetParam() << " prompt " << p;
   }
 }
 

@@ -2,15 +2,17 @@
 // as e4m3 codes with its block scales. One row multiplies through the GEMV on the codes (W8A16), more rows through
 // the FP8 tensor-core GEMM over activations quantized per row and 128 columns (W8A8), each against float64
 // products of the same operands; the fused pre-norm GEMVs and the MoE experts against the CPU backend's ops on the
-// dequantized weights; weights off the grid load as bf16; and fixture models under --quantization fp8 against the
-// CPU's W8A16 logits.
+// dequantized weights; weights off the grid load as bf16; transformers' own FP8 checkpoint against its float64
+// reference; and fixture models under --quantization fp8 against the CPU's W8A16 logits.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "cuda_test_util.h"
 #include "fixtures.h"
 #include "model/block_fp8_weight.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 #include "model/sequence_runner.h"
 
 namespace tern {
@@ -246,6 +248,30 @@ TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
     const bool per_expert_gemms = c.tokens * c.top_k >= 1024 * c.local_experts;
     EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), per_expert_gemms ? 6e-2 : 2e-2)
         << what;
+  }
+}
+
+// transformers' own block-FP8 checkpoint (tests/data/README.md): CUDA's W8A8 logits within twice the error of
+// transformers' FP8 yardstick, both against its float64 forward over the dequantized weights.
+TEST(CudaTransformersFp8Test, LogitsWithinTwiceTheErrorOfTransformersOwnForward) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const std::filesystem::path dir = testing::test_data_dir() / "qwen3_fp8";
+  const auto golden = testing::read_json(dir / "golden.json");
+  const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
+  const double bound = 2 * golden["fp8_relative_error"].get<double>();
+  auto gpu = make_cuda_backend(0);
+  auto model = load_model(dir, *gpu);
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
+    SequenceRunner runner(*model, *gpu, static_cast<int64_t>(prompt.size()));
+    const TensorInfo* expected = reference->find("logits_" + std::to_string(p));
+    ASSERT_NE(expected, nullptr);
+    std::vector<float> expected_values(expected->numel());
+    convert_to_f32(expected->dtype, expected->data, expected_values.data(), expected_values.size());
+    const double error = relative_error(gpu->to_host_f32(runner.append(prompt, true)), expected_values);
+    std::printf("transformers' qwen3 FP8, %zu tokens: CUDA vs float64 reference %.2e (bound %.2e)\n", prompt.size(),
+                error, bound);
+    EXPECT_LE(error, bound) << "prompt " << p;
   }
 }
 
