@@ -151,7 +151,8 @@ DraftTokens MtpProposer::propose(std::span<const DraftRequest> requests) {
     for (const Chain& chain : chains) {
       MtpSequence& seq = sequences_.at(chain.request->sequence_id);
       const int32_t slot = seq.end_position + s - 1 - seq.first_position;
-      if (!allocate(seq, slot, slot + 1, busy)) continue;
+      // The next observe recomputes from end_position: a sliding window's blocks that its queries read stay.
+      if (!allocate(seq, seq.end_position - seq.first_position, slot + 1, busy)) continue;
       batch.token_ids.push_back(drafts[chain.request->sequence_id].back());
       batch.sequences.push_back({slot, 1, seq.blocks.tables, 0});
       batch.logit_rows.push_back(static_cast<int32_t>(batch.logit_rows.size()));

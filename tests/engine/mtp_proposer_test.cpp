@@ -15,11 +15,13 @@
 #include "model/model.h"
 #include "model/mtp_model.h"
 #include "mtp_checkpoint.h"
+#include "v4_mtp_checkpoint.h"
 
 namespace tern {
 namespace {
 
 using testing::deepseek_v3_with_mtp;
+using testing::deepseek_v4_with_mtp;
 using testing::MtpLayerKind;
 
 constexpr int32_t kBlockSize = 16;
@@ -48,6 +50,7 @@ struct Script {
   int32_t num_computed = 0;
   std::vector<int32_t> blocks;
   bool announced = false;
+  int32_t num_prompt_tokens = 0;  // the tokens it was announced with
   bool finished = false;
   int32_t context_start = 0;  // where the proposer's MTP context is expected to begin
 };
@@ -62,10 +65,11 @@ struct StepChunk {
   int32_t next = -1;
 };
 
-class MtpProposerTest : public ::testing::Test {
+// "deepseek_v3", or DeepSeek-V4 with an MTP layer of the attention kind named.
+class MtpProposerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = deepseek_v3_with_mtp(MtpLayerKind::random);
+    dir_ = GetParam() == "deepseek_v3" ? deepseek_v3_with_mtp(MtpLayerKind::random) : deepseek_v4_with_mtp(GetParam());
     backend_ = make_cpu_backend(2);
     target_ = load_model(dir_, *backend_);
     runner_.emplace(*target_, *backend_,
@@ -84,6 +88,7 @@ class MtpProposerTest : public ::testing::Test {
         greedy.temperature = 0.0f;
         plan.new_sequences.push_back({seq.id, greedy, 0, seq.tokens});
         seq.announced = true;
+        seq.num_prompt_tokens = static_cast<int32_t>(seq.tokens.size());
       }
       ScheduledChunk chunk;
       chunk.sequence_id = seq.id;
@@ -126,7 +131,8 @@ class MtpProposerTest : public ::testing::Test {
     const auto last = static_cast<int32_t>(seq.tokens.size()) - 1;
     ForwardBatch target_batch;
     target_batch.token_ids.assign(seq.tokens.begin(), seq.tokens.end() - 1);
-    target_batch.sequences.push_back({0, last, {own_table(kBlocksPerSequence)}, 0});
+    // The prompt's length as the runner has it: DeepSeek-V4's indexer breaks score ties by it (v4_ops.cpp).
+    target_batch.sequences.push_back({0, last, {own_table(kBlocksPerSequence)}, seq.num_prompt_tokens});
     target_batch.logit_rows = {last - 1};
     KvCache target_cache = backend_->allocate_kv_cache(target_->kv_layers(), kBlocksPerSequence, kBlockSize);
     Tensor hidden;
@@ -199,7 +205,7 @@ class MtpProposerTest : public ::testing::Test {
   std::unique_ptr<MtpModel> reference_mtp_;
 };
 
-TEST_F(MtpProposerTest, DraftsEqualThoseComputedFromScratchAfterEveryKindOfStep) {
+TEST_P(MtpProposerTest, DraftsEqualThoseComputedFromScratchAfterEveryKindOfStep) {
   // Two proposers watch the same steps: with a prefix cache, the sequence whose prompt the target takes from its
   // prefix cache has the layer's whole context; without one, its context begins where the target's computation did.
   MtpProposer cached(load_mtp_model(dir_, *backend_), *backend_, 64, kBlockSize, true);
@@ -253,6 +259,9 @@ TEST_F(MtpProposerTest, DraftsEqualThoseComputedFromScratchAfterEveryKindOfStep)
   step({{&a, 1, drafts_of(a), 2, 15}, {&c, 1, drafts_of(c), 0, 16}}, proposers);
   check("after the last step");
 }
+
+INSTANTIATE_TEST_SUITE_P(Targets, MtpProposerTest,
+                         ::testing::Values("deepseek_v3", "sliding_attention", "compressed_sparse_attention"));
 
 }  // namespace
 }  // namespace tern

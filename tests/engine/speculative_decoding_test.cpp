@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "eagle3_checkpoint.h"
@@ -462,23 +463,44 @@ INSTANTIATE_TEST_SUITE_P(NextNLayers, DeepseekMtpDecoding,
                          ::testing::Values(MtpLayerKind::random, MtpLayerKind::oracle),
                          [](const auto& info) { return info.param == MtpLayerKind::random ? "Random" : "Oracle"; });
 
-// DeepSeek-V4's MTP block on the V4 fixture in the released names with an mtp.0 block whose attention is a CSA
-// layer's (v4_mtp_checkpoint.h): random (drafts mostly rejected) or oracle (every draft accepted). Its drafts read
-// the target's streams and chain through its own.
-class DeepseekV4MtpDecoding : public ::testing::TestWithParam<MtpLayerKind> {};
+// DeepSeek-V4's MTP block on the V4 fixture in the released names with an mtp.0 block whose attention is a CSA or a
+// sliding-window layer's (v4_mtp_checkpoint.h): random (drafts mostly rejected) or oracle (every draft accepted).
+// Its drafts read the target's streams and chain through its own.
+using V4MtpCase = std::tuple<std::string, MtpLayerKind>;
+
+class DeepseekV4MtpDecoding : public ::testing::TestWithParam<V4MtpCase> {
+ protected:
+  void SetUp() override {
+    dir_ = deepseek_v4_with_mtp(std::get<0>(GetParam()), std::get<1>(GetParam()));
+    backend_ = make_cpu_backend(2);
+    model_ = load_model(dir_, *backend_);
+  }
+  bool oracle() const { return std::get<1>(GetParam()) == MtpLayerKind::oracle; }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+};
 
 TEST_P(DeepseekV4MtpDecoding, GreedyOutputsEqualThoseWithoutForKAndBatchSize) {
-  const auto dir = deepseek_v4_with_mtp("compressed_sparse_attention", GetParam());
-  auto backend = make_cpu_backend(2);
-  auto model = load_model(dir, *backend);
-  const auto all = greedy_requests(repetitive_prompts(4, model->config().vocab_size, 5));
-  expect_greedy_outputs_kept(*model, *backend, [&](int32_t k) { return deepseek_mtp(dir, k); }, 3, all, 2,
-                             GetParam() == MtpLayerKind::oracle);
+  const auto all = greedy_requests(repetitive_prompts(4, model_->config().vocab_size, 5));
+  expect_greedy_outputs_kept(*model_, *backend_, [&](int32_t k) { return deepseek_mtp(dir_, k); }, 3, all, 2,
+                             oracle());
+}
+
+TEST_P(DeepseekV4MtpDecoding, PrefixCachingChunkedPrefillAndPreemptionGiveTheSameTokens) {
+  expect_prefix_cache_and_preemption_kept(*model_, *backend_, [&](int32_t k) { return deepseek_mtp(dir_, k); }, 1, 3,
+                                          oracle());
 }
 
 INSTANTIATE_TEST_SUITE_P(MtpBlocks, DeepseekV4MtpDecoding,
-                         ::testing::Values(MtpLayerKind::random, MtpLayerKind::oracle),
-                         [](const auto& info) { return info.param == MtpLayerKind::random ? "Random" : "Oracle"; });
+                         ::testing::Combine(::testing::Values("compressed_sparse_attention", "sliding_attention"),
+                                            ::testing::Values(MtpLayerKind::random, MtpLayerKind::oracle)),
+                         [](const auto& info) {
+                           const std::string kind = std::get<1>(info.param) == MtpLayerKind::random ? "Random"
+                                                                                                     : "Oracle";
+                           return (std::get<0>(info.param) == "sliding_attention" ? "Sliding" : "Csa") + kind;
+                         });
 
 // EAGLE-3 on a fixture target with a random head (eagle3_checkpoint.h) reading the inputs of its layers 0, 1 and 2
 // (drafts mostly rejected), or, for "oracle", on a bigram copy of the llama fixture with a head that drafts its
