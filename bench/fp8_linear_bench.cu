@@ -69,7 +69,7 @@ int main() {
   tern::cuda::Gemm gemm(stream, workspace, size_t{32} << 20);
 
   const auto quantize = [&](int64_t m, int64_t k) {
-    tern::kernels::launch_quantize_rows_fp8(x, m, m, k, x_codes, x_scales, stream);
+    tern::kernels::launch_quantize_rows_fp8(x, m, k, x_codes, x_scales, stream);
   };
   const auto fp8_gemm = [&](const __nv_fp8_e4m3* w, int64_t m, int64_t n, int64_t k) {
     tern::kernels::Fp8GemmParams p;

@@ -16,20 +16,20 @@ constexpr int kQuantizeWarps = 8;
 // A warp per (row, 128 columns): 4 values a lane.
 // With group_rows, row r's scales go to its group's own layout (launch_quantize_row_groups_fp8).
 __global__ void __launch_bounds__(kQuantizeWarps * 32)
-    quantize_rows_fp8_kernel(const __nv_bfloat16* x, int m, int padded_m, int k, __nv_fp8_e4m3* codes,
-                             float* scales, const int32_t* group_rows, int num_groups) {
+    quantize_rows_fp8_kernel(const __nv_bfloat16* x, int m, int k, __nv_fp8_e4m3* codes, float* scales,
+                             const int32_t* group_rows, int num_groups) {
   const int column_blocks = (k + kBlock - 1) / kBlock;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kQuantizeWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   wait_for_prior_grids();
   allow_dependent_grids();
-  if (item >= static_cast<int64_t>(padded_m) * column_blocks) return;
+  if (item >= static_cast<int64_t>(m) * column_blocks) return;
   const int row = static_cast<int>(item / column_blocks);
   const int block = static_cast<int>(item % column_blocks);
   const int column = block * kBlock + 4 * lane;
-  const bool present = row < m && column < k;  // k is a multiple of 16: a lane's 4 values are all in or all out
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (present) {  // element loads: x may be a view at any bf16 offset
+  if (column < k) {  // k is a multiple of 16: a lane's 4 values are all in or all out; element loads: x may be a
+                     // view at any bf16 offset
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(x[static_cast<int64_t>(row) * k + column + i]);
   }
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kQuantizeWarps * 32)
     *reinterpret_cast<uint32_t*>(codes + static_cast<int64_t>(row) * k + column) =
         static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
-  int group_begin = 0, group_size = padded_m;
+  int group_begin = 0, group_size = m;
   if (group_rows) {  // the last group starting at or before the row (empty groups start where the next one does)
     int lo = 0, hi = num_groups;
     while (hi - lo > 1) {
@@ -79,18 +79,17 @@ __global__ void dequantize_block_fp8_kernel(const __nv_fp8_e4m3* codes, const fl
 
 }  // namespace
 
-void launch_quantize_rows_fp8(const __nv_bfloat16* x, int64_t m, int64_t padded_m, int64_t k, __nv_fp8_e4m3* codes,
-                              float* scales, cudaStream_t stream) {
-  if (m < 0 || padded_m < m || k <= 0 || k % 16 != 0 || padded_m >= (int64_t{1} << 31) || k >= (int64_t{1} << 31)) {
-    throw std::invalid_argument("quantize_rows_fp8: " + std::to_string(m) + " rows (padded to " +
-                                std::to_string(padded_m) + ") of " + std::to_string(k) +
+void launch_quantize_rows_fp8(const __nv_bfloat16* x, int64_t m, int64_t k, __nv_fp8_e4m3* codes, float* scales,
+                              cudaStream_t stream) {
+  if (m < 0 || k <= 0 || k % 16 != 0 || m >= (int64_t{1} << 31) || k >= (int64_t{1} << 31)) {
+    throw std::invalid_argument("quantize_rows_fp8: " + std::to_string(m) + " rows of " + std::to_string(k) +
                                 " columns (a positive multiple of 16)");
   }
-  if (padded_m == 0) return;
-  const int64_t items = padded_m * ((k + kBlock - 1) / kBlock);
+  if (m == 0) return;
+  const int64_t items = m * ((k + kBlock - 1) / kBlock);
   launch_dependent("quantize_rows_fp8", quantize_rows_fp8_kernel,
                    static_cast<unsigned>((items + kQuantizeWarps - 1) / kQuantizeWarps), kQuantizeWarps * 32, 0,
-                   stream, x, static_cast<int>(m), static_cast<int>(padded_m), static_cast<int>(k), codes, scales,
+                   stream, x, static_cast<int>(m), static_cast<int>(k), codes, scales,
                    static_cast<const int32_t*>(nullptr), 0);
 }
 
@@ -106,8 +105,7 @@ void launch_quantize_row_groups_fp8(const __nv_bfloat16* x, const int32_t* group
   const int64_t items = rows * ((k + kBlock - 1) / kBlock);
   launch_dependent("quantize_row_groups_fp8", quantize_rows_fp8_kernel,
                    static_cast<unsigned>((items + kQuantizeWarps - 1) / kQuantizeWarps), kQuantizeWarps * 32, 0,
-                   stream, x, static_cast<int>(rows), static_cast<int>(rows), static_cast<int>(k), codes, scales,
-                   group_rows, num_groups);
+                   stream, x, static_cast<int>(rows), static_cast<int>(k), codes, scales, group_rows, num_groups);
 }
 
 void launch_dequantize_block_fp8(const __nv_fp8_e4m3* codes, const float* scales, int64_t rows, int64_t columns,

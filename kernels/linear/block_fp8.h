@@ -1,7 +1,6 @@
 #pragma once
-// Block FP8 around cuBLASLt's block-scaled FP8 GEMM (src/backend/cuda/gemm.h), DeepSeek-V3's W8A8 "dynamic"
-// scheme: activations quantized per token and 128 channels before the GEMM, and a weight's codes dequantized to bf16
-// for the ops that have no FP8 kernel.
+// Block FP8 around the FP8 GEMM (fp8_gemm.h), DeepSeek-V3's W8A8 "dynamic" scheme: activations quantized per token
+// and 128 channels before the GEMM, and a weight's codes dequantized to bf16 for the ops that have no FP8 kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -21,17 +20,16 @@ struct BlockFp8Codes {
   bool covers(int64_t k) const { return codes && scales && scale_stride >= (k + 127) / 128; }
 };
 
-// x [m, k] (bf16, rows k apart) to e4m3 codes [padded_m, k] and float32 scales [ceil(k / 128), padded_m], the layout
-// of cuBLASLt's CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F for its B operand (a scale per row and 128 columns, rows
-// contiguous): per row and 128 columns scale = amax / 448 (1 for a block of zeros) and code = the e4m3 nearest
-// value / scale, as DeepSeek's inference/kernel.py act_quant and transformers' finegrained_fp8 act_quant compute
-// them. Rows m to padded_m get zero codes and scale 1. k a multiple of 16; padded_m >= m.
-void launch_quantize_rows_fp8(const __nv_bfloat16* x, int64_t m, int64_t padded_m, int64_t k, __nv_fp8_e4m3* codes,
-                              float* scales, cudaStream_t stream);
+// x [m, k] (bf16, rows k apart) to e4m3 codes [m, k] and float32 scales [ceil(k / 128), m] (a scale per row and
+// 128 columns, rows contiguous, as fp8_gemm reads them): per row and 128 columns scale = amax / 448 (1 for a block
+// of zeros) and code = the e4m3 nearest value / scale, as DeepSeek's inference/kernel.py act_quant and
+// transformers' finegrained_fp8 act_quant compute them. k a multiple of 16.
+void launch_quantize_rows_fp8(const __nv_bfloat16* x, int64_t m, int64_t k, __nv_fp8_e4m3* codes, float* scales,
+                              cudaStream_t stream);
 
 // The same for x [rows, k] in groups of rows (MoE experts' gathered inputs, each group a multiple of 4 rows):
 // group_rows ([num_groups + 1] on the device, the last `rows`) gives where each starts. Each group's scales are its
-// own VEC128 layout, [ceil(k / 128), its rows], after the groups' before it (group g's from group_rows[g] *
+// own layout, [ceil(k / 128), its rows], after the groups' before it (group g's from group_rows[g] *
 // ceil(k / 128)), so that one GEMM per group reads its rows' codes and scales as a matrix of their own.
 void launch_quantize_row_groups_fp8(const __nv_bfloat16* x, const int32_t* group_rows, int num_groups, int64_t rows,
                                     int64_t k, __nv_fp8_e4m3* codes, float* scales, cudaStream_t stream);

@@ -17,7 +17,7 @@ namespace tern::kernels {
 struct Fp8GemmParams {
   // x's e4m3 codes [m, k] (rows k bytes apart) with float32 scales per row and 128 columns: the scale of row r and
   // column block b at x_scales[b * x_scale_stride + r] (launch_quantize_rows_fp8's layout, x_scale_stride its
-  // padded_m; a group's own layout for launch_quantize_row_groups_fp8's groups).
+  // m; a group's own layout for launch_quantize_row_groups_fp8's groups).
   const __nv_fp8_e4m3* x = nullptr;
   const float* x_scales = nullptr;
   int64_t x_scale_stride = 0;

@@ -140,8 +140,13 @@ class Backend {
   // Starts copying an int32 tensor to the host behind the work launched so far, without waiting for it (the
   // overlap scheduler reads a step's sampled ids after launching the next step). The default copies at once.
   virtual std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& tensor);
-  virtual KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
-                                    int64_t block_size) = 0;
+  // A paged cache of `num_blocks` blocks for `layers`, its keys and values stored as `dtype` (a backend without
+  // kernels for it throws tern::Error saying so).
+  virtual KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
+                                    KvCacheDtype dtype) = 0;
+  KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) {
+    return allocate_kv_cache(layers, num_blocks, block_size, KvCacheDtype::automatic);
+  }
   // Makes the batch's metadata in the backend's memory, filling in its deferred tokens there (ForwardBatch).
   virtual std::unique_ptr<StepContext> begin_step(const ForwardBatch& batch) = 0;
   // Whole KV blocks of every layer as self-describing host bytes (format in kv_block_transfer.h), and back: how a
@@ -157,7 +162,7 @@ class Backend {
   // The host tier's twin of a cache (the KV cache manager's host pool): the same layers and element types in the
   // host memory this backend copies to and from fastest (pinned on CUDA).
   virtual KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
-                                         int64_t block_size) = 0;
+                                         int64_t block_size, KvCacheDtype dtype) = 0;
   // Copies whole blocks between a cache and its host twin (copy_kv_cache_blocks), ordered after the work launched
   // so far and before any later op's use of the blocks. The host may read or write the twin's memory only after
   // wait_kv_copies.

@@ -3,7 +3,19 @@
 #include <map>
 #include <set>
 
+#include "core/error.h"
+
 namespace tern {
+
+KvCacheDtype parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto") return KvCacheDtype::automatic;
+  if (name == "fp8" || name == "fp8_e4m3") return KvCacheDtype::fp8_e4m3;
+  fail("unknown KV cache dtype '{}' (choices: auto, fp8, fp8_e4m3)", name);
+}
+
+const char* kv_cache_dtype_name(KvCacheDtype dtype) {
+  return dtype == KvCacheDtype::fp8_e4m3 ? "fp8_e4m3" : "auto";
+}
 
 namespace {
 

@@ -18,6 +18,15 @@ namespace tern {
 // its blocks stay readable, as for full attention.
 enum class KvLayerKind { full, sliding_window, mla_latent, compressed };
 
+// What the cache's keys and values are stored as (vLLM's --kv-cache-dtype). `automatic`: the backend's activation
+// type (float32 on the CPU, bf16 on CUDA). fp8_e4m3: the e4m3 code of each value divided by its layer's per-tensor
+// scale (KvLayerSpec::key_scale, value_scale), read back as code times scale; a quarter of the CPU's bytes, half of
+// bf16's. Layer state (DeepSeek-V4's compressor accumulators and compressed entries) stays float32.
+enum class KvCacheDtype { automatic, fp8_e4m3 };
+// "auto", "fp8" or "fp8_e4m3" (vLLM's names; its fp8 is e4m3 on CUDA); throws tern::Error naming the choices.
+KvCacheDtype parse_kv_cache_dtype(const std::string& name);
+const char* kv_cache_dtype_name(KvCacheDtype dtype);
+
 struct KvLayerSpec {
   int64_t num_kv_heads = 0;
   int64_t key_dim = 0;    // per head
@@ -34,6 +43,10 @@ struct KvLayerSpec {
   // (see select_compressed), so what it caches also depends on the prompt, and two prompts sharing a prefix do not
   // give that prefix equal caches. 0: every token may be shared.
   int64_t shareable_prefix_tokens = 0;
+  // The per-tensor scales of an FP8 KV cache (KvCacheDtype::fp8_e4m3): a cached key is e4m3(key / key_scale). 1
+  // unless the checkpoint calibrated them (vLLM's default too).
+  float key_scale = 1.0f;
+  float value_scale = 1.0f;
 };
 
 // Layers whose blocks are allocated, freed and cached together, with one block table per sequence (vLLM's KV cache
@@ -58,6 +71,7 @@ std::vector<KvCacheGroup> kv_cache_groups(const std::vector<KvLayerSpec>& layers
 std::vector<int64_t> group_sliding_windows(const std::vector<KvCacheGroup>& groups);
 
 struct KvCache {
+  KvCacheDtype dtype = KvCacheDtype::automatic;  // what keys and values hold
   int64_t num_blocks = 0;
   int64_t block_size = 0;  // token slots per block in this cache; the scheduler's blocks hold context_shard's share
   // Decode context parallelism: the tokens of each sequence this cache holds (all of them when size is 1).

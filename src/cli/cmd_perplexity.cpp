@@ -33,6 +33,7 @@ struct PerplexityOptions {
   std::optional<int64_t> context_len;  // unset: kDefaultContextTokens, capped by the model's positions
   std::optional<int64_t> stride;       // unset: half the window
   std::optional<int64_t> max_windows;  // unset: the whole text
+  std::string kv_cache_dtype = "auto";
   bool json = false;
 };
 
@@ -64,8 +65,8 @@ double token_nll(const float* logits, int64_t vocab_size, int32_t target) {
   return std::log(sum_exp) + max_logit - logits[target];
 }
 
-// The logits [tokens, vocab] of every position of `tokens`, read in one pass from an empty cache.
-std::vector<float> all_logits(ShardedModel& model, const std::vector<int32_t>& tokens) {
+// The logits [tokens, vocab] of every position of `tokens`, read in one pass from an empty cache of `kv_dtype`.
+std::vector<float> all_logits(ShardedModel& model, const std::vector<int32_t>& tokens, KvCacheDtype kv_dtype) {
   std::vector<float> values;
   model.run_on_ranks([&](int rank) {
     if (model.data_parallel() && rank != 0) {
@@ -73,7 +74,7 @@ std::vector<float> all_logits(ShardedModel& model, const std::vector<int32_t>& t
       serve_expert_peers(model.model(rank), model.backend(rank));
       return;
     }
-    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(tokens.size()));
+    SequenceRunner runner(model.model(rank), model.backend(rank), static_cast<int64_t>(tokens.size()), 16, kv_dtype);
     const Tensor logits = runner.append(tokens, true);
     if (rank == 0) values = model.backend(rank).to_host_f32(logits);  // every tensor-parallel rank holds them all
   });
@@ -137,7 +138,7 @@ void run_perplexity(const PerplexityOptions& options) {
     const PerplexityWindow& window = windows[w];
     std::vector<int32_t> tokens = prefix;
     tokens.insert(tokens.end(), text_tokens.begin() + window.text_begin, text_tokens.begin() + window.text_end);
-    const std::vector<float> logits = all_logits(*model, tokens);
+    const std::vector<float> logits = all_logits(*model, tokens, parse_kv_cache_dtype(options.kv_cache_dtype));
     for (int64_t t = window.scored_begin; t < window.text_end; ++t) {
       const int64_t predicting_position = num_prefix + (t - window.text_begin) - 1;
       nll.add(token_nll(logits.data() + predicting_position * vocab_size, vocab_size, text_tokens[t]));
@@ -174,6 +175,9 @@ void add_perplexity_command(CLI::App& app) {
                   "Tokens each window advances; it scores only the tokens no earlier window scored (default: half "
                   "the window; at most the window less its first position)");
   cmd->add_option("--max-chunks", options->max_windows, "Score only the first K windows (default: all)");
+  cmd->add_option("--kv-cache-dtype", options->kv_cache_dtype,
+                  "What the KV cache stores: auto or fp8_e4m3 (fp8), as for serve (the quality FP8 KV costs)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))->capture_default_str();
   cmd->add_flag("--json", options->json,
                 "Print {perplexity, std_error, tokens_scored, windows, context_length, stride, nll_mean} as JSON");
   add_parallel_options(*cmd, options->parallel);

@@ -53,6 +53,11 @@ void EngineFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--num-kv-blocks", num_kv_blocks, "KV cache size in blocks (overrides the memory flags)")
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--block-size", block_size, "Tokens per KV block")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--kv-cache-dtype", kv_cache_dtype,
+                 "What the KV cache stores: auto (the backend's activation type: float32 on the CPU, bf16 on GPUs), "
+                 "fp8 or fp8_e4m3 (e4m3 codes with per-layer key and value scales, 1 unless the checkpoint has "
+                 "them: a quarter of float32's bytes per token; the CPU backend only so far)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))->capture_default_str();
   cmd.add_option("--max-num-batched-tokens", max_num_batched_tokens, "Token budget of one step")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd.add_option("--max-num-seqs", max_num_seqs, "Most sequences running at once")
@@ -93,6 +98,7 @@ void EngineFlags::add_to(CLI::App& cmd) {
 EngineConfig EngineFlags::to_config(const std::filesystem::path& model_dir) const {
   EngineConfig config;
   config.block_size = block_size;
+  config.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
   config.num_kv_blocks = num_kv_blocks;
   if (!kv_cache_memory.empty()) {
     config.kv_cache_memory_bytes = parse_byte_size(kv_cache_memory, "--kv-cache-memory");

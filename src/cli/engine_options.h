@@ -37,6 +37,7 @@ struct EngineFlags {
   double kv_cache_fraction = EngineConfig{}.kv_cache_memory_fraction;
   int32_t num_kv_blocks = 0;
   int32_t block_size = 16;
+  std::string kv_cache_dtype = "auto";
   int32_t max_num_batched_tokens = 2048;
   int32_t max_num_seqs = 256;
   int64_t max_model_len = 0;

@@ -27,7 +27,8 @@ void profile_largest_step(Model& model, Backend& backend, const EngineConfig& co
   const int32_t num_tokens = std::max(config.max_num_batched_tokens, 1);
   const int64_t num_blocks = (num_tokens + config.block_size - 1) / config.block_size;
   const auto num_groups = static_cast<int64_t>(kv_cache_groups(model.kv_layers()).size());
-  KvCache cache = backend.allocate_kv_cache(model.kv_layers(), num_groups * num_blocks, config.block_size);
+  KvCache cache =
+      backend.allocate_kv_cache(model.kv_layers(), num_groups * num_blocks, config.block_size, config.kv_cache_dtype);
   ForwardBatch batch;
   batch.token_ids.assign(static_cast<size_t>(num_tokens), 0);
   SequenceChunk& seq = batch.sequences.emplace_back();
@@ -161,7 +162,8 @@ int32_t host_kv_blocks(const EngineConfig& config, const KvCacheBudget& budget) 
 std::string EngineCore::kv_identity(const EngineConfig& config, int data_parallel_rank) const {
   const KvCache& cache = runners_.front()->kv_cache();
   std::string identity = config.model_identity + "\nbackend " + model_.backend(0).name() + "\nlayers " +
-                         kv_layers_summary(cache.layers) + "\nblock " + std::to_string(cache.block_size) +
+                         kv_layers_summary(cache.layers) + "\nKV cache dtype " + kv_cache_dtype_name(cache.dtype) +
+                         "\nblock " + std::to_string(cache.block_size) +
                          " tokens\nbytes per layer block";
   for (size_t l = 0; l < cache.layers.size(); ++l) identity += " " + std::to_string(kv_block_bytes(cache, static_cast<int>(l)));
   identity += "\ntensor-parallel ranks " + std::to_string(model_.data_parallel() ? 1 : model_.size());
@@ -181,8 +183,9 @@ void EngineCore::run_tier_copies() {
   }
 }
 
-int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size) {
-  const KvCache probe = backend.allocate_kv_cache(layers, 1, block_size);
+int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size,
+                                   KvCacheDtype dtype) {
+  const KvCache probe = backend.allocate_kv_cache(layers, 1, block_size, dtype);
   // Tensors that layers of different KV cache groups share count once.
   std::set<const void*> counted;
   int64_t bytes = 0;
@@ -246,7 +249,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                     : 0;
     budgets[rank] = resolve_budget(
         config, backend, model,
-        measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size) + draft_bytes_per_token,
+        measure_kv_bytes_per_token(backend, model.kv_layers(), config.block_size, config.kv_cache_dtype) +
+            draft_bytes_per_token,
         max_model_len_);
   });
   budget_ = *std::min_element(budgets.begin(), budgets.end(),
@@ -263,10 +267,10 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                            : model_.data_parallel() ? ", per data-parallel rank"
                                                     : ", per tensor-parallel rank";
     std::fprintf(stderr,
-                 "tern: KV cache: %lld bytes per token (%s layers, KV cache groups: %zu%s), %d blocks of %d tokens = "
-                 "%lld tokens, %.1f MiB%s\n",
+                 "tern: KV cache: %lld bytes per token (%s layers, KV cache groups: %zu%s%s), %d blocks of %d tokens "
+                 "= %lld tokens, %.1f MiB%s\n",
                  static_cast<long long>(budget_.bytes_per_token), kv_layers_summary(layers).c_str(), groups.size(),
-                 per_rank, budget_.num_blocks, budget_.block_size,
+                 config.kv_cache_dtype == KvCacheDtype::fp8_e4m3 ? ", fp8_e4m3 keys and values" : "", per_rank, budget_.num_blocks, budget_.block_size,
                  static_cast<long long>(budget_.num_tokens()), budget_.total_bytes() / 1048576.0,
                  num_ranks > 1 ? " on each rank" : "");
     if (context_shard.size > 1) {
@@ -320,14 +324,17 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     if (on_device && records_decode_steps) {
       // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
       runners_[rank] = std::make_unique<ModelRunner>(
-          model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size),
+          model, backend,
+          backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size,
+                                    config.kv_cache_dtype),
           budget_.num_blocks, config.max_num_seqs, samples, data_parallel_rank);
       // Verify steps too: each sequence its last token and up to k drafts (n-gram and draft-model proposers).
       recorded[rank] = runners_[rank]->record_steps(1 + num_speculative_tokens_);
     } else {
       runners_[rank] = std::make_unique<ModelRunner>(
-          model, backend, backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks, budget_.block_size), -1, 0,
-          samples, data_parallel_rank);
+          model, backend,
+          backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks, budget_.block_size, config.kv_cache_dtype),
+          -1, 0, samples, data_parallel_rank);
     }
     if (num_host_blocks > 0) runners_[rank]->allocate_host_kv_cache(num_host_blocks);
     if (proposer_ && proposer_->reads_hidden_states()) {

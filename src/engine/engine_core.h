@@ -136,6 +136,7 @@ class EngineCore {
 };
 
 // Bytes of KV one token takes in `backend` for the model's layers, measured on a one-block allocation.
-int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size);
+int64_t measure_kv_bytes_per_token(Backend& backend, const std::vector<KvLayerSpec>& layers, int32_t block_size,
+                                   KvCacheDtype dtype = KvCacheDtype::automatic);
 
 }  // namespace tern

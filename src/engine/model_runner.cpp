@@ -232,7 +232,7 @@ PendingStep ModelRunner::launch_verify(const StepPlan& plan, const ForwardBatch&
 }
 
 void ModelRunner::allocate_host_kv_cache(int32_t num_blocks) {
-  host_cache_ = backend_.allocate_host_kv_cache(model_.kv_layers(), num_blocks, cache_.block_size);
+  host_cache_ = backend_.allocate_host_kv_cache(model_.kv_layers(), num_blocks, cache_.block_size, cache_.dtype);
 }
 
 void ModelRunner::copy_tier_blocks(std::span<const KvTierCopy> copies) {

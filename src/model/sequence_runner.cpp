@@ -4,11 +4,12 @@
 
 namespace tern {
 
-SequenceRunner::SequenceRunner(Model& model, Backend& backend, int64_t max_tokens, int64_t block_size)
+SequenceRunner::SequenceRunner(Model& model, Backend& backend, int64_t max_tokens, int64_t block_size,
+                               KvCacheDtype kv_dtype)
     : model_(model), backend_(backend) {
   const int64_t num_blocks = (max_tokens + block_size - 1) / block_size;
   const auto num_groups = static_cast<int64_t>(kv_cache_groups(model.kv_layers()).size());
-  cache_ = backend.allocate_kv_cache(model.kv_layers(), num_groups * num_blocks, block_size);
+  cache_ = backend.allocate_kv_cache(model.kv_layers(), num_groups * num_blocks, block_size, kv_dtype);
   block_tables_ = own_block_tables(num_groups, num_blocks);  // none is ever dropped
 }
 
@@ -41,8 +42,8 @@ Tensor SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits) 
 }
 
 std::vector<int32_t> greedy_generate(Model& model, Backend& backend, std::span<const int32_t> prompt,
-                                     int64_t max_new_tokens) {
-  SequenceRunner runner(model, backend, static_cast<int64_t>(prompt.size()) + max_new_tokens);
+                                     int64_t max_new_tokens, KvCacheDtype kv_dtype) {
+  SequenceRunner runner(model, backend, static_cast<int64_t>(prompt.size()) + max_new_tokens, 16, kv_dtype);
   std::vector<int32_t> generated;
   if (max_new_tokens <= 0) return generated;
   Tensor logits = runner.append(prompt, false);

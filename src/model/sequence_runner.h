@@ -11,8 +11,9 @@ namespace tern {
 
 class SequenceRunner {
  public:
-  // Reserves KV blocks for up to `max_tokens` tokens.
-  SequenceRunner(Model& model, Backend& backend, int64_t max_tokens, int64_t block_size = 16);
+  // Reserves KV blocks for up to `max_tokens` tokens, stored as `kv_dtype`.
+  SequenceRunner(Model& model, Backend& backend, int64_t max_tokens, int64_t block_size = 16,
+                 KvCacheDtype kv_dtype = KvCacheDtype::automatic);
 
   // Appends `tokens` to the sequence; returns logits [tokens.size(), vocab] if all_logits, else [1, vocab]
   // for the last token.
@@ -32,8 +33,8 @@ class SequenceRunner {
 // share the storage of a block id.
 std::vector<std::vector<int32_t>> own_block_tables(int64_t num_groups, int64_t num_blocks, int64_t first_block = 0);
 
-// Greedy decoding of `max_new_tokens` tokens after `prompt`.
+// Greedy decoding of `max_new_tokens` tokens after `prompt`, the KV cache stored as `kv_dtype`.
 std::vector<int32_t> greedy_generate(Model& model, Backend& backend, std::span<const int32_t> prompt,
-                                     int64_t max_new_tokens);
+                                     int64_t max_new_tokens, KvCacheDtype kv_dtype = KvCacheDtype::automatic);
 
 }  // namespace tern

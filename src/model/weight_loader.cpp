@@ -83,6 +83,18 @@ int64_t WeightLoader::checkpoint_bytes(const TensorInfo& part) const {
   return bytes;
 }
 
+std::optional<float> WeightLoader::scalar(const std::string& name) const {
+  if (!checkpoint_.has(name)) return std::nullopt;
+  const TensorInfo& t = checkpoint_.get(name);
+  if (t.numel() != 1 || t.shape.size() > 1 ||
+      (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)) {
+    fail("{}: expected a scalar of a float type, got {} of shape {}", name, dtype_name(t.dtype), shape_string(t.shape));
+  }
+  float value = 0.0f;
+  convert_to_f32(t.dtype, t.data, &value, 1);
+  return value;
+}
+
 const TensorInfo& WeightLoader::info(const std::string& name, const std::vector<int64_t>& shape) const {
   const TensorInfo& info = tensor(name, shape);
   check_format(info, takes_quantized_);

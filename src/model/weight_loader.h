@@ -42,6 +42,9 @@ class WeightLoader {
   Tensor load_concat(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
   std::optional<Tensor> load_optional(const std::string& name, const std::vector<int64_t>& shape);
   bool has(const std::string& name) const { return checkpoint_.has(name); }
+  // A scalar the checkpoint stores (shape [] or [1], a float type): nullopt where it has none; fails naming the
+  // tensor where it is not one.
+  std::optional<float> scalar(const std::string& name) const;
   // The checkpoint tensor itself, for weights that need re-laying out on the host before loading. A block-quantized
   // one, whose elements do not stand alone, comes with its scales on a linear_weights() loader (to be laid out in
   // whole scale blocks) and fails on others (see plain_info).

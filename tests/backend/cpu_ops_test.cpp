@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "attention_reference.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tern {
@@ -29,6 +30,23 @@ TensorInfo host_view(const std::vector<uint16_t>& data, std::vector<int64_t> sha
 
 class CpuOpsTest : public ::testing::Test {
  protected:
+  // Writes `a`'s cached prefix, then its step's keys and values into layer 0 of `cache`; the step's attention
+  // [tokens, heads, dim].
+  std::vector<float> attend_two_sequences(KvCache& cache, const testing::TwoSequenceAttention& a,
+                                          const AttentionParams& params) {
+    const int heads = a.num_heads, kv_heads = a.num_kv_heads, dim = a.dim, tokens = a.num_tokens();
+    {
+      auto step = backend->begin_step(a.prefix);
+      backend->store_kv(cache, 0, backend->from_host_f32(a.prefix_k, {a.cached[0], kv_heads, dim}),
+                        backend->from_host_f32(a.prefix_v, {a.cached[0], kv_heads, dim}), *step);
+    }
+    auto step = backend->begin_step(a.step);
+    backend->store_kv(cache, 0, backend->from_host_f32(a.k, {tokens, kv_heads, dim}),
+                      backend->from_host_f32(a.v, {tokens, kv_heads, dim}), *step);
+    return backend->to_host_f32(
+        backend->attention(backend->from_host_f32(a.q, {tokens, heads, dim}), cache, 0, params, *step));
+  }
+
   std::unique_ptr<Backend> backend = make_cpu_backend(2);
 };
 
@@ -105,33 +123,27 @@ struct AttentionCase {
   bool sinks;
 };
 
+// Two sequences in one step, one with a prefix already cached and shuffled block tables (blocks of 4 tokens, 7 in
+// all).
+testing::TwoSequenceAttention paged_two_sequences(int num_heads, int num_kv_heads, int dim) {
+  return testing::two_sequence_attention(num_heads, num_kv_heads, dim, {6, 0}, {3, 5}, {{5, 1, 6}, {3, 0}});
+}
+
 class CpuAttentionTest : public CpuOpsTest, public ::testing::WithParamInterface<AttentionCase> {};
 
-// Two sequences in one step, one with a prefix already cached and shuffled block tables, checked against dense
-// attention over the full sequence.
+// paged_two_sequences checked against dense attention over the full sequences.
 TEST_P(CpuAttentionTest, PagedGqaMatchesDenseAttention) {
   const int num_heads = 4, num_kv_heads = 2, dim = 8, block_size = 4;
   const auto [window, use_sinks] = GetParam();
   KvCache cache = backend->allocate_kv_cache({{num_kv_heads, dim, dim}}, 8, block_size);
-  const std::vector<std::vector<int32_t>> tables = {{5, 1, 6}, {3, 0}};
   const auto sinks_values = random_values(num_heads, 99);
   const Tensor sinks = backend->from_host_f32(sinks_values, {num_heads});
-  const auto a = testing::two_sequence_attention(num_heads, num_kv_heads, dim, {6, 0}, {3, 5}, tables);
-  {
-    auto step = backend->begin_step(a.prefix);
-    backend->store_kv(cache, 0, backend->from_host_f32(a.prefix_k, {a.cached[0], num_kv_heads, dim}),
-                      backend->from_host_f32(a.prefix_v, {a.cached[0], num_kv_heads, dim}), *step);
-  }
-  auto step = backend->begin_step(a.step);
-  const int num_tokens = a.num_tokens();
-  backend->store_kv(cache, 0, backend->from_host_f32(a.k, {num_tokens, num_kv_heads, dim}),
-                    backend->from_host_f32(a.v, {num_tokens, num_kv_heads, dim}), *step);
+  const auto a = paged_two_sequences(num_heads, num_kv_heads, dim);
   AttentionParams params;
   params.scale = 1.0f / std::sqrt(float(dim));
   params.sliding_window = window;
   params.sinks = use_sinks ? &sinks : nullptr;
-  const auto out = backend->to_host_f32(
-      backend->attention(backend->from_host_f32(a.q, {num_tokens, num_heads, dim}), cache, 0, params, *step));
+  const auto out = attend_two_sequences(cache, a, params);
   size_t offset = 0;
   for (int s = 0; s < 2; ++s) {
     const auto expected = naive_attention(a.queries[s], a.full_k[s], a.full_v[s], a.fresh[s], num_heads, num_kv_heads,
@@ -144,6 +156,44 @@ TEST_P(CpuAttentionTest, PagedGqaMatchesDenseAttention) {
 INSTANTIATE_TEST_SUITE_P(Variants, CpuAttentionTest,
                          ::testing::Values(AttentionCase{0, false}, AttentionCase{3, false}, AttentionCase{0, true},
                                            AttentionCase{4, true}));
+
+// An FP8 KV cache (--kv-cache-dtype fp8_e4m3) holds e4m3 codes of key / key_scale and value / value_scale, a quarter
+// of float32's bytes, and attention reads code times scale: paged_two_sequences against dense attention over keys
+// and values rounded so, with scales that make the rounding differ from the unscaled one.
+TEST_F(CpuOpsTest, Fp8KvCacheAttendsOverTheCodesTimesTheLayersScales) {
+  const int num_heads = 4, num_kv_heads = 2, dim = 8, block_size = 4;
+  KvLayerSpec layer{num_kv_heads, dim, dim};
+  layer.key_scale = 0.01f;
+  layer.value_scale = 3.0f;
+  KvCache cache = backend->allocate_kv_cache({layer}, 8, block_size, KvCacheDtype::fp8_e4m3);
+  EXPECT_EQ(cache.dtype, KvCacheDtype::fp8_e4m3);
+  EXPECT_EQ(cache.keys[0].dtype, DType::F8_E4M3);
+  EXPECT_EQ(cache.keys[0].bytes() * 4, backend->allocate_kv_cache({layer}, 8, block_size).keys[0].bytes());
+  const auto a = paged_two_sequences(num_heads, num_kv_heads, dim);
+  AttentionParams params;
+  params.scale = 1.0f / std::sqrt(float(dim));
+  const auto out = attend_two_sequences(cache, a, params);
+  const auto rounded = [](std::vector<float> values, float scale) {
+    for (float& x : values) x = f8_e4m3_to_f32(f32_to_f8_e4m3(x / scale)) * scale;
+    return values;
+  };
+  size_t offset = 0;
+  double largest_rounding = 0.0;
+  for (int s = 0; s < 2; ++s) {
+    const auto keys = rounded(a.full_k[s], layer.key_scale);
+    const auto values = rounded(a.full_v[s], layer.value_scale);
+    const auto expected = naive_attention(a.queries[s], keys, values, a.fresh[s], num_heads, num_kv_heads, dim,
+                                          a.cached[s]);
+    const auto unrounded = naive_attention(a.queries[s], a.full_k[s], a.full_v[s], a.fresh[s], num_heads,
+                                           num_kv_heads, dim, a.cached[s]);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(out[offset + i], expected[i], 1e-5) << "seq " << s;
+      largest_rounding = std::max(largest_rounding, std::abs(expected[i] - unrounded[i]));
+    }
+    offset += expected.size();
+  }
+  EXPECT_GT(largest_rounding, 1e-3);  // the codes are not float32 in disguise
+}
 
 // gpt-oss's layout: a sliding and a full layer form two KV cache groups, the full layer's first, the sliding layer
 // storing its blocks in the full layer's tensors. Each reads its own group's table; the sliding table's block before

@@ -121,6 +121,37 @@ TEST_P(EngineArch, APoolFarSmallerThanTheLoadPreemptsAndStillMatches) {
   }
 }
 
+// --kv-cache-dtype fp8_e4m3: the engine's requests, with preemption, prefix caching and chunked prefill, give the
+// tokens of each run alone on an FP8 cache; their prompts' KV takes a quarter of float32's bytes where layers keep
+// no float32 state (DeepSeek-V4's compressors do).
+TEST_P(EngineArch, Fp8KvCacheRequestsEqualEachRunAloneOnAnFp8Cache) {
+  auto m = load_fixture_model(GetParam());
+  const auto layers = m.model->kv_layers();
+  const int64_t f32_bytes = measure_kv_bytes_per_token(*m.backend, layers, 16);
+  const int64_t fp8_bytes = measure_kv_bytes_per_token(*m.backend, layers, 16, KvCacheDtype::fp8_e4m3);
+  int64_t state_bytes = 0;
+  const auto groups = kv_cache_groups(layers);
+  for (int layer : groups.front().layers) state_bytes += layers[layer].state_dim * 4;
+  EXPECT_EQ(fp8_bytes * 4, f32_bytes + 3 * state_bytes);
+  const auto prompts = random_prompts(12, m.model->config().vocab_size, 5);
+  EngineConfig config = small_config(8);
+  config.kv_cache_dtype = KvCacheDtype::fp8_e4m3;
+  config.max_num_batched_tokens = 32;
+  EngineCore core(*m.model, *m.backend, config);
+  for (size_t i = 0; i < prompts.size(); ++i) core.add_request(i + 1, greedy(prompts[i], 16));
+  auto results = drain(core);
+  EXPECT_GT(core.stats().num_preemptions, 0);
+  size_t differ_from_float32 = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = greedy_generate(*m.model, *m.backend, prompts[i], 16, KvCacheDtype::fp8_e4m3);
+    EXPECT_EQ(entry(results, i + 1, 0).tokens, alone) << "request " << i;
+    differ_from_float32 += alone != greedy_generate(*m.model, *m.backend, prompts[i], 16);
+  }
+  std::printf("%s: %zu of %zu greedy outputs change with an FP8 KV cache\n", GetParam().c_str(), differ_from_float32,
+              prompts.size());
+  EXPECT_GT(differ_from_float32, 0u) << "the cache rounds to e4m3 (random weights leave near ties everywhere)";
+}
+
 // A second prompt sharing a 40-token prefix with the first, and a second turn of the first conversation, reuse
 // cached blocks and still give the tokens of a run alone. DeepSeek-V4 shares less (its indexer's ties depend on the
 // prompt past index_topk entries; KvLayerSpec::shareable_prefix_tokens) but must still hit.

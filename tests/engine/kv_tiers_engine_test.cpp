@@ -34,8 +34,10 @@ struct Tiers {
   bool overlap = false;
 };
 
-EngineConfig config_for(const Tiers& tiers, const std::filesystem::path& disk_dir, int64_t block_bytes) {
+EngineConfig config_for(const Tiers& tiers, const std::filesystem::path& disk_dir, int64_t block_bytes,
+                        KvCacheDtype kv_dtype = KvCacheDtype::automatic) {
   EngineConfig c;
+  c.kv_cache_dtype = kv_dtype;
   c.num_kv_blocks = kDevicePoolBlocks;
   c.max_num_batched_tokens = 128;
   c.max_num_seqs = 4;
@@ -119,15 +121,17 @@ std::vector<int32_t> generate(EngineCore& core, const std::vector<int32_t>& prom
 class KvTiersArch : public ::testing::TestWithParam<std::string> {};
 
 // Every tier configuration against none, on `model`.
-void expect_tiers_change_nothing(ShardedModel& model, const std::string& name) {
+void expect_tiers_change_nothing(ShardedModel& model, const std::string& name,
+                                 KvCacheDtype kv_dtype = KvCacheDtype::automatic) {
   const auto dir = fresh_dir(name);
-  const int64_t block_bytes = measure_kv_bytes_per_token(model.backend(0), model.model(0).kv_layers(), 16) * 16;
-  const Conversations off = converse(model, config_for({"off"}, dir, block_bytes));
+  const int64_t block_bytes =
+      measure_kv_bytes_per_token(model.backend(0), model.model(0).kv_layers(), 16, kv_dtype) * 16;
+  const Conversations off = converse(model, config_for({"off"}, dir, block_bytes, kv_dtype));
   for (const Tiers& tiers : {Tiers{"host, write-back", 200},
                              Tiers{"host, write-through", 200, true},
                              Tiers{"host, overlap scheduling", 200, false, false, true},
                              Tiers{"small host over disk", 4, false, true}}) {
-    const Conversations on = converse(model, config_for(tiers, dir, block_bytes));
+    const Conversations on = converse(model, config_for(tiers, dir, block_bytes, kv_dtype));
     EXPECT_EQ(on.outputs, off.outputs) << tiers.name;
     EXPECT_GT(on.stats.prefix_hit_tokens, off.stats.prefix_hit_tokens) << tiers.name;
     EXPECT_GT(on.stats.prefix_host_hit_tokens + on.stats.prefix_disk_hit_tokens, 0) << tiers.name;
@@ -150,6 +154,15 @@ TEST_P(KvTiersArch, ConversationsGiveTheSameTokensWithTheTiersOnAndOff) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, KvTiersArch,
                          ::testing::Values("llama", "llama3_rope", "qwen2", "qwen3", "qwen3_moe", "mixtral",
                                            "deepseek_v3", "gpt_oss", "deepseek_v4"));
+
+// An FP8 KV cache's tiers hold its codes: the host pool is its twin in e4m3, the disk records its bytes.
+TEST(KvTiersFp8, AnFp8CacheTiersItsCodes) {
+  for (const char* arch : {"llama", "deepseek_v4"}) {
+    auto m = load_fixture_model(arch);
+    ShardedModel model(*m.model, *m.backend);
+    expect_tiers_change_nothing(model, std::string("fp8-") + arch, KvCacheDtype::fp8_e4m3);
+  }
+}
 
 // Tensor-parallel ranks keep their shares of each block in host pools and disk files of their own; data-parallel
 // ranks each have a tier of their own.

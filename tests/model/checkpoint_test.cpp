@@ -181,6 +181,33 @@ TEST_F(CheckpointTest, UnknownArchitectureAndBrokenConfigFail) {
   EXPECT_NE(error_of([&] { load_model(dir, *backend); }).find("'vocab_size' has the wrong type"), std::string::npos);
 }
 
+// Calibrated FP8 KV cache scales (vLLM's `self_attn.k_scale` / `v_scale`, scalars of any float type) reach the
+// layers' KV specs; layers without them keep 1; one that is not a scalar fails naming it.
+TEST_F(CheckpointTest, KvCacheScalesOfTheCheckpointReachTheLayersSpecs) {
+  const auto fixture = fs::path(TERN_FIXTURES_DIR) / "models" / "llama";
+  const auto file = SafetensorsFile::open(fixture / "model.safetensors");
+  const auto write_with = [&](std::vector<RawTensor> scales) {
+    for (const auto& [name, info] : file->tensors()) {
+      scales.push_back({name, std::string(dtype_name(info.dtype)), info.shape,
+                        std::string(reinterpret_cast<const char*>(info.data), info.size_bytes)});
+    }
+    write_file(dir / "model.safetensors", scales);
+    fs::copy_file(fixture / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  };
+  auto backend = make_cpu_backend(1);
+  write_with({{"model.layers.0.self_attn.k_scale", "F32", {}, bytes_of(std::vector<float>{0.5f})},
+              {"model.layers.0.self_attn.v_scale", "BF16", {1}, bytes_of(std::vector<uint16_t>{0x4000})}});
+  const auto layers = load_model(dir, *backend)->kv_layers();
+  ASSERT_GE(layers.size(), 2u);
+  EXPECT_EQ(layers[0].key_scale, 0.5f);
+  EXPECT_EQ(layers[0].value_scale, 2.0f);
+  EXPECT_EQ(layers[1].key_scale, 1.0f);
+  EXPECT_EQ(layers[1].value_scale, 1.0f);
+  write_with({{"model.layers.1.self_attn.k_scale", "F32", {2}, bytes_of(std::vector<float>{0.5f, 0.25f})}});
+  EXPECT_NE(error_of([&] { load_model(dir, *backend); }).find("model.layers.1.self_attn.k_scale: expected a scalar"),
+            std::string::npos);
+}
+
 TEST_F(CheckpointTest, FixtureWithATensorRemovedFailsNamingIt) {
   // A real fixture checkpoint rewritten without one weight.
   const auto fixture = fs::path(TERN_FIXTURES_DIR) / "models" / "llama";

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/host_collective.h"
 #include "backend/cpu/host_tensor.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/posix_shared_buffer.h"
@@ -134,15 +135,19 @@ class CpuBackend final : public Backend {
     return std::vector<int32_t>(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
   }
 
-  KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
-    KvCache cache = allocate_kv_cache_tensors(layers, num_blocks, block_size, DType::F32, cpu::host_tensor);
+  KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
+                            KvCacheDtype dtype) override {
+    KvCache cache = allocate_kv_cache_tensors(layers, num_blocks, block_size,
+                                              dtype == KvCacheDtype::fp8_e4m3 ? DType::F8_E4M3 : DType::F32,
+                                              cpu::host_tensor);
+    cache.dtype = dtype;
     cache.context_shard = kv_context_shard();
     return cache;
   }
 
-  KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
-                                 int64_t block_size) override {
-    return allocate_kv_cache(layers, num_blocks, block_size);
+  KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
+                                 KvCacheDtype dtype) override {
+    return allocate_kv_cache(layers, num_blocks, block_size, dtype);
   }
 
   void copy_kv_blocks(const KvCache& from, std::span<const int32_t> from_blocks, KvCache& to,
@@ -409,13 +414,14 @@ class CpuBackend final : public Backend {
       fail("store_kv: layer {} caches {}+{} values per token, got {}+{}", layer, key_row, value_row,
            key.row_numel(), value_row ? value.row_numel() : 0);
     }
+    const KvLayerSpec& spec = cache.layers[layer];
     for (size_t t = 0; t < slots.size(); ++t) {
       if (slots[t] < 0) continue;  // another context-parallel rank caches it
-      std::memcpy(cache.keys[layer].ptr<float>() + slots[t] * key_row, key.ptr<float>() + t * key_row,
-                  key_row * sizeof(float));
+      cpu::store_kv_values(cache.keys[layer], slots[t] * key_row, key.ptr<float>() + t * key_row, key_row,
+                           spec.key_scale);
       if (value_row) {
-        std::memcpy(cache.values[layer].ptr<float>() + slots[t] * value_row, value.ptr<float>() + t * value_row,
-                    value_row * sizeof(float));
+        cpu::store_kv_values(cache.values[layer], slots[t] * value_row, value.ptr<float>() + t * value_row, value_row,
+                             spec.value_scale);
       }
     }
   }
@@ -521,8 +527,9 @@ class CpuBackend final : public Backend {
     const int table = cache.layer_group[layer];
     const KvContextShard& shard = cache.context_shard;
     const int64_t tokens_per_block = shard.tokens_per_block(block_size);
-    const float* keys = cache.keys[layer].ptr<float>();
-    const float* values = values_in_keys ? keys : cache.values[layer].ptr<float>();
+    const Tensor& keys = cache.keys[layer];
+    const Tensor& values = values_in_keys ? keys : cache.values[layer];
+    const float value_scale = values_in_keys ? spec.key_scale : spec.value_scale;
     // Sinks may be checkpoint weights in bf16.
     const std::vector<float> sink_values = params.sinks ? to_host_f32(*params.sinks) : std::vector<float>{};
     if (params.sinks && static_cast<int64_t>(sink_values.size()) != num_heads) {
@@ -536,6 +543,7 @@ class CpuBackend final : public Backend {
       std::vector<float> scores;
       std::vector<int64_t> slots;
       std::vector<double> acc(value_dim);
+      std::vector<float> key_scratch(key_dim), value_scratch(value_dim);  // rows of an FP8 cache, decoded
 #pragma omp for collapse(2) schedule(dynamic, 4)
       for (int64_t t = 0; t < num_tokens; ++t) {
         for (int64_t h = 0; h < num_heads; ++h) {
@@ -553,7 +561,8 @@ class CpuBackend final : public Backend {
           scores.resize(slots.size());
           float max_score = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
           for (size_t i = 0; i < slots.size(); ++i) {
-            const float* k = keys + (slots[i] * num_kv_heads + kv_head) * key_dim;
+            const float* k = cpu::kv_values(keys, (slots[i] * num_kv_heads + kv_head) * key_dim, key_dim,
+                                            spec.key_scale, key_scratch.data());
             double dot = 0.0;
             for (int64_t d = 0; d < key_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
             scores[i] = static_cast<float>(dot * params.scale);
@@ -567,7 +576,8 @@ class CpuBackend final : public Backend {
           std::fill(acc.begin(), acc.end(), 0.0);
           for (size_t i = 0; i < slots.size(); ++i) {
             const double p = scores[i] / denominator;
-            const float* v = values + (slots[i] * num_kv_heads + kv_head) * value_stride;
+            const float* v = cpu::kv_values(values, (slots[i] * num_kv_heads + kv_head) * value_stride, value_dim,
+                                            value_scale, value_scratch.data());
             for (int64_t d = 0; d < value_dim; ++d) acc[d] += p * v[d];
           }
           if (lse) {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "backend/cpu/host_tensor.h"
+#include "backend/cpu/kv_rows.h"
 #include "core/error.h"
 
 namespace tern::cpu {
@@ -348,12 +349,14 @@ Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer
       }
     }
   }
-  const float* keys = cache.keys[layer].ptr<float>();
+  const Tensor& keys = cache.keys[layer];
+  const float key_scale = cache.layers[layer].key_scale;
   Tensor out = host_tensor(DType::F32, {num_tokens, num_heads, dim});
 
 #pragma omp parallel
   {
     std::vector<const float*> candidates;
+    std::vector<float> window;  // the window's keys, decoded from an FP8 cache
     std::vector<float> scores;
     std::vector<double> acc(dim);
 #pragma omp for schedule(dynamic, 2)
@@ -362,7 +365,11 @@ Tensor compressed_attention(const Tensor& query, const KvCache& cache, int layer
       const int64_t pos = places[t].position;
       candidates.clear();
       const int64_t first = params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
-      for (int64_t j = first; j <= pos; ++j) candidates.push_back(keys + slot_of(seq, j, cache, layer) * dim);
+      window.resize((pos - first + 1) * dim);
+      for (int64_t j = first; j <= pos; ++j) {
+        candidates.push_back(
+            kv_values(keys, slot_of(seq, j, cache, layer) * dim, dim, key_scale, window.data() + (j - first) * dim));
+      }
       if (rate > 0) {
         const int64_t num_closed = (pos + 1) / rate;
         auto add_entry = [&](int64_t e) {

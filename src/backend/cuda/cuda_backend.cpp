@@ -248,7 +248,16 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& t) override { return pinned_ids_->copy(t, stream_); }
 
-  KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size) override {
+  static void require_bf16_kv_cache(KvCacheDtype dtype) {
+    if (dtype != KvCacheDtype::automatic) {
+      fail("--kv-cache-dtype {}: the CUDA backend's attention kernels read bf16 KV caches only so far (FP8 KV caches "
+           "run on the CPU backend); use --kv-cache-dtype auto", kv_cache_dtype_name(dtype));
+    }
+  }
+
+  KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
+                            KvCacheDtype dtype) override {
+    require_bf16_kv_cache(dtype);
     for (const auto& layer : layers) {
       const int heads = layer.kind == KvLayerKind::mla_latent ? kernels::kMlaDecodeSplitHeads
                                                               : static_cast<int>(layer.num_kv_heads);
@@ -266,8 +275,9 @@ class CudaBackend final : public Backend {
     return cache;
   }
 
-  KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks,
-                                 int64_t block_size) override {
+  KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
+                                 KvCacheDtype dtype) override {
+    require_bf16_kv_cache(dtype);
     KvCache cache =
         allocate_kv_cache_tensors(layers, num_blocks, block_size, DType::BF16, cuda::KvTierCopier::pinned_zeros);
     cache.context_shard = kv_context_shard();
@@ -1734,7 +1744,7 @@ class CudaBackend final : public Backend {
     Tensor codes = allocator_->allocate(DType::F8_E4M3, {m, k});
     Tensor x_scales = allocator_->allocate(DType::F32, {(k + 127) / 128, m});
     launch("linear (block-FP8 activations)", [&] {
-      kernels::launch_quantize_rows_fp8(in.ptr<bf16>(), m, m, k, static_cast<__nv_fp8_e4m3*>(codes.data),
+      kernels::launch_quantize_rows_fp8(in.ptr<bf16>(), m, k, static_cast<__nv_fp8_e4m3*>(codes.data),
                                         x_scales.ptr<float>(), stream_);
     });
     kernels::Fp8GemmParams p;

@@ -28,9 +28,9 @@ struct AttentionConfig {
 
 class GqaAttention final : public AttentionBlock {
  public:
-  // Loads `<prefix>.q_proj`, `k_proj`, `v_proj`, `o_proj` (and `q_norm`, `k_norm`, `sinks` when configured): this
-  // rank's heads under tensor parallelism, all of them under decode context parallelism (which sinks and sliding
-  // windows refuse by name).
+  // Loads `<prefix>.q_proj`, `k_proj`, `v_proj`, `o_proj` (and `q_norm`, `k_norm`, `sinks` when configured, and
+  // `k_scale`, `v_scale` where the checkpoint has them): this rank's heads under tensor parallelism, all of them
+  // under decode context parallelism (which sinks and sliding windows refuse by name).
   GqaAttention(WeightLoader& weights, const std::string& prefix, const AttentionConfig& config, const RopeTable& rope);
 
   KvLayerSpec kv_spec() const override {
@@ -39,6 +39,8 @@ class GqaAttention final : public AttentionBlock {
       spec.kind = KvLayerKind::sliding_window;
       spec.sliding_window_tokens = config_.sliding_window;
     }
+    spec.key_scale = key_scale_;
+    spec.value_scale = value_scale_;
     return spec;
   }
   // x [T, input_size or hidden] -> [T, hidden]; writes the tokens' keys and values into layer `layer` of the cache.
@@ -55,6 +57,10 @@ class GqaAttention final : public AttentionBlock {
   std::optional<Tensor> output_bias_;
   std::optional<Tensor> q_norm_, k_norm_;  // [head_dim]
   std::optional<Tensor> sinks_;            // [heads]
+  // An FP8 KV cache's per-tensor scales where the checkpoint calibrated them (vLLM's `self_attn.k_scale`,
+  // `v_scale`), else 1.
+  float key_scale_ = 1.0f;
+  float value_scale_ = 1.0f;
 };
 
 }  // namespace tern

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "backend/cuda/cuda_step.h"
+#include "core/error.h"
 #include "cuda_test_util.h"
 
 namespace tern {
@@ -30,6 +31,20 @@ struct AttentionCase {
 const std::vector<std::pair<int, int>> kShortDecodes = {{383, 1}, {0, 1}, {100, 1}, {255, 1}, {16, 1}, {200, 3}};
 
 class CudaAttentionTest : public testing::CudaVsCpuTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+// --kv-cache-dtype fp8_e4m3 has no CUDA kernels yet: the allocation (and so the engine's start) says so.
+TEST(CudaKvCacheDtypeTest, AnFp8CacheIsRefusedNamingTheFlag) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  auto gpu = make_cuda_backend(0);
+  const std::vector<KvLayerSpec> layers = {{2, 64, 64}};
+  try {
+    gpu->allocate_kv_cache(layers, 4, 16, KvCacheDtype::fp8_e4m3);
+    ADD_FAILURE() << "an FP8 KV cache was allocated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-cache-dtype fp8_e4m3"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(gpu->allocate_kv_cache(layers, 4, 16).keys[0].dtype, DType::BF16);
+}
 
 TEST_P(CudaAttentionTest, MatchesCpu) {
   const AttentionCase& c = GetParam();

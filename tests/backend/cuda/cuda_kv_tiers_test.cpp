@@ -26,7 +26,7 @@ TEST(CudaKvTiers, BlocksCopiedToTheHostAndBackKeepTheirBytes) {
   const std::vector<KvLayerSpec> layers{{.num_kv_heads = 2, .key_dim = 8, .value_dim = 8},
                                         {.num_kv_heads = 1, .key_dim = 16, .value_dim = 0}};
   KvCache device = gpu->allocate_kv_cache(layers, 8, 4);
-  KvCache host = gpu->allocate_host_kv_cache(layers, 5, 4);
+  KvCache host = gpu->allocate_host_kv_cache(layers, 5, 4, KvCacheDtype::automatic);
   const std::vector<int32_t> sources{1, 2, 3, 6};
   auto crafted = gpu->export_kv_blocks(device, sources);
   const size_t payload = kv_payload_bytes(device, sources.size());
