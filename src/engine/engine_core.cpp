@@ -222,9 +222,16 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   std::unique_ptr<Model> draft_model;
   std::unique_ptr<MtpModel> mtp_layer;
   if (config.speculative) {
-    if (num_ranks != 1) {
-      fail("--speculative-config: speculative decoding runs on one rank (tensor, data and context parallel size 1); "
-           "this engine has {} ranks", num_ranks);
+    // Every tensor-parallel rank verifies the same drafts in its forward and the first samples, so prompt lookup
+    // (host-only) runs as on one rank. A draft model, MTP layer or EAGLE-3 head would have to be sharded and run on
+    // every rank alike; data-parallel ranks and context shards split sequences or their KV in ways the verify
+    // bookkeeping does not follow yet.
+    const bool tensor_parallel_only = !model_.data_parallel() && !model_.backend(0).decode_context_parallel();
+    if (num_ranks != 1 && (config.speculative->method != SpeculativeMethod::kNgram || !tensor_parallel_only)) {
+      fail("--speculative-config: {} speculative decoding runs on one rank, and prompt lookup (\"method\": "
+           "\"ngram\") under tensor parallelism alone; this engine has {} ranks{}",
+           speculative_method_name(config.speculative->method), num_ranks,
+           model_.data_parallel() ? " in data parallel" : tensor_parallel_only ? "" : " in decode context parallel");
     }
     // Loaded before the KV pool is sized, so that its weights count as used memory.
     if (config.speculative->method == SpeculativeMethod::kDraftModel) {

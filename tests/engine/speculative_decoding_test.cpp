@@ -89,9 +89,9 @@ SpeculativeConfig eagle3(const std::filesystem::path& head, int32_t k) {
   return s;
 }
 
-Outcomes run(Model& model, Backend& backend, EngineConfig config, const std::vector<GenerateRequest>& requests,
-             EngineStats* stats = nullptr, const TextStreamFactory& text_streams = {}) {
-  EngineCore core(model, backend, std::move(config), text_streams);
+// Runs `requests` to their ends on `core`, checking that every KV block comes back and that the requests' usage
+// adds up to the engine's speculative counters.
+Outcomes run(EngineCore& core, const std::vector<GenerateRequest>& requests, EngineStats* stats) {
   for (size_t i = 0; i < requests.size(); ++i) core.add_request(i + 1, requests[i]);
   Outcomes outcomes;
   while (core.has_unfinished_requests()) {
@@ -123,6 +123,12 @@ Outcomes run(Model& model, Backend& backend, EngineConfig config, const std::vec
   EXPECT_EQ(accepted, totals.num_spec_accepted_tokens);
   if (stats) *stats = totals;
   return outcomes;
+}
+
+Outcomes run(Model& model, Backend& backend, EngineConfig config, const std::vector<GenerateRequest>& requests,
+             EngineStats* stats = nullptr, const TextStreamFactory& text_streams = {}) {
+  EngineCore core(model, backend, std::move(config), text_streams);
+  return run(core, requests, stats);
 }
 
 void expect_same(const Outcomes& expected, const Outcomes& actual, const std::string& what) {
@@ -287,6 +293,34 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeDecoding,
                            }
                            return name;
                          });
+
+// Prompt lookup under tensor parallelism: both ranks verify the drafts, the first samples; greedy outputs equal the
+// sharded model's own without speculation, at k = 1 and 4, with a small pool that preempts. A draft model there is
+// refused at start, naming why.
+TEST(SpeculativeDecoding, TensorParallelRanksVerifyPromptLookupDrafts) {
+  auto model = ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", {.tensor_parallel_size = 2}, 2);
+  const auto requests = greedy_requests(repetitive_prompts(6, model->config().vocab_size, 7));
+  EngineCore plain(*model, small_config(12, 24));
+  const Outcomes expected = run(plain, requests, nullptr);
+  for (int32_t k : {1, 4}) {
+    EngineConfig config = small_config(12, 24);
+    config.speculative = ngram(k);
+    EngineCore core(*model, config);
+    EngineStats stats;
+    expect_same(expected, run(core, requests, &stats), "tensor parallel, k=" + std::to_string(k));
+    EXPECT_GT(stats.num_spec_accepted_tokens, 0);
+    EXPECT_GT(stats.num_preemptions, 0);
+  }
+  EngineConfig config = small_config(12, 24);
+  config.speculative = draft_model("llama", 2);
+  try {
+    EngineCore core(*model, config);
+    ADD_FAILURE() << "a draft model ran under tensor parallelism";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("draft_model speculative decoding runs on one rank"), std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(SpeculativeDecoding, ADraftModelWithAnotherVocabularyIsRefusedAtStart) {
   auto m = load_fixture_model("tern-py-13m");
