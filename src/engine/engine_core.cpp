@@ -222,16 +222,16 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   std::unique_ptr<Model> draft_model;
   std::unique_ptr<MtpModel> mtp_layer;
   if (config.speculative) {
-    // Every tensor-parallel rank verifies the same drafts in its forward and the first samples, so prompt lookup
-    // (host-only) runs as on one rank. A draft model, MTP layer or EAGLE-3 head would have to be sharded and run on
-    // every rank alike; data-parallel ranks and context shards split sequences or their KV in ways the verify
-    // bookkeeping does not follow yet.
-    const bool tensor_parallel_only = !model_.data_parallel() && !model_.backend(0).decode_context_parallel();
-    if (num_ranks != 1 && (config.speculative->method != SpeculativeMethod::kNgram || !tensor_parallel_only)) {
+    // Prompt lookup is host-only: every tensor-parallel rank verifies the same drafts in its forward and the first
+    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model, MTP layer or EAGLE-3
+    // head would have to be sharded and run on every rank alike; decode context parallelism splits a sequence's KV
+    // over the ranks in a way the verify bookkeeping does not follow yet.
+    const bool context_parallel = model_.backend(0).decode_context_parallel();
+    if (num_ranks != 1 && (config.speculative->method != SpeculativeMethod::kNgram || context_parallel)) {
       fail("--speculative-config: {} speculative decoding runs on one rank, and prompt lookup (\"method\": "
-           "\"ngram\") under tensor parallelism alone; this engine has {} ranks{}",
-           speculative_method_name(config.speculative->method), num_ranks,
-           model_.data_parallel() ? " in data parallel" : tensor_parallel_only ? "" : " in decode context parallel");
+           "\"ngram\") under tensor or data parallelism, not decode context parallelism; this engine has {} "
+           "ranks{}", speculative_method_name(config.speculative->method), num_ranks,
+           context_parallel ? " in decode context parallel" : "");
     }
     // Loaded before the KV pool is sized, so that its weights count as used memory.
     if (config.speculative->method == SpeculativeMethod::kDraftModel) {
@@ -414,12 +414,17 @@ void EngineCore::fit_max_model_len_to_cache(const std::vector<KvCacheGroup>& gro
 
 StepResult EngineCore::merge_results(const StepPlan& plan, std::vector<StepResult> results) const {
   if (!model_.data_parallel()) return std::move(results.front());
-  // Each rank's tokens are its sampled chunks in plan order.
+  // Each rank's tokens are its sampled chunks' in plan order: one each, or a verified chunk's kept drafts and the
+  // token after them.
   std::vector<size_t> next(results.size(), 0);
   StepResult merged;
   for (const auto& chunk : plan.chunks) {
     if (!chunk.sample) continue;
-    merged.tokens.push_back(std::move(results.at(static_cast<size_t>(chunk.rank)).tokens.at(next[chunk.rank]++)));
+    const auto rank = static_cast<size_t>(chunk.rank);
+    const std::vector<SampledToken>& tokens = results.at(rank).tokens;
+    do {
+      merged.tokens.push_back(tokens.at(next[rank]++));
+    } while (next[rank] < tokens.size() && tokens[next[rank]].sequence_id == chunk.sequence_id);
   }
   return merged;
 }

@@ -294,23 +294,31 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeDecoding,
                            return name;
                          });
 
-// Prompt lookup under tensor parallelism: both ranks verify the drafts, the first samples; greedy outputs equal the
-// sharded model's own without speculation, at k = 1 and 4, with a small pool that preempts. A draft model there is
-// refused at start, naming why.
-TEST(SpeculativeDecoding, TensorParallelRanksVerifyPromptLookupDrafts) {
-  auto model = ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", {.tensor_parallel_size = 2}, 2);
-  const auto requests = greedy_requests(repetitive_prompts(6, model->config().vocab_size, 7));
-  EngineCore plain(*model, small_config(12, 24));
+// Prompt lookup on several ranks: tensor-parallel ranks all verify the drafts and the first samples; data-parallel
+// ranks (experts shared) verify their own sequences'. Greedy outputs equal the sharded model's own without
+// speculation, at k = 1 and 4, with a small pool that preempts. A draft model there is refused at start, naming why.
+void expect_prompt_lookup_kept(ShardedModel& model, const std::string& what, int32_t num_blocks) {
+  const auto requests = greedy_requests(repetitive_prompts(6, model.config().vocab_size, 7));
+  EngineCore plain(model, small_config(num_blocks, 24));
   const Outcomes expected = run(plain, requests, nullptr);
   for (int32_t k : {1, 4}) {
-    EngineConfig config = small_config(12, 24);
+    EngineConfig config = small_config(num_blocks, 24);
     config.speculative = ngram(k);
-    EngineCore core(*model, config);
+    EngineCore core(model, config);
     EngineStats stats;
-    expect_same(expected, run(core, requests, &stats), "tensor parallel, k=" + std::to_string(k));
-    EXPECT_GT(stats.num_spec_accepted_tokens, 0);
-    EXPECT_GT(stats.num_preemptions, 0);
+    expect_same(expected, run(core, requests, &stats), what + ", k=" + std::to_string(k));
+    EXPECT_GT(stats.num_spec_accepted_tokens, 0) << what;
+    EXPECT_GT(stats.num_preemptions, 0) << what;
   }
+}
+
+TEST(SpeculativeDecoding, ParallelRanksVerifyPromptLookupDrafts) {
+  auto tensor_parallel = ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", {.tensor_parallel_size = 2}, 2);
+  expect_prompt_lookup_kept(*tensor_parallel, "tensor parallel", 12);
+  auto data_parallel = ShardedModel::load(fixtures_dir() / "models" / "qwen3_moe", "cpu",
+                                          {.expert_parallel_size = 2, .data_parallel_size = 2}, 2);
+  expect_prompt_lookup_kept(*data_parallel, "data parallel", 6);  // each rank's pool: half the sequences
+  auto& model = tensor_parallel;
   EngineConfig config = small_config(12, 24);
   config.speculative = draft_model("llama", 2);
   try {
