@@ -1,10 +1,17 @@
 // Speculative decoding over HTTP: servers of tern-py-13m with prompt lookup and with its draft model answer
-// greedy requests (plain, streamed, with stop strings, logprobs and n = 2) exactly as a server without speculation,
-// report each request's drafts in its usage and vLLM's spec-decode counters in /metrics, and a bad
+// greedy requests (plain, streamed, with stop strings, logprobs, n = 2 and JSON schemas) exactly as a server without
+// speculation, report each request's drafts in its usage and vLLM's spec-decode counters in /metrics, and a bad
 // --speculative-config stops the server at start.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import path from 'node:path';
+import { createRequire } from 'node:module';
 import { startServer, spawnTern, modelDir, metrics, post, readSse } from './server.mjs';
+
+// ajv comes with the grammar tests' validator (npm ci --prefix tests/grammar/validator).
+const requireValidator = createRequire(path.resolve('../grammar/validator/package.json'));
+const Ajv2020 = requireValidator('ajv/dist/2020');
+const ajv = new Ajv2020({ strict: false, allErrors: true });
 
 const MODEL = 'tern-py-13m';
 const NGRAM = JSON.stringify({ method: 'ngram', num_speculative_tokens: 3, prompt_lookup_max: 4, prompt_lookup_min: 2 });
@@ -63,6 +70,36 @@ test('greedy completions equal those of a server without speculation, for both p
     for (let i = 0; i < bodies.length; ++i) {
       assert.deepEqual(essentials(actual[i]), essentials(expected[i]), `${method}: ${JSON.stringify(bodies[i])}`);
     }
+  }
+});
+
+// Drafts are checked against the grammar without advancing it: constrained outputs validate and equal the plain
+// server's, while the drafts still find matches (the code repeats itself inside the JSON strings).
+test('JSON-schema-constrained completions validate and equal those without speculation', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      name: { type: 'string', maxLength: 40 },
+      code: { type: 'string', maxLength: 120 },
+      lines: { type: 'integer', minimum: 0, maximum: 99 },
+    },
+    required: ['name', 'code', 'lines'],
+    additionalProperties: false,
+  };
+  const validate = ajv.compile(schema);
+  const bodies = PROMPTS.map((prompt) => ({
+    prompt, max_tokens: 120, response_format: { type: 'json_schema', json_schema: { name: 'snippet', schema } },
+  }));
+  const expected = await Promise.all(bodies.map((body) => complete(plain, body)));
+  for (const [method, server] of Object.entries(speculative)) {
+    const actual = await Promise.all(bodies.map((body) => complete(server, body)));
+    for (let i = 0; i < bodies.length; ++i) {
+      const text = actual[i].choices[0].text;
+      assert.equal(actual[i].choices[0].finish_reason, 'stop', `${method}: ${text}`);
+      assert.ok(validate(JSON.parse(text)), `${method}: ${ajv.errorsText(validate.errors)}: ${text}`);
+      assert.deepEqual(essentials(actual[i]), essentials(expected[i]), `${method}: prompt ${i}`);
+    }
+    assert.ok(actual.some((c) => c.usage.speculative_decoding?.num_drafts > 0), `${method}: no drafts were verified`);
   }
 });
 
