@@ -294,6 +294,30 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeDecoding,
                            return name;
                          });
 
+// Batch 64: 64 requests admitted in one step decode together, with prompt lookup and with a draft model (itself:
+// every draft kept, and a random-weight one, most rejected), and give the tokens they give without speculation.
+TEST(SpeculativeDecoding, SixtyFourConcurrentRequestsKeepTheirTokens) {
+  auto m = load_fixture_model("qwen3");
+  const auto requests = greedy_requests(repetitive_prompts(64, m.model->config().vocab_size, 13));
+  EngineConfig base = small_config(512, 4096);
+  base.max_num_seqs = 64;
+  const Outcomes expected = run(*m.model, *m.backend, base, requests);
+  for (const SpeculativeConfig& speculative : {ngram(3), draft_model("qwen3", 2), draft_model("qwen2", 3)}) {
+    const std::string what = std::string(speculative_method_name(speculative.method)) + " from " +
+                             speculative.draft_model_dir.filename().string();
+    EngineConfig config = base;
+    config.speculative = speculative;
+    EngineCore core(*m.model, *m.backend, config);
+    for (size_t i = 0; i < requests.size(); ++i) core.add_request(i + 1, requests[i]);
+    core.step();  // every prompt in one step
+    EXPECT_EQ(core.stats().num_running, 64) << what;
+    EngineCore fresh(*m.model, *m.backend, config);
+    EngineStats stats;
+    expect_same(expected, run(fresh, requests, &stats), what);
+    EXPECT_GT(stats.num_spec_drafts, 0) << what;
+  }
+}
+
 // Prompt lookup on several ranks: tensor-parallel ranks all verify the drafts and the first samples; data-parallel
 // ranks (experts shared) verify their own sequences'. Greedy outputs equal the sharded model's own without
 // speculation, at k = 1 and 4, with a small pool that preempts. A draft model there is refused at start, naming why.
