@@ -18,12 +18,14 @@ SamplingParams greedy_params() {
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks,
-                                       int32_t block_size, int32_t num_speculative_tokens, int32_t max_num_seqs)
+                                       int32_t block_size, int32_t num_speculative_tokens, int32_t max_num_seqs,
+                                       KvCacheDtype kv_dtype)
     : model_(std::move(model)),
       kv_(num_blocks, block_size, /*enable_prefix_cache=*/false, 0,
           group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
       runner_(*model_, backend,
-              backend.allocate_kv_cache(model_->kv_layers(), num_blocks + (max_num_seqs > 0 ? 1 : 0), block_size),
+              backend.allocate_kv_cache(model_->kv_layers(), num_blocks + (max_num_seqs > 0 ? 1 : 0), block_size,
+                                        kv_dtype),
               max_num_seqs > 0 ? num_blocks : -1, max_num_seqs) {
   for (const auto& group : kv_cache_groups(model_->kv_layers())) {
     has_sliding_window_ = has_sliding_window_ || group.sliding_window_tokens > 0;

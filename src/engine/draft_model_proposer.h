@@ -26,7 +26,8 @@ class DraftModelProposer : public DraftProposer {
   // `num_speculative_tokens` drafts a sequence. With `max_num_seqs` > 0, one more block pads its steps to recorded
   // batch sizes (ModelRunner's scratch block), recorded at once.
   DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks, int32_t block_size,
-                     int32_t num_speculative_tokens, int32_t max_num_seqs = 0);
+                     int32_t num_speculative_tokens, int32_t max_num_seqs = 0,
+                     KvCacheDtype kv_dtype = KvCacheDtype::automatic);
   DraftTokens propose(std::span<const DraftRequest> requests) override;
   void forget(std::span<const uint64_t> sequence_ids) override;
 

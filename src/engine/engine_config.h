@@ -13,8 +13,7 @@ namespace tern {
 
 struct EngineConfig {
   int32_t block_size = 16;  // tokens per KV block
-  // What the target's KV cache stores (vLLM's --kv-cache-dtype); a draft model's or MTP layer's cache keeps the
-  // backend's own type.
+  // What the KV caches store, the target's and a draft model's or MTP layer's (vLLM's --kv-cache-dtype).
   KvCacheDtype kv_cache_dtype = KvCacheDtype::automatic;
   // KV pool size, first that applies: an exact number of blocks (tests), a byte budget, or a fraction of the memory
   // the backend has available (vLLM's --gpu-memory-utilization; the CPU backend reads MemAvailable).

@@ -251,8 +251,10 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     if (rank == 0) on_device = backend.device_memory().has_value();
     // A draft model's (or MTP layer's) pool has as many blocks as the target's: a block of the budget pays for both.
     const int64_t draft_bytes_per_token =
-        draft_model ? measure_kv_bytes_per_token(backend, draft_model->kv_layers(), config.block_size)
-        : mtp_layer ? measure_kv_bytes_per_token(backend, mtp_layer->kv_layers(), config.block_size)
+        draft_model ? measure_kv_bytes_per_token(backend, draft_model->kv_layers(), config.block_size,
+                                                 config.kv_cache_dtype)
+        : mtp_layer ? measure_kv_bytes_per_token(backend, mtp_layer->kv_layers(), config.block_size,
+                                                 config.kv_cache_dtype)
                     : 0;
     budgets[rank] = resolve_budget(
         config, backend, model,
@@ -297,10 +299,10 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     if (draft_model) {
       proposer_ = std::make_unique<DraftModelProposer>(std::move(draft_model), model_.backend(0), budget_.num_blocks,
                                                        budget_.block_size, num_speculative_tokens_,
-                                                       on_device ? config.max_num_seqs : 0);
+                                                       on_device ? config.max_num_seqs : 0, config.kv_cache_dtype);
     } else if (mtp_layer) {
       proposer_ = std::make_unique<MtpProposer>(std::move(mtp_layer), model_.backend(0), budget_.num_blocks,
-                                                budget_.block_size, config.enable_prefix_cache);
+                                                budget_.block_size, config.enable_prefix_cache, config.kv_cache_dtype);
     } else {
       proposer_ = std::make_unique<NgramProposer>(speculative.prompt_lookup_min, speculative.prompt_lookup_max);
     }

@@ -6,12 +6,12 @@
 namespace tern {
 
 MtpProposer::MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int32_t num_blocks, int32_t block_size,
-                         bool enable_prefix_cache)
+                         bool enable_prefix_cache, KvCacheDtype kv_dtype)
     : model_(std::move(model)),
       backend_(backend),
       kv_(num_blocks, block_size, enable_prefix_cache, 0,
           group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
-      cache_(backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size)) {}
+      cache_(backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size, kv_dtype)) {}
 
 std::vector<int32_t> MtpProposer::greedy_tokens(const Tensor& logits) {
   std::vector<int32_t> ids = backend_.to_host_i32(backend_.argmax(logits));

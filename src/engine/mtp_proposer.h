@@ -31,9 +31,10 @@ namespace tern {
 
 class MtpProposer final : public DraftProposer {
  public:
-  // `num_blocks` blocks of `block_size` tokens for the layer's cache on `backend` (where `model` lives).
+  // `num_blocks` blocks of `block_size` tokens for the layer's cache on `backend` (where `model` lives), stored as
+  // `kv_dtype`.
   MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int32_t num_blocks, int32_t block_size,
-              bool enable_prefix_cache);
+              bool enable_prefix_cache, KvCacheDtype kv_dtype = KvCacheDtype::automatic);
   DraftTokens propose(std::span<const DraftRequest> requests) override;
   void forget(std::span<const uint64_t> sequence_ids) override;
   bool reads_hidden_states() const override { return true; }

@@ -318,6 +318,33 @@ TEST(SpeculativeDecoding, SixtyFourConcurrentRequestsKeepTheirTokens) {
   }
 }
 
+// With an FP8 KV cache speculation stays lossless: greedy outputs equal the FP8 engine's own without speculation, for
+// prompt lookup, a draft model and DeepSeek-V3's MTP layer. The draft's cache is FP8 too: llama drafting for itself
+// then has every draft kept (with a float32 draft cache it would lose some, as FP8 changes most outputs).
+TEST(SpeculativeDecoding, Fp8KvCacheKeepsTheOutputsOfTheFp8Engine) {
+  const auto check = [](const std::string& name, const std::filesystem::path& dir, const SpeculativeConfig& speculative,
+                        bool every_draft_kept = false) {
+    auto backend = make_cpu_backend(2);
+    auto model = load_model(dir, *backend);
+    const auto requests = greedy_requests(repetitive_prompts(9, model->config().vocab_size, 3));
+    EngineConfig base = small_config(256);
+    base.kv_cache_dtype = KvCacheDtype::fp8_e4m3;
+    const Outcomes expected = run(*model, *backend, base, requests);
+    EngineConfig config = base;
+    config.speculative = speculative;
+    EngineStats stats;
+    expect_same(expected, run(*model, *backend, config, requests, &stats), name);
+    EXPECT_GT(stats.num_spec_accepted_tokens, 0) << name;
+    if (every_draft_kept) {
+      EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << name;
+    }
+  };
+  check("ngram", fixtures_dir() / "models" / "llama", ngram(3));
+  check("draft model", fixtures_dir() / "models" / "llama", draft_model("llama", 3), true);
+  const auto mtp = deepseek_v3_with_mtp(MtpLayerKind::oracle);
+  check("deepseek_mtp", mtp, deepseek_mtp(mtp, 2));
+}
+
 // Prompt lookup on several ranks: tensor-parallel ranks all verify the drafts and the first samples; data-parallel
 // ranks (experts shared) verify their own sequences'. Greedy outputs equal the sharded model's own without
 // speculation, at k = 1 and 4, with a small pool that preempts. A draft model there is refused at start, naming why.
