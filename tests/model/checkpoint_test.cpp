@@ -206,6 +206,10 @@ TEST_F(CheckpointTest, KvCacheScalesOfTheCheckpointReachTheLayersSpecs) {
   write_with({{"model.layers.1.self_attn.k_scale", "F32", {2}, bytes_of(std::vector<float>{0.5f, 0.25f})}});
   EXPECT_NE(error_of([&] { load_model(dir, *backend); }).find("model.layers.1.self_attn.k_scale: expected a scalar"),
             std::string::npos);
+  write_with({{"model.layers.1.self_attn.v_scale", "F32", {}, bytes_of(std::vector<float>{0.0f})}});
+  EXPECT_NE(error_of([&] { load_model(dir, *backend); })
+                .find("model.layers.1.self_attn.v_scale: a KV cache scale must be positive and finite"),
+            std::string::npos);
 }
 
 TEST_F(CheckpointTest, FixtureWithATensorRemovedFailsNamingIt) {

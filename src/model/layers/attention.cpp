@@ -63,8 +63,15 @@ GqaAttention::GqaAttention(WeightLoader& checkpoint_weights, const std::string& 
   output_weight_ = linear.load_column_shard(prefix + ".o_proj.weight", {hidden, q_rows});
   // The bias joins the sum once: rank 0 adds it before the all-reduce.
   if (config.output_bias && weights.shard().rank == 0) output_bias_ = weights.load(prefix + ".o_proj.bias", {hidden});
-  key_scale_ = weights.scalar(prefix + ".k_scale").value_or(1.0f);
-  value_scale_ = weights.scalar(prefix + ".v_scale").value_or(1.0f);
+  const auto kv_cache_scale = [&](const std::string& name) {
+    const float scale = weights.scalar(name).value_or(1.0f);
+    if (!(scale > 0.0f && std::isfinite(scale))) {
+      fail("{}: a KV cache scale must be positive and finite, got {}", name, scale);
+    }
+    return scale;
+  };
+  key_scale_ = kv_cache_scale(prefix + ".k_scale");
+  value_scale_ = kv_cache_scale(prefix + ".v_scale");
   if (config.qk_norm) {
     q_norm_ = weights.load(prefix + ".q_norm.weight", {config.head_dim});
     k_norm_ = weights.load(prefix + ".k_norm.weight", {config.head_dim});
