@@ -134,11 +134,12 @@ void run_perplexity(const PerplexityOptions& options) {
                static_cast<long long>(num_text), windows.size(), windows.size() == 1 ? "" : "s",
                static_cast<long long>(context_len), static_cast<long long>(stride));
   NllAccumulator nll;
+  const KvCacheDtype kv_dtype = parse_kv_cache_dtype(options.kv_cache_dtype);
   for (size_t w = 0; w < windows.size(); ++w) {
     const PerplexityWindow& window = windows[w];
     std::vector<int32_t> tokens = prefix;
     tokens.insert(tokens.end(), text_tokens.begin() + window.text_begin, text_tokens.begin() + window.text_end);
-    const std::vector<float> logits = all_logits(*model, tokens, parse_kv_cache_dtype(options.kv_cache_dtype));
+    const std::vector<float> logits = all_logits(*model, tokens, kv_dtype);
     for (int64_t t = window.scored_begin; t < window.text_end; ++t) {
       const int64_t predicting_position = num_prefix + (t - window.text_begin) - 1;
       nll.add(token_nll(logits.data() + predicting_position * vocab_size, vocab_size, text_tokens[t]));
@@ -175,9 +176,7 @@ void add_perplexity_command(CLI::App& app) {
                   "Tokens each window advances; it scores only the tokens no earlier window scored (default: half "
                   "the window; at most the window less its first position)");
   cmd->add_option("--max-chunks", options->max_windows, "Score only the first K windows (default: all)");
-  cmd->add_option("--kv-cache-dtype", options->kv_cache_dtype,
-                  "What the KV cache stores: auto or fp8_e4m3 (fp8), as for serve (the quality FP8 KV costs)")
-      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))->capture_default_str();
+  add_kv_cache_dtype_option(*cmd, options->kv_cache_dtype);
   cmd->add_flag("--json", options->json,
                 "Print {perplexity, std_error, tokens_scored, windows, context_length, stride, nll_mean} as JSON");
   add_parallel_options(*cmd, options->parallel);

@@ -53,11 +53,7 @@ void EngineFlags::add_to(CLI::App& cmd) {
   cmd.add_option("--num-kv-blocks", num_kv_blocks, "KV cache size in blocks (overrides the memory flags)")
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--block-size", block_size, "Tokens per KV block")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd.add_option("--kv-cache-dtype", kv_cache_dtype,
-                 "What the KV cache stores: auto (the backend's activation type: float32 on the CPU, bf16 on GPUs), "
-                 "fp8 or fp8_e4m3 (e4m3 codes with per-layer key and value scales, 1 unless the checkpoint has "
-                 "them: a quarter of float32's bytes per token; the CPU backend only so far)")
-      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))->capture_default_str();
+  add_kv_cache_dtype_option(cmd, kv_cache_dtype);
   cmd.add_option("--max-num-batched-tokens", max_num_batched_tokens, "Token budget of one step")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd.add_option("--max-num-seqs", max_num_seqs, "Most sequences running at once")
@@ -173,6 +169,14 @@ void add_parallel_options(CLI::App& cmd, ParallelConfig& parallel) {
                  "Ranks (GPUs, or CPU threads) with data-parallel attention: each runs its own requests with its own "
                  "KV cache, and the MoE layers send tokens to their experts' ranks (needs --ep equal to it and --tp 1)")
       ->check(CLI::PositiveNumber);
+}
+
+void add_kv_cache_dtype_option(CLI::App& cmd, std::string& kv_cache_dtype) {
+  cmd.add_option("--kv-cache-dtype", kv_cache_dtype,
+                 "What the KV cache stores: auto (the backend's activation type: float32 on the CPU, bf16 on GPUs), "
+                 "fp8 or fp8_e4m3 (e4m3 codes with per-layer key and value scales, 1 unless the checkpoint has "
+                 "them: a quarter of float32's bytes per token; the CPU backend only so far)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))->capture_default_str();
 }
 
 void add_eplb_interval_option(CLI::App& cmd, std::optional<int64_t>& eplb_interval_steps) {

@@ -69,6 +69,8 @@ void add_eplb_interval_option(CLI::App& cmd, std::optional<int64_t>& eplb_interv
 // The --eplb-interval given, else rebalancing every 1000 steps when there are redundant experts to place (the slots
 // pay only when placed by load) and never otherwise.
 int64_t eplb_interval_or_default(const std::optional<int64_t>& eplb_interval_steps, int64_t num_redundant_experts);
+// --kv-cache-dtype (vLLM's): the names parse_kv_cache_dtype takes, for the engine commands and perplexity.
+void add_kv_cache_dtype_option(CLI::App& cmd, std::string& kv_cache_dtype);
 
 struct SamplingFlags {
   float temperature = 0.0f;  // greedy unless asked otherwise

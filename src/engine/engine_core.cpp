@@ -279,7 +279,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                  "tern: KV cache: %lld bytes per token (%s layers, KV cache groups: %zu%s%s), %d blocks of %d tokens "
                  "= %lld tokens, %.1f MiB%s\n",
                  static_cast<long long>(budget_.bytes_per_token), kv_layers_summary(layers).c_str(), groups.size(),
-                 config.kv_cache_dtype == KvCacheDtype::fp8_e4m3 ? ", fp8_e4m3 keys and values" : "", per_rank, budget_.num_blocks, budget_.block_size,
+                 config.kv_cache_dtype == KvCacheDtype::fp8_e4m3 ? ", fp8_e4m3 keys and values" : "", per_rank,
+                 budget_.num_blocks, budget_.block_size,
                  static_cast<long long>(budget_.num_tokens()), budget_.total_bytes() / 1048576.0,
                  num_ranks > 1 ? " on each rank" : "");
     if (context_shard.size > 1) {

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "fixtures.h"
 #include "fp8_twin.h"
+#include "golden_logits.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
@@ -123,11 +124,8 @@ TEST(TransformersFp8CheckpointTest, CpuMatchesItsFloat64ForwardOverTheDequantize
   for (size_t p = 0; p < golden["prompts"].size(); ++p) {
     const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
     SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
-    const TensorInfo* expected = reference->find("logits_" + std::to_string(p));
-    ASSERT_NE(expected, nullptr);
-    std::vector<float> expected_values(expected->numel());
-    convert_to_f32(expected->dtype, expected->data, expected_values.data(), expected_values.size());
-    EXPECT_LE(relative_error(backend->to_host_f32(runner.append(prompt, true)), expected_values), 1e-5f)
+    EXPECT_LE(relative_error(backend->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p)),
+              1e-5f)
         << "prompt " << p;
     EXPECT_EQ(nlohmann::json(greedy_generate(*model, *backend, prompt, 24)), golden["greedy_24"][p]) << "prompt " << p;
   }

@@ -10,6 +10,7 @@
 
 #include "cuda_test_util.h"
 #include "fixtures.h"
+#include "golden_logits.h"
 #include "model/block_fp8_weight.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -264,11 +265,8 @@ TEST(CudaTransformersFp8Test, LogitsWithinTwiceTheErrorOfTransformersOwnForward)
   for (size_t p = 0; p < golden["prompts"].size(); ++p) {
     const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
     SequenceRunner runner(*model, *gpu, static_cast<int64_t>(prompt.size()));
-    const TensorInfo* expected = reference->find("logits_" + std::to_string(p));
-    ASSERT_NE(expected, nullptr);
-    std::vector<float> expected_values(expected->numel());
-    convert_to_f32(expected->dtype, expected->data, expected_values.data(), expected_values.size());
-    const double error = relative_error(gpu->to_host_f32(runner.append(prompt, true)), expected_values);
+    const double error =
+        relative_error(gpu->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p));
     std::printf("transformers' qwen3 FP8, %zu tokens: CUDA vs float64 reference %.2e (bound %.2e)\n", prompt.size(),
                 error, bound);
     EXPECT_LE(error, bound) << "prompt " << p;

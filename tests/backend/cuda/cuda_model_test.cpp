@@ -6,6 +6,7 @@
 
 #include "cuda_test_util.h"
 #include "fixtures.h"
+#include "golden_logits.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
@@ -39,10 +40,7 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
       const auto prompt = ids(golden["prompts"][p]);
       SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
       const auto logits = backend->to_host_f32(runner.append(prompt, true));
-      const TensorInfo* ref = reference->find("logits_" + std::to_string(p));
-      if (!ref) fail("{}: golden_logits has no logits_{}", dir.string(), p);
-      std::vector<float> expected(ref->numel());
-      convert_to_f32(ref->dtype, ref->data, expected.data(), expected.size());
+      const std::vector<float> expected = testing::golden_logits(*reference, p);
       if (logits.size() != expected.size()) fail("prompt {}: {} logits, golden {}", p, logits.size(), expected.size());
       errors.push_back(relative_error(logits, expected));
       std::printf("%s prompt %zu: relative logit error %.2e\n", GetParam().c_str(), p, errors.back());
