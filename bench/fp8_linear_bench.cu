@@ -54,6 +54,7 @@ int main() {
   __nv_bfloat16 *weight, *x, *out;
   float *weight_scales, *x_scales;
   void* workspace;
+  float* split_workspace;
   check(cudaMalloc(&codes, weight_bytes), "malloc");
   check(cudaMalloc(&weight, weight_bytes * 2), "malloc");
   check(cudaMalloc(&weight_scales, weight_bytes / 128 / 128 * 8 + (1 << 20)), "malloc");
@@ -62,6 +63,8 @@ int main() {
   check(cudaMalloc(&x_scales, max_rows * max_k / 128 * 4 + 4096), "malloc");
   check(cudaMalloc(&out, max_rows * max_k * 4), "malloc");
   check(cudaMalloc(&workspace, size_t{32} << 20), "malloc");
+  const int64_t split_workspace_floats = int64_t{16} << 20;
+  check(cudaMalloc(&split_workspace, split_workspace_floats * sizeof(float)), "malloc");
   tern::bench::fill_random_e4m3<<<4096, 256, 0, stream>>>(codes, weight_bytes, 1);
   fill_random<<<4096, 256, 0, stream>>>(weight, weight_bytes, 2);
   fill_random<<<1024, 256, 0, stream>>>(x, max_rows * max_k, 3);
@@ -81,6 +84,12 @@ int main() {
     p.m = static_cast<int>(m);
     p.n = static_cast<int>(n);
     p.k = static_cast<int>(k);
+    const int64_t floats = tern::kernels::fp8_gemm_workspace_floats(p.m, p.n, p.k);
+    if (floats > split_workspace_floats) {
+      std::fprintf(stderr, "fp8_linear_bench: split-K needs %lld floats\n", static_cast<long long>(floats));
+      std::exit(1);
+    }
+    p.split_workspace = floats > 0 ? split_workspace : nullptr;
     tern::kernels::launch_fp8_gemm(p, stream);
   };
 

@@ -69,7 +69,8 @@ void launch_decode_attention(const DecodeAttentionParams& params, cudaStream_t s
                                 " is outside [1, " + std::to_string(kDecodeMaxSplits) + "]");
   }
   if (params.num_items == 0) return;
-  const bool all_heads = params.all_heads && decode_attention_all_heads_supports(s.head_dim, s.num_kv_heads) &&
+  const bool all_heads = params.all_heads && !params.kv.fp8() &&
+                         decode_attention_all_heads_supports(s.head_dim, s.num_kv_heads) &&
                          s.num_heads / s.num_kv_heads <= kTensorCoreMaxGroup;
   if (all_heads && s.head_dim == 64) {
     launch_decode_attention_all_heads<64>(params, stream);

@@ -101,6 +101,8 @@ struct DecodeLayers {
   // Every layer can take the whole-context kernel (decode_attention_whole_context_supports), so that the plan may
   // choose it.
   bool whole_context = false;
+  // Every layer can take the all-heads kernel, which reads bf16 caches only (an FP8 cache makes this false).
+  bool all_heads = true;
 };
 // Short contexts at few tokens: one share per (token, KV head) holding the whole context, so that nothing is
 // merged. Its kernel (8 warps, 3 stages of 128 keys, a block an SM) has every key of up to
@@ -120,7 +122,8 @@ inline DecodeAttentionPlan plan_decode_attention(int num_tokens, const DecodeLay
       max_keys <= kDecodeWholeContextKeys) {
     return {1, false, true};
   }
-  if (num_tokens > 0 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads && num_tokens * num_kv_heads > num_sms &&
+  if (layers.all_heads && num_tokens > 0 && num_kv_heads <= kDecodeAllHeadsMaxKvHeads &&
+      num_tokens * num_kv_heads > num_sms &&
       static_cast<int64_t>(num_tokens) * max_keys >= static_cast<int64_t>(num_sms) * kDecodeAllHeadsMinKeysPerSm) {
     return {decode_attention_all_heads_splits(num_tokens, num_sms), true};
   }

@@ -6,10 +6,12 @@
 // HeadsPerWarp) of the slice, so every K/V byte is read from device memory once per slice (once per group up to 16
 // heads). Lane i scores key i of the tile; for P.V each lane owns pairs of output dims. MaxDim, the smallest
 // instantiated capacity that holds head_dim, sizes shared memory and registers; the head's own dims are a runtime
-// value, so one instantiation serves every head size up to it.
+// value, so one instantiation serves every head size up to it. An FP8 cache (PagedKv::fp8) streams its codes,
+// 8-byte copies of 8 dims, converted as they are read; key_scale joins the query scale, value_scale the output.
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "attention/decode_attention.h"
 #include "attention/key_shares.h"
@@ -34,23 +36,52 @@ struct Layout {
   static constexpr int kNumStages = MaxDim > 256 ? 2 : 3;
 };
 
-template <int MaxDim, int HeadsPerWarp>
+template <int MaxDim, int HeadsPerWarp, bool Fp8>
 constexpr size_t shared_bytes() {
   using L = Layout<MaxDim>;
-  return 2 * L::kNumStages * L::kTileElems * sizeof(__nv_bfloat16) +
+  return 2 * L::kNumStages * L::kTileElems * (Fp8 ? 1 : sizeof(__nv_bfloat16)) +
          kNumWarps * HeadsPerWarp * MaxDim * sizeof(float);
 }
 
-template <int MaxDim, int HeadsPerWarp>
+// A tile's elements, bf16 or e4m3 codes, as float32.
+template <bool Fp8>
+struct TileElements {
+  using Element = std::conditional_t<Fp8, uint8_t, __nv_bfloat16>;
+  static __device__ __forceinline__ void load8(const Element* src, float (&out)[8]) {
+    if constexpr (Fp8) {
+      const uint2 codes = *reinterpret_cast<const uint2*>(src);
+      const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&codes);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = e4m3x2_to_float2(pairs[i]);
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+      }
+    } else {
+      load_f32x8(src, out);
+    }
+  }
+  static __device__ __forceinline__ float2 load2(const Element* src) {
+    if constexpr (Fp8) {
+      return e4m3x2_to_float2(*reinterpret_cast<const __nv_fp8x2_storage_t*>(src));
+    } else {
+      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src));
+    }
+  }
+};
+
+template <int MaxDim, int HeadsPerWarp, bool Fp8>
 __global__ void __launch_bounds__(kNumWarps * 32)
     chunk_kernel(const DecodeAttentionParams p) {
   using L = Layout<MaxDim>;
+  using E = TileElements<Fp8>;
+  using Element = typename E::Element;
   constexpr int kNumStages = L::kNumStages;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   wait_for_prior_grids();
   allow_dependent_grids();
-  __nv_bfloat16* k_tiles = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* v_tiles = k_tiles + kNumStages * L::kTileElems;
+  Element* k_tiles = reinterpret_cast<Element*>(smem_raw);
+  Element* v_tiles = k_tiles + kNumStages * L::kTileElems;
   float* q_smem = reinterpret_cast<float*>(v_tiles + kNumStages * L::kTileElems);
 
   const int item = blockIdx.x;
@@ -74,7 +105,7 @@ __global__ void __launch_bounds__(kNumWarps * 32)
   const int num_tiles = share.num_tiles;
 
   // Queries pre-scaled into the log2 domain, so that exp2 gives the softmax weights.
-  const float q_scale = s.scale * kLog2e;
+  const float q_scale = s.scale * kLog2e * (Fp8 ? p.kv.key_scale : 1.0f);
   for (int i = threadIdx.x; i < kNumWarps * HeadsPerWarp * MaxDim; i += blockDim.x) {
     const int local_head = first_local_head + i / MaxDim;
     const int d = i % MaxDim;
@@ -97,8 +128,13 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     const int64_t row = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * head_dim : 0;
     const int dst = stage * L::kTileElems + r * L::kRowStride;
     for (int c = threadIdx.x % kThreadsPerRow; c < chunks_per_row; c += kThreadsPerRow) {
-      cp_async_16(k_tiles + dst + c * 8, p.kv.keys + row + c * 8, valid ? 16 : 0);
-      cp_async_16(v_tiles + dst + c * 8, p.kv.values + row + c * 8, valid ? 16 : 0);
+      if constexpr (Fp8) {
+        cp_async_8(k_tiles + dst + c * 8, p.kv.key_codes + row + c * 8, valid ? 8 : 0);
+        cp_async_8(v_tiles + dst + c * 8, p.kv.value_codes + row + c * 8, valid ? 8 : 0);
+      } else {
+        cp_async_16(k_tiles + dst + c * 8, p.kv.keys + row + c * 8, valid ? 16 : 0);
+        cp_async_16(v_tiles + dst + c * 8, p.kv.values + row + c * 8, valid ? 16 : 0);
+      }
     }
   };
 
@@ -124,8 +160,8 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     cp_async_commit();
 
     const int stage = tile % kNumStages;
-    const __nv_bfloat16* k_tile = k_tiles + stage * L::kTileElems;
-    const __nv_bfloat16* v_tile = v_tiles + stage * L::kTileElems;
+    const Element* k_tile = k_tiles + stage * L::kTileElems;
+    const Element* v_tile = v_tiles + stage * L::kTileElems;
     const bool key_valid = kv_begin + tile * kTileTokens + lane < kv_end;
 
     float score[HeadsPerWarp];
@@ -134,7 +170,7 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 #pragma unroll 4
     for (int c = 0; c < chunks_per_row; ++c) {
       float k[8];
-      load_f32x8(k_tile + lane * L::kRowStride + c * 8, k);
+      E::load8(k_tile + lane * L::kRowStride + c * 8, k);
 #pragma unroll
       for (int j = 0; j < HeadsPerWarp; ++j) {
         const float4 q0 = *reinterpret_cast<const float4*>(my_q + j * MaxDim + c * 8);
@@ -167,8 +203,7 @@ __global__ void __launch_bounds__(kNumWarps * 32)
 #pragma unroll
       for (int i = 0; i < L::kPairsPerLane; ++i) {
         const int d = 2 * lane + 64 * i;
-        v[i] = d < head_dim ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v_tile + r * L::kRowStride + d))
-                           : make_float2(0.0f, 0.0f);
+        v[i] = d < head_dim ? E::load2(v_tile + r * L::kRowStride + d) : make_float2(0.0f, 0.0f);
       }
 #pragma unroll
       for (int j = 0; j < HeadsPerWarp; ++j) {
@@ -188,7 +223,7 @@ __global__ void __launch_bounds__(kNumWarps * 32)
     const int local_head = first_local_head + warp * HeadsPerWarp + j;
     if (local_head >= group) continue;
     const int head = kv_head * group + local_head;
-    const float inv_l = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+    const float inv_l = l[j] > 0.0f ? (Fp8 ? p.kv.value_scale : 1.0f) / l[j] : 0.0f;
     if (p.shares_are_outputs()) {
       __nv_bfloat16* out = p.out + (static_cast<int64_t>(token) * s.num_heads + head) * head_dim;
 #pragma unroll
@@ -211,10 +246,10 @@ __global__ void __launch_bounds__(kNumWarps * 32)
   }
 }
 
-template <int MaxDim, int HeadsPerWarp>
+template <int MaxDim, int HeadsPerWarp, bool Fp8>
 void launch_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
-  constexpr size_t smem = shared_bytes<MaxDim, HeadsPerWarp>();
-  auto kernel = chunk_kernel<MaxDim, HeadsPerWarp>;
+  constexpr size_t smem = shared_bytes<MaxDim, HeadsPerWarp, Fp8>();
+  auto kernel = chunk_kernel<MaxDim, HeadsPerWarp, Fp8>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) throw std::runtime_error(std::string("decode attention: ") + cudaGetErrorString(err));
@@ -225,17 +260,26 @@ void launch_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
   launch_dependent("decode attention", kernel, grid, kNumWarps * 32, smem, stream, params);
 }
 
+template <int MaxDim, bool Fp8>
+void launch_for_group(const DecodeAttentionParams& params, cudaStream_t stream) {
+  const int group = params.shape.num_heads / params.shape.num_kv_heads;
+  if (group <= kNumWarps) {
+    launch_chunks<MaxDim, 1, Fp8>(params, stream);
+  } else if (group <= 2 * kNumWarps) {
+    launch_chunks<MaxDim, 2, Fp8>(params, stream);
+  } else {
+    launch_chunks<MaxDim, kMaxHeadsPerWarp, Fp8>(params, stream);
+  }
+}
+
 }  // namespace decode
 
 template <int MaxDim>
 void launch_decode_attention_chunks(const DecodeAttentionParams& params, cudaStream_t stream) {
-  const int group = params.shape.num_heads / params.shape.num_kv_heads;
-  if (group <= decode::kNumWarps) {
-    decode::launch_chunks<MaxDim, 1>(params, stream);
-  } else if (group <= 2 * decode::kNumWarps) {
-    decode::launch_chunks<MaxDim, 2>(params, stream);
+  if (params.kv.fp8()) {
+    decode::launch_for_group<MaxDim, true>(params, stream);
   } else {
-    decode::launch_chunks<MaxDim, decode::kMaxHeadsPerWarp>(params, stream);
+    decode::launch_for_group<MaxDim, false>(params, stream);
   }
 }
 

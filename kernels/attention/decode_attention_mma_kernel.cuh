@@ -9,6 +9,11 @@
 // re-read every tile once per warp and was bound by FMAs and shared-memory traffic). The tiles come in by the copy
 // engine (tensor-map or bulk copies, below), completing on a per-stage mbarrier (with 16-byte cp.async the same
 // kernel streamed about 20 GB/s per SM on the H200 at best, against 32 for the copy bandwidth).
+// An FP8 cache (PagedKv::fp8) comes in pages of e4m3 codes, half the bytes, and the products run on float16
+// mma.m16n8k16: every e4m3 code is a float16 value, so a code pair becomes an operand register in one conversion
+// (cvt.f16x2.e4m3x2), read straight from the page without ldmatrix (attend_fp8_keys). The queries become float16
+// (clamped to its range) and the probabilities float16, which holds them more finely than bf16; key_scale joins the
+// score scale and value_scale multiplies the output.
 #include <climits>
 #include <cmath>
 #include <stdexcept>
@@ -49,14 +54,16 @@ constexpr float kLog2e = 1.4426950408889634f;
 // a block issues those at about 8.5 GB/s on the H200 whatever its pipeline depth. Pages against rows, same call
 // (docs/BENCHMARKS.md): batch 1 at 32K keys 73% of the copy bandwidth against 64%, batch 8 92% against 89%,
 // head_dim 64 at batch 1 62% against 42%.
-template <int HeadDim, int Warps, int Stages, bool Pages>
+template <int HeadDim, int Warps, int Stages, bool Pages, bool Fp8 = false>
 struct Layout {
+  static_assert(Pages || !Fp8, "FP8 caches come in pages");
+  static constexpr int kElementBytes = Fp8 ? 1 : 2;
   static constexpr int kTileKeys = kWarpKeys * Warps;
   static constexpr int kKeyRowStride = Pages ? HeadDim : HeadDim + 8;
   static constexpr int kTileElems = kTileKeys * kKeyRowStride;
   static constexpr int kLoaders = Pages ? Warps * 2 : kTileKeys;  // threads issuing a tile's copies
-  static constexpr uint32_t kPageBytes = kWarpKeys * HeadDim * sizeof(__nv_bfloat16);
-  static constexpr size_t kPipelineBytes = 2 * Stages * kTileElems * sizeof(__nv_bfloat16);
+  static constexpr uint32_t kPageBytes = kWarpKeys * HeadDim * kElementBytes;
+  static constexpr size_t kPipelineBytes = 2 * Stages * kTileElems * kElementBytes;
   // After the loop the pipeline's space holds each warp's O rows, row maxima and row sums for the merge.
   static constexpr size_t kMergeBytes = Warps * kRows * (HeadDim + 2) * sizeof(float);
   static constexpr size_t kTilesBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
@@ -76,6 +83,18 @@ struct SwizzledPage {
   const __nv_bfloat16* first;
   __device__ __forceinline__ const __nv_bfloat16* chunk(int row, int c) const {
     return first + swizzle128::chunk_offset(kWarpKeys, row, c) / sizeof(__nv_bfloat16);
+  }
+};
+
+// A page of FP8 codes as its tensor-map copy lands it: 16 rows of HeadDim codes, the 16-byte chunks of row r at
+// chunk c ^ (r % 8) for 128-byte rows and c ^ (r / 2 % 4) for 64-byte rows (byte_tensor_map_2d_swizzled). The
+// swizzle also keeps a warp's reads of eight rows at one column on distinct banks.
+template <int HeadDim>
+struct Fp8Page {
+  const uint8_t* first;
+  __device__ __forceinline__ const uint8_t* at(int row, int column) const {
+    const int swizzle = HeadDim == 128 ? row % 8 : row / 2 % 4;
+    return first + row * HeadDim + ((column / 16) ^ swizzle) * 16 + column % 16;
   }
 };
 
@@ -107,43 +126,43 @@ struct WarpState {
 
 // The query rows of `kv_head`'s group as mma A fragments, straight from global memory (rows past the group are
 // zeros).
-template <int HeadDim>
+// For an FP8 cache the fragments are float16 and their K order is permuted, as attend_fp8_keys reads the keys: the
+// k16 step's logical columns 2c, 2c + 1 (c = lane % 4) hold dims 4c, 4c + 1 and columns 2c + 8, 2c + 9 dims
+// 4c + 2, 4c + 3, so that a lane's key operand is four adjacent codes. A dot product does not depend on the order
+// of its terms.
+template <int HeadDim, bool Fp8 = false>
 __device__ __forceinline__ void start_warp(WarpState<HeadDim>& w, const DecodeAttentionParams& p, int token,
                                            int kv_head) {
   const int lane = threadIdx.x % 32;
   const int group = p.shape.num_heads / p.shape.num_kv_heads;
   const __nv_bfloat16* q = p.query + (static_cast<int64_t>(token) * p.shape.num_heads + kv_head * group) * HeadDim;
   const int lo_row = lane / 4;
-  const int col = 2 * (lane % 4);
 #pragma unroll
   for (int kk = 0; kk < HeadDim / 16; ++kk) {
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
       const int row = lo_row + (f % 2) * 8;
-      const int c = kk * 16 + col + (f / 2) * 8;
-      w.q_frag[kk][f] = row < group ? *reinterpret_cast<const uint32_t*>(q + row * HeadDim + c) : 0u;
+      const int c = Fp8 ? kk * 16 + 4 * (lane % 4) + (f / 2) * 2 : kk * 16 + 2 * (lane % 4) + (f / 2) * 8;
+      if (row >= group) {
+        w.q_frag[kk][f] = 0u;
+      } else if constexpr (Fp8) {
+        const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(q + row * HeadDim + c);
+        w.q_frag[kk][f] = pack_f16x2_saturated(__low2float(pair), __high2float(pair));
+      } else {
+        w.q_frag[kk][f] = *reinterpret_cast<const uint32_t*>(q + row * HeadDim + c);
+      }
     }
   }
 }
 
 // The warp's 16 keys of a tile (k_rows, v_rows: PaddedRows or SwizzledPage), the first of them at `first_key`:
 // S = Q K^T, the online softmax, O += P V. Keys before `begin` or at or past `end` weigh 0.
-template <int HeadDim, typename Rows>
-__device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, Rows k_rows, Rows v_rows, int first_key, int begin,
-                                            int end, float score_scale) {
-  const int lane = threadIdx.x % 32;
-  const int quad_col = lane % 4;
-  const int mat = lane / 8;
-  const int mat_row = lane % 8;
-  float s_acc[2][4] = {};
-#pragma unroll
-  for (int kk = 0; kk < HeadDim / 16; ++kk) {
-    uint32_t b[4];
-    ldmatrix_x4(b, k_rows.chunk((mat / 2) * 8 + mat_row, kk * 2 + mat % 2));
-    mma_bf16_16816(s_acc[0], w.q_frag[kk], b[0], b[1]);
-    mma_bf16_16816(s_acc[1], w.q_frag[kk], b[2], b[3]);
-  }
-
+// The scores of the warp's 16 keys (the first at `first_key`) to probabilities: masked outside [begin, end), the
+// online softmax's running maxima and sums updated, the output rescaled.
+template <int HeadDim>
+__device__ __forceinline__ void softmax_keys(WarpState<HeadDim>& w, float (&s_acc)[2][4], int first_key, int begin,
+                                             int end, float score_scale) {
+  const int quad_col = threadIdx.x % 4;
   const bool needs_mask = first_key < begin || first_key + kWarpKeys > end;
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
@@ -171,6 +190,23 @@ __device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, Rows k_rows, 
     w.o_acc[i][2] *= correction[1];
     w.o_acc[i][3] *= correction[1];
   }
+}
+
+template <int HeadDim, typename Rows>
+__device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, Rows k_rows, Rows v_rows, int first_key, int begin,
+                                            int end, float score_scale) {
+  const int lane = threadIdx.x % 32;
+  const int mat = lane / 8;
+  const int mat_row = lane % 8;
+  float s_acc[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < HeadDim / 16; ++kk) {
+    uint32_t b[4];
+    ldmatrix_x4(b, k_rows.chunk((mat / 2) * 8 + mat_row, kk * 2 + mat % 2));
+    mma_bf16_16816(s_acc[0], w.q_frag[kk], b[0], b[1]);
+    mma_bf16_16816(s_acc[1], w.q_frag[kk], b[2], b[3]);
+  }
+  softmax_keys<HeadDim>(w, s_acc, first_key, begin, end, score_scale);
 
   const uint32_t a[4] = {pack_bf16x2(s_acc[0][0], s_acc[0][1]), pack_bf16x2(s_acc[0][2], s_acc[0][3]),
                          pack_bf16x2(s_acc[1][0], s_acc[1][1]), pack_bf16x2(s_acc[1][2], s_acc[1][3])};
@@ -180,6 +216,42 @@ __device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, Rows k_rows, 
     ldmatrix_x4_trans(b, v_rows.chunk((mat % 2) * 8 + mat_row, dn * 2 + mat / 2));
     mma_bf16_16816(w.o_acc[2 * dn], a, b[0], b[1]);
     mma_bf16_16816(w.o_acc[2 * dn + 1], a, b[2], b[3]);
+  }
+}
+
+// attend_keys over FP8 pages (start_warp<HeadDim, true>'s float16 query fragments). The mma B operand of S = Q K^T
+// is key n = lane / 4's codes at dims 4c .. 4c + 3 (one 32-bit read); that of O = P V pairs keys 2c, 2c + 1 (and
+// 2c + 8, 2c + 9) at dim n, bytes of two rows.
+template <int HeadDim>
+__device__ __forceinline__ void attend_fp8_keys(WarpState<HeadDim>& w, Fp8Page<HeadDim> k_page,
+                                                Fp8Page<HeadDim> v_page, int first_key, int begin, int end,
+                                                float score_scale) {
+  const int lane = threadIdx.x % 32;
+  const int n = lane / 4;
+  const int c = lane % 4;
+  float s_acc[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < HeadDim / 16; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t codes = *reinterpret_cast<const uint32_t*>(k_page.at(8 * half + n, kk * 16 + 4 * c));
+      mma_f16_16816(s_acc[half], w.q_frag[kk], e4m3x2_to_f16x2(static_cast<uint16_t>(codes)),
+                    e4m3x2_to_f16x2(static_cast<uint16_t>(codes >> 16)));
+    }
+  }
+  softmax_keys<HeadDim>(w, s_acc, first_key, begin, end, score_scale);
+
+  const uint32_t a[4] = {pack_f16x2_saturated(s_acc[0][0], s_acc[0][1]),
+                         pack_f16x2_saturated(s_acc[0][2], s_acc[0][3]),
+                         pack_f16x2_saturated(s_acc[1][0], s_acc[1][1]),
+                         pack_f16x2_saturated(s_acc[1][2], s_acc[1][3])};
+  const auto code_pair = [&](int key, int dim) {
+    return static_cast<uint16_t>(*v_page.at(key, dim) | (*v_page.at(key + 1, dim) << 8));
+  };
+#pragma unroll
+  for (int dn = 0; dn < HeadDim / 8; ++dn) {
+    const int dim = dn * 8 + n;
+    mma_f16_16816(w.o_acc[dn], a, e4m3x2_to_f16x2(code_pair(2 * c, dim)), e4m3x2_to_f16x2(code_pair(2 * c + 8, dim)));
   }
 }
 
@@ -246,33 +318,37 @@ __device__ __forceinline__ void merge_warps_and_write(const DecodeAttentionParam
 // one 64-column half row: a whole 128-byte row of the swizzled layout (smem_swizzle.h), wherever the swizzle put
 // its chunks, so the row's place is all it needs of SwizzledPage. It then fences its writes against the next copy
 // into the stage.
-template <int HeadDim>
-__device__ __forceinline__ void clear_rows_outside(__nv_bfloat16* v_page, int first_key, int begin, int end) {
+// An FP8 page's rows are HeadDim bytes, contiguous: lanes 0-15 clear one each (zero bytes are e4m3 zeros).
+template <int HeadDim, bool Fp8>
+__device__ __forceinline__ void clear_rows_outside(unsigned char* v_page, int first_key, int begin, int end) {
   const int lane = threadIdx.x % 32;
   const int row = lane % kWarpKeys;
   const int half = lane / kWarpKeys;
   const int key = first_key + row;
-  if (half < HeadDim / 64 && (key < begin || key >= end)) {
-    uint4* dst = reinterpret_cast<uint4*>(v_page + (half * kWarpKeys + row) * 64);
+  constexpr int kRowChunks = Fp8 ? HeadDim / 16 : 8;  // 16-byte chunks a lane clears
+  const bool clears = Fp8 ? half == 0 : half < HeadDim / 64;
+  if (clears && (key < begin || key >= end)) {
+    uint4* dst = reinterpret_cast<uint4*>(v_page + (Fp8 ? row * HeadDim : (half * kWarpKeys + row) * 128));
 #pragma unroll
-    for (int c = 0; c < 8; ++c) dst[c] = make_uint4(0, 0, 0, 0);
+    for (int c = 0; c < kRowChunks; ++c) dst[c] = make_uint4(0, 0, 0, 0);
     fence_proxy_async_shared();
   }
   __syncwarp();
 }
 
-template <int HeadDim, int Warps, int Stages, bool Pages>
+template <int HeadDim, int Warps, int Stages, bool Pages, bool Fp8>
 __global__ void __launch_bounds__(Warps * 32)
     chunk_kernel(const DecodeAttentionParams p, const __grid_constant__ KvPageMaps maps) {
-  using L = Layout<HeadDim, Warps, Stages, Pages>;
+  using L = Layout<HeadDim, Warps, Stages, Pages, Fp8>;
   constexpr int kTileKeys = L::kTileKeys;
+  constexpr uint32_t kTileBytes = L::kTileElems * L::kElementBytes;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw;
   if constexpr (Pages) {
     smem += (swizzle128::kAtomBytes - smem_address(smem_raw) % swizzle128::kAtomBytes) % swizzle128::kAtomBytes;
   }
-  __nv_bfloat16* k_tiles = reinterpret_cast<__nv_bfloat16*>(smem);  // [Stages][kTileElems]
-  __nv_bfloat16* v_tiles = k_tiles + Stages * L::kTileElems;
+  unsigned char* k_tiles = smem;  // [Stages][kTileBytes]
+  unsigned char* v_tiles = k_tiles + Stages * kTileBytes;
 
   __shared__ uint64_t tile_ready[Stages];  // one mbarrier per stage: its keys and values have landed
 
@@ -322,14 +398,18 @@ __global__ void __launch_bounds__(Warps * 32)
         return;
       }
       const bool values = threadIdx.x % 2;
-      __nv_bfloat16* dst =
-          (values ? v_tiles : k_tiles) + stage * L::kTileElems + (threadIdx.x / 2) * kWarpKeys * HeadDim;
+      unsigned char* dst = (values ? v_tiles : k_tiles) + stage * kTileBytes + (threadIdx.x / 2) * L::kPageBytes;
+      const CUtensorMap* map = values ? &maps.values : &maps.keys;
+      const int slot = static_cast<int>(key_slot(p, table, pos));
       mbarrier_arrive_expect_tx(&tile_ready[stage], L::kPageBytes);
-      tensor_copy_3d_g2s(dst, values ? &maps.values : &maps.keys, 0, static_cast<int>(key_slot(p, table, pos)),
-                         kv_head * (HeadDim / 64), &tile_ready[stage]);
+      if constexpr (Fp8) {
+        tensor_copy_2d_g2s(dst, map, kv_head * HeadDim, slot, &tile_ready[stage]);
+      } else {
+        tensor_copy_3d_g2s(dst, map, 0, slot, kv_head * (HeadDim / 64), &tile_ready[stage]);
+      }
     } else {
       const int64_t row = (key_slot(p, table, min(pos, keys.end - 1)) * p.shape.num_kv_heads + kv_head) * HeadDim;
-      const int dst = stage * L::kTileElems + threadIdx.x * L::kKeyRowStride;
+      const int dst = (stage * L::kTileElems + threadIdx.x * L::kKeyRowStride) * L::kElementBytes;
       mbarrier_arrive_expect_tx(&tile_ready[stage], 2 * kRowBytes);
       bulk_copy_g2s(k_tiles + dst, p.kv.keys + row, kRowBytes, &tile_ready[stage]);
       bulk_copy_g2s(v_tiles + dst, p.kv.values + row, kRowBytes, &tile_ready[stage]);
@@ -349,8 +429,8 @@ __global__ void __launch_bounds__(Warps * 32)
   load_first_tiles(false);
 
   WarpState<HeadDim> state;
-  start_warp<HeadDim>(state, p, token, kv_head);
-  const float score_scale = p.shape.scale * kLog2e;
+  start_warp<HeadDim, Fp8>(state, p, token, kv_head);
+  const float score_scale = p.shape.scale * kLog2e * (Fp8 ? p.kv.key_scale : 1.0f);
   for (int tile = 0; tile < keys.num_tiles; ++tile) {
     if (tile > 0) {
       __syncthreads();  // every warp is done with tile - 1, whose stage takes tile - 1 + Stages
@@ -361,17 +441,30 @@ __global__ void __launch_bounds__(Warps * 32)
     const int first_key = keys.begin + tile * kTileKeys + warp * kWarpKeys;
     if (first_key >= keys.end) continue;  // past the share: nothing of this warp's to wait for
     mbarrier_wait_parity(&tile_ready[stage], (tile / Stages) & 1);
-    const int offset = stage * L::kTileElems + warp * kWarpKeys * L::kKeyRowStride;
+    const int offset = (stage * L::kTileElems + warp * kWarpKeys * L::kKeyRowStride) * L::kElementBytes;
+    const auto bf16_at = [&](unsigned char* tiles) { return reinterpret_cast<const __nv_bfloat16*>(tiles + offset); };
     if constexpr (Pages) {
       if (first_key < window_first || first_key + kWarpKeys > keys.end) {
-        clear_rows_outside<HeadDim>(v_tiles + offset, first_key, window_first, keys.end);
+        clear_rows_outside<HeadDim, Fp8>(v_tiles + offset, first_key, window_first, keys.end);
       }
-      attend_keys<HeadDim>(state, SwizzledPage{k_tiles + offset}, SwizzledPage{v_tiles + offset}, first_key,
-                           window_first, keys.end, score_scale);
+      if constexpr (Fp8) {
+        attend_fp8_keys<HeadDim>(state, Fp8Page<HeadDim>{k_tiles + offset}, Fp8Page<HeadDim>{v_tiles + offset},
+                                 first_key, window_first, keys.end, score_scale);
+      } else {
+        attend_keys<HeadDim>(state, SwizzledPage{bf16_at(k_tiles)}, SwizzledPage{bf16_at(v_tiles)}, first_key,
+                             window_first, keys.end, score_scale);
+      }
     } else {
-      attend_keys<HeadDim>(state, PaddedRows{k_tiles + offset, L::kKeyRowStride},
-                           PaddedRows{v_tiles + offset, L::kKeyRowStride}, first_key, keys.begin, keys.end,
+      attend_keys<HeadDim>(state, PaddedRows{bf16_at(k_tiles), L::kKeyRowStride},
+                           PaddedRows{bf16_at(v_tiles), L::kKeyRowStride}, first_key, keys.begin, keys.end,
                            score_scale);
+    }
+  }
+  if constexpr (Fp8) {
+#pragma unroll
+    for (int i = 0; i < HeadDim / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) state.o_acc[i][e] *= p.kv.value_scale;
     }
   }
   __syncthreads();  // every warp is done with the tiles (all landed: each was waited for): the space holds the merge
@@ -529,10 +622,10 @@ __global__ void __launch_bounds__((kDecodeAllHeadsMaxKvHeads + 1) * 32)
   write_warp_share<HeadDim>(p, state, item, token, warp);
 }
 
-template <int HeadDim, int Warps, int Stages, bool Pages>
+template <int HeadDim, int Warps, int Stages, bool Pages, bool Fp8 = false>
 void launch_chunk_kernel(const DecodeAttentionParams& params, const KvPageMaps& maps, cudaStream_t stream) {
-  constexpr size_t smem = Layout<HeadDim, Warps, Stages, Pages>::kSharedBytes;
-  auto kernel = chunk_kernel<HeadDim, Warps, Stages, Pages>;
+  constexpr size_t smem = Layout<HeadDim, Warps, Stages, Pages, Fp8>::kSharedBytes;
+  auto kernel = chunk_kernel<HeadDim, Warps, Stages, Pages, Fp8>;
   // The whole shared-memory carveout, so that as many blocks as possible fit on an SM.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err == cudaSuccess) {
@@ -563,11 +656,32 @@ KvPageMaps kv_page_maps(const DecodeAttentionParams& p) {
           bf16_tensor_map_3d_swizzle128(p.kv.values, dims, byte_strides, box)};
 }
 
+// An FP8 cache's codes as [num_slots][every head's HeadDim codes]: a box is one KV head's page of 16 slots.
+template <int HeadDim>
+KvPageMaps fp8_kv_page_maps(const DecodeAttentionParams& p) {
+  const uint64_t row_bytes = static_cast<uint64_t>(p.shape.num_kv_heads) * HeadDim;
+  const uint64_t slots = static_cast<uint64_t>(p.kv.num_slots);
+  return {byte_tensor_map_2d_swizzled(p.kv.key_codes, row_bytes, slots, row_bytes, HeadDim, kWarpKeys),
+          byte_tensor_map_2d_swizzled(p.kv.value_codes, row_bytes, slots, row_bytes, HeadDim, kWarpKeys)};
+}
+
 }  // namespace decode_mma
 
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream) {
   using namespace decode_mma;
+  if (params.kv.fp8()) {
+    if (!pages_fit(params.kv)) {
+      throw std::invalid_argument("decode attention: an FP8 KV cache needs blocks of a multiple of 16 tokens");
+    }
+    const KvPageMaps maps = fp8_kv_page_maps<HeadDim>(params);
+    if (params.whole_context) {
+      launch_chunk_kernel<HeadDim, kWholeContextWarps, kWholeContextStages, true, true>(params, maps, stream);
+    } else {
+      launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true, true>(params, maps, stream);
+    }
+    return;
+  }
   if (!pages_fit(params.kv)) {
     launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, false>(params, KvPageMaps{}, stream);
     return;

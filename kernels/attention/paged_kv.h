@@ -1,6 +1,8 @@
 #pragma once
 // The paged KV cache and per-step batch layout as the attention kernels see them: raw device pointers only.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 namespace tern::kernels {
@@ -8,10 +10,18 @@ namespace tern::kernels {
 struct PagedKv {
   const __nv_bfloat16* keys = nullptr;    // [num_slots, num_kv_heads, head_dim]
   const __nv_bfloat16* values = nullptr;  // [num_slots, num_kv_heads, head_dim]
+  // An FP8 cache (--kv-cache-dtype fp8_e4m3) instead, same shapes: e4m3 codes of key / key_scale and
+  // value / value_scale; keys and values are null. The prefill and split-KV kernels convert them as they read.
+  const __nv_fp8_e4m3* key_codes = nullptr;
+  const __nv_fp8_e4m3* value_codes = nullptr;
+  float key_scale = 1.0f;
+  float value_scale = 1.0f;
   int block_size = 0;
   int64_t num_slots = 0;  // rows of keys and values (blocks x block_size), for the decode kernel's tensor maps
   const int32_t* block_tables = nullptr;         // all sequences' block tables back to back
   const int32_t* block_table_offsets = nullptr;  // [num_seqs]: where each sequence's table starts
+
+  __host__ __device__ bool fp8() const { return key_codes != nullptr; }
 
   // Row of `kv_head` for the token at `position` of sequence `seq`, in elements of head_dim.
   __device__ __forceinline__ int64_t row(int seq, int position, int num_kv_heads, int kv_head) const {

@@ -29,6 +29,11 @@
 //   thread then holds S (64 floats), O (D / 2 floats) and P (32 registers), which fits without spills.
 // - Not built: FlashAttention-3's inter-warpgroup "pingpong" (named barriers that order the two consumers' GEMMs so
 //   that one's softmax always overlaps the other's GEMMs); 462 TFLOP/s at 8K tokens, head_dim 128, without it.
+// - An FP8 cache (PagedKv::fp8): the producer brings a tile's e4m3 codes with cp.async into one of two staging
+//   buffers (half a stage's bytes) while it converts the previous tile's into a bf16 stage (exactly: every e4m3
+//   value is a bf16 value), so the consumers run unchanged; key_scale joins the score scale and value_scale
+//   multiplies the output. The staging leaves room for two stages with head_dim 128 (three with 64), so a tile's
+//   conversion can delay the consumers' next S by its own time.
 // Rows past the sequence's end are computed on clamped positions and never stored.
 #include <climits>
 #include <cmath>
@@ -56,16 +61,26 @@ constexpr int kConsumerRegisters = 232;
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kRowsPerConsumer == 64, "one m64 wgmma per consumer warpgroup");
 
-template <int HeadDim>
+template <int HeadDim, bool Fp8 = false>
 struct Layout {
   static_assert(HeadDim == 64 || HeadDim == 128, "wgmma prefill is built for head_dim 64 and 128");
-  static constexpr int kStages = HeadDim == 128 ? 3 : 4;
+  static constexpr int kStages = (HeadDim == 128 ? 3 : 4) - (Fp8 ? 1 : 0);
   static constexpr uint32_t kQBytes = kTileRows * HeadDim * 2;
   static constexpr uint32_t kKvBytes = kTileKeys * HeadDim * 2;  // the keys (or the values) of one tile
   static constexpr uint32_t kStageBytes = 2 * kKvBytes;
+  // FP8: a tile's codes, keys then values, rows of HeadDim bytes.
+  static constexpr uint32_t kCodeBytes = Fp8 ? kTileKeys * HeadDim : 0;
+  static constexpr uint32_t kStagingBytes = 2 * kCodeBytes;
   // Slack to round the dynamic shared memory base up to a swizzle atom.
-  static constexpr size_t kSharedBytes = swizzle128::kAtomBytes + kQBytes + kStages * kStageBytes;
+  static constexpr size_t kSharedBytes =
+      swizzle128::kAtomBytes + kQBytes + kStages * kStageBytes + 2 * kStagingBytes;
 };
+
+// Two e4m3 codes (the low byte first) as two bf16, exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(__nv_fp8x2_storage_t codes) {
+  const float2 values = e4m3x2_to_float2(codes);
+  return pack_bf16x2(values.x, values.y);
+}
 
 // O += P V over one tile: P_frag[kk] is the A fragment of keys 16 kk .. 16 kk + 15.
 template <int HeadDim>
@@ -82,9 +97,9 @@ __device__ __forceinline__ void issue_pv(float (&o_acc)[HeadDim / 2], const uint
   }
 }
 
-template <int HeadDim>
+template <int HeadDim, bool Fp8>
 __global__ void __launch_bounds__(kThreads, 1) tile_kernel(const PrefillAttentionParams p) {
-  using L = Layout<HeadDim>;
+  using L = Layout<HeadDim, Fp8>;
   constexpr int kStages = L::kStages;
   constexpr int kChunksPerRow = HeadDim / 8;  // 16-byte chunks of a query or key row
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -97,6 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1) tile_kernel(const PrefillAttentio
   unsigned char* q_smem = smem_raw + (q_address - raw_address);  // [kTileRows x HeadDim], swizzled
   const uint32_t kv_address = q_address + L::kQBytes;  // stage s: keys at + s * kStageBytes, values kKvBytes on
   unsigned char* kv_smem = q_smem + L::kQBytes;
+  unsigned char* staging = kv_smem + kStages * L::kStageBytes;  // FP8: buffer b at b * kStagingBytes
 
   const AttentionShape& s = p.shape;
   const int tile = blockIdx.x;
@@ -128,6 +144,68 @@ __global__ void __launch_bounds__(kThreads, 1) tile_kernel(const PrefillAttentio
   const int warp = threadIdx.x % kWarpgroupThreads / 32;  // within the warpgroup
   const int lane = threadIdx.x % 32;
 
+  if (Fp8 && warpgroup == kConsumers) {
+    // FP8 producer: the codes of tile i + 1 come in (cp.async, a key row of HeadDim / 16 chunks) while tile i's are
+    // converted into its stage; thread t converts the tile's 16-byte code chunks t, t + 128, ...
+    setmaxnreg_dec<kProducerRegisters>();
+    constexpr int kCodeChunks = HeadDim / 16;  // per key row
+    constexpr int kRowsPerPass = 32 / kCodeChunks;
+    const int chunk = lane % kCodeChunks;
+    const int tid = threadIdx.x % kWarpgroupThreads;
+    const auto fetch = [&](int i) {
+      if (i < num_kv_tiles) {
+        const int pos = (first_kv_tile + i) * kTileKeys + warp * 32 + lane;
+        const bool valid = pos >= kv_begin && pos < kv_end;
+        const int64_t key_row = valid ? p.kv.row(seq, pos, s.num_kv_heads, kv_head) * HeadDim : -1;
+        unsigned char* k_codes = staging + (i % 2) * L::kStagingBytes;
+#pragma unroll
+        for (int pass = 0; pass < 32 / kRowsPerPass; ++pass) {
+          const int key_in_warp = pass * kRowsPerPass + lane / kCodeChunks;
+          const int64_t row = __shfl_sync(0xffffffffu, key_row, key_in_warp);
+          const int offset = (warp * 32 + key_in_warp) * HeadDim + chunk * 16;
+          const int64_t src = row < 0 ? 0 : row + chunk * 16;
+          const int bytes = row < 0 ? 0 : 16;
+          cp_async_16(k_codes + offset, p.kv.key_codes + src, bytes);
+          cp_async_16(k_codes + L::kCodeBytes + offset, p.kv.value_codes + src, bytes);
+        }
+      }
+      cp_async_commit();  // empty groups too, so that every iteration waits for the same count
+    };
+    fetch(0);
+    for (int i = 0; i < num_kv_tiles; ++i) {
+      named_barrier_sync(3, kWarpgroupThreads);  // tile i - 1's codes are converted: its buffer takes tile i + 1
+      fetch(i + 1);
+      cp_async_wait<1>();
+      named_barrier_sync(3, kWarpgroupThreads);  // every thread's copies of tile i have landed
+      const int stage = i % kStages;
+      mbarrier_wait_parity(&kv_empty[stage], ((i / kStages) & 1) ^ 1);
+      const unsigned char* codes = staging + (i % 2) * L::kStagingBytes;
+      unsigned char* k_stage = kv_smem + stage * L::kStageBytes;
+      for (int c = tid; c < 2 * kTileKeys * kCodeChunks; c += kWarpgroupThreads) {
+        const bool values = c >= kTileKeys * kCodeChunks;
+        const int in_tensor = values ? c - kTileKeys * kCodeChunks : c;
+        const int key = in_tensor / kCodeChunks, code_chunk = in_tensor % kCodeChunks;
+        const uint4 in = *reinterpret_cast<const uint4*>(codes + (values ? L::kCodeBytes : 0) + key * HeadDim +
+                                                         code_chunk * 16);
+        const uint32_t words[4] = {in.x, in.y, in.z, in.w};
+        uint32_t out[8];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          out[2 * w] = e4m3x2_to_bf16x2(static_cast<uint16_t>(words[w]));
+          out[2 * w + 1] = e4m3x2_to_bf16x2(static_cast<uint16_t>(words[w] >> 16));
+        }
+        unsigned char* dst = k_stage + (values ? L::kKvBytes : 0);
+        *reinterpret_cast<uint4*>(dst + swizzle128::chunk_offset(kTileKeys, key, 2 * code_chunk)) =
+            make_uint4(out[0], out[1], out[2], out[3]);
+        *reinterpret_cast<uint4*>(dst + swizzle128::chunk_offset(kTileKeys, key, 2 * code_chunk + 1)) =
+            make_uint4(out[4], out[5], out[6], out[7]);
+      }
+      fence_proxy_async_shared();  // the stores before the consumers' wgmma reads
+      mbarrier_arrive(&kv_full[stage]);
+    }
+    cp_async_wait<0>();
+    return;
+  }
   if (warpgroup == kConsumers) {
     // Producer. Lane l of warp w looks up key 32 w + l of each tile; a pass copies kRowsPerPass of the warp's 32
     // keys, kChunksPerRow lanes a row.
@@ -183,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) tile_kernel(const PrefillAttentio
   fence_proxy_async_shared();
   named_barrier_sync(1 + warpgroup, kWarpgroupThreads);
 
-  const float score_scale = s.scale * kLog2e;
+  const float score_scale = s.scale * kLog2e * (Fp8 ? p.kv.key_scale : 1.0f);
   // This thread's two rows of the accumulators (see common/wgmma.cuh); rows past the sequence reuse the last
   // row's position so that their softmax stays finite.
   const int row_in_tile[2] = {wg_row + warp * 16 + quad_row, wg_row + warp * 16 + quad_row + 8};
@@ -314,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, 1) tile_kernel(const PrefillAttentio
   for (int h = 0; h < 2; ++h) {
     row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
     row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-    row_sum[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
+    row_sum[h] = row_sum[h] > 0.0f ? (Fp8 ? p.kv.value_scale : 1.0f) / row_sum[h] : 0.0f;
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -331,14 +409,23 @@ __global__ void __launch_bounds__(kThreads, 1) tile_kernel(const PrefillAttentio
 
 }  // namespace prefill_wgmma
 
-template <int HeadDim>
-void launch_prefill_attention_wgmma(const PrefillAttentionParams& params, cudaStream_t stream) {
-  constexpr size_t smem = prefill_wgmma::Layout<HeadDim>::kSharedBytes;
-  auto kernel = prefill_wgmma::tile_kernel<HeadDim>;
+template <int HeadDim, bool Fp8>
+void launch_prefill_attention_tiles(const PrefillAttentionParams& params, cudaStream_t stream) {
+  constexpr size_t smem = prefill_wgmma::Layout<HeadDim, Fp8>::kSharedBytes;
+  auto kernel = prefill_wgmma::tile_kernel<HeadDim, Fp8>;
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) throw std::runtime_error(std::string("prefill attention (wgmma): ") + cudaGetErrorString(err));
   const dim3 grid(params.num_tiles, params.shape.num_heads);
   kernel<<<grid, prefill_wgmma::kThreads, smem, stream>>>(params);
+}
+
+template <int HeadDim>
+void launch_prefill_attention_wgmma(const PrefillAttentionParams& params, cudaStream_t stream) {
+  if (params.kv.fp8()) {
+    launch_prefill_attention_tiles<HeadDim, true>(params, stream);
+  } else {
+    launch_prefill_attention_tiles<HeadDim, false>(params, stream);
+  }
 }
 
 }  // namespace tern::kernels

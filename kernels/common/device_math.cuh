@@ -3,6 +3,7 @@
 // float32, warp reductions, and the PTX wrappers for asynchronous copies (cp.async, bulk copies on mbarriers),
 // ldmatrix and the bf16 tensor-core mma.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cstdint>
 
@@ -29,7 +30,14 @@ __device__ __forceinline__ void store_f32x8(__nv_bfloat16* dst, const float (&in
   *reinterpret_cast<Bf16x8*>(dst) = v;
 }
 
-// Two e4m3 codes as float32, through the f16 pair Hopper converts them to in one instruction.
+// Two e4m3 codes (the low byte first) as two float16 in a register, exactly (every e4m3 value is a float16 value):
+// one instruction on Hopper.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(__nv_fp8x2_storage_t codes) {
+  const __half2_raw halves = __nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3);
+  return static_cast<uint32_t>(halves.x) | (static_cast<uint32_t>(halves.y) << 16);
+}
+
+// Two e4m3 codes as float32, through that float16 pair.
 __device__ __forceinline__ float2 e4m3x2_to_float2(__nv_fp8x2_storage_t codes) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3)));
 }
@@ -108,6 +116,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
 }
+// The same for 8 bytes (through L1: cp.async.cg copies 16 only).
+__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, int src_bytes = 8) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -174,6 +187,15 @@ __device__ __forceinline__ void tensor_copy_3d_g2s(void* smem, const void* map, 
       : "memory");
 }
 
+// The same for a 2-d tensor map, the box at element coordinates (x, y).
+__device__ __forceinline__ void tensor_copy_2d_g2s(void* smem, const void* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(smem_address(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_address(bar))
+      : "memory");
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -216,6 +238,23 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& sma
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two float16 in a register (lo in the low half), each the nearest value clamped to float16's finite range.
+__device__ __forceinline__ uint32_t pack_f16x2_saturated(float lo, float hi) {
+  constexpr float kMax = 65504.0f;
+  const __half2 v = __floats2half2_rn(fminf(fmaxf(lo, -kMax), kMax), fminf(fmaxf(hi, -kMax), kMax));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+
+// D = A(16x16, row) * B(16x8, col) + D with float16 inputs and float32 accumulators.
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {

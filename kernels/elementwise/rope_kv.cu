@@ -98,13 +98,20 @@ __global__ void __launch_bounds__(kThreads)
   if (slot < 0) return;
   const int key_row = p.num_kv_heads * p.key_dim;
   const __nv_bfloat16* key = p.key + token * p.key_stride;
-  __nv_bfloat16* key_dst = p.key_cache + slot * key_row;
   for (int i = threadIdx.x; i < key_row; i += blockDim.x) {
-    key_dst[i] = Rotate ? __float2bfloat16(rotated(key + (i / p.key_dim) * p.key_dim, i % p.key_dim, angles, rope))
-                        : key[i];
+    // Rounded to bf16 as a bf16 cache holds it, then to its code in an FP8 one.
+    const __nv_bfloat16 k =
+        Rotate ? __float2bfloat16(rotated(key + (i / p.key_dim) * p.key_dim, i % p.key_dim, angles, rope)) : key[i];
+    write_kv(p, true, slot * key_row + i, __bfloat162float(k));
   }
   const int value_row = p.num_kv_heads * p.value_dim;
   const __nv_bfloat16* value = p.value + token * p.value_stride;
+  if (p.value_codes) {
+    for (int i = threadIdx.x; i < value_row; i += blockDim.x) {
+      write_kv(p, false, slot * value_row + i, __bfloat162float(value[i]));
+    }
+    return;
+  }
   __nv_bfloat16* value_dst = p.value_cache + slot * value_row;
   if (value_row % 8 == 0 && p.value_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.value) % 16 == 0) {
     const uint4* src = reinterpret_cast<const uint4*>(value);
@@ -176,7 +183,7 @@ __global__ void __launch_bounds__(kThreads)
 bool vectorizable(const KvWriteParams& p, const RopeSpec& rope, const __nv_bfloat16* query, int64_t query_stride,
                   const __nv_bfloat16* query_out) {
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return !rope.interleaved && rope.first_dim == 0 && !rope.inverse && rope.rotary_dim > 0 &&
+  return !p.key_codes && !rope.interleaved && rope.first_dim == 0 && !rope.inverse && rope.rotary_dim > 0 &&
          rope.rotary_dim % 16 == 0 && p.key_dim % 8 == 0 && p.value_dim % 8 == 0 && query_stride % 8 == 0 &&
          p.key_stride % 8 == 0 && aligned(query) && aligned(query_out) && aligned(p.key) && aligned(p.key_cache) &&
          (p.value_dim == 0 || (p.value_stride % 8 == 0 && aligned(p.value) && aligned(p.value_cache)));
@@ -197,7 +204,9 @@ void check_kv(const KvWriteParams& p) {
     throw std::invalid_argument("store_kv: context shard rank " + std::to_string(p.slots.shard_rank) + " of " +
                                 std::to_string(p.slots.shard_size));
   }
-  if (p.value_dim > 0 && (!p.value || !p.value_cache)) throw std::invalid_argument("store_kv: values missing");
+  if (!p.key_cache == !p.key_codes || (p.value_dim > 0 && (!p.value || !p.value_cache == !p.value_codes))) {
+    throw std::invalid_argument("store_kv: keys or values missing, or both bf16 and FP8 destinations given");
+  }
   if (p.key_stride < int64_t{p.num_kv_heads} * p.key_dim ||
       (p.value_dim > 0 && p.value_stride < int64_t{p.num_kv_heads} * p.value_dim)) {
     throw std::invalid_argument("store_kv: token strides shorter than a token's keys or values");

@@ -3,6 +3,7 @@
 // separately or fused: the fused form rotates the queries in place and writes rotated keys and plain values to their
 // cache slots in one launch, so rotated keys never make a round trip through device memory.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,6 +48,12 @@ struct KvWriteParams {
   int64_t value_stride = 0;  // at least num_kv_heads * value_dim
   __nv_bfloat16* key_cache = nullptr;    // [num_slots, num_kv_heads, key_dim]
   __nv_bfloat16* value_cache = nullptr;  // [num_slots, num_kv_heads, value_dim]
+  // An FP8 cache (--kv-cache-dtype fp8_e4m3) instead: e4m3 codes of key / key_scale and value / value_scale, the
+  // nearest code, saturating at +-448 (as the CPU backend stores them); key_cache and value_cache are null.
+  __nv_fp8_e4m3* key_codes = nullptr;
+  __nv_fp8_e4m3* value_codes = nullptr;
+  float key_scale = 1.0f;
+  float value_scale = 1.0f;
   int num_tokens = 0;
   int num_kv_heads = 0;
   int key_dim = 0;

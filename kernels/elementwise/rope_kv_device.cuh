@@ -16,6 +16,17 @@ __device__ __forceinline__ int64_t slot_of(const KvSlots& s, int token) {
   return static_cast<int64_t>(block) * s.block_size + position % s.block_size;
 }
 
+// Element `index` of a slot's keys (or values) in the cache: bf16, or the e4m3 code of value / scale (a correctly
+// rounded division whatever the build's math flags, so that the codes are the CPU backend's).
+__device__ __forceinline__ void write_kv(const KvWriteParams& p, bool is_key, int64_t index, float value) {
+  if (p.key_codes) {
+    (is_key ? p.key_codes : p.value_codes)[index] =
+        __nv_fp8_e4m3(__fdiv_rn(value, is_key ? p.key_scale : p.value_scale));
+  } else {
+    (is_key ? p.key_cache : p.value_cache)[index] = __float2bfloat16(value);
+  }
+}
+
 // (cos, sin) of rotary frequency i at a position (sin negated for the inverse rotation), times the attention scaling. The angle is a float32 product, as
 // transformers computes it.
 __device__ __forceinline__ float2 rotary_angle(float position, const RopeSpec& rope, int i) {

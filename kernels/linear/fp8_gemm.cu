@@ -1,143 +1,298 @@
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "attention/smem_swizzle.h"
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
+#include "common/tensor_map.h"
 #include "common/wgmma.cuh"
 #include "linear/fp8_gemm.h"
+#include "linear/fp8_gemm_schedule.h"
 
 namespace tern::kernels {
 
 namespace {
 
-// A 128 x 128 output tile per block of two warpgroups, each 64 rows x 128 columns. K runs in slices of 128 (one
-// scale block): x's and the weight's 128 x 128 code tiles of a slice (16 KB each, one 128-byte swizzled row per
-// row, smem_swizzle.h's layout with e4m3 codes for bf16 pairs) arrive through cp.async, kStages slices in flight.
-// Per slice each warpgroup issues four m64n128k32 wgmmas into a fresh partial sum, waits for them, and adds the
-// partial sum times the row's x scale times the block's weight scale into its float32 accumulators.
-constexpr int kTile = 128;
-constexpr int kThreads = 256;
-constexpr int kStages = 4;
-constexpr int kTileBytes = kTile * kTile;           // e4m3 codes
-constexpr int kStageBytes = 2 * kTileBytes;         // x's tile, then the weight's
-constexpr int kSmemBytes = kStages * kStageBytes;   // 128 KB
-constexpr int kChunksPerThread = kTileBytes / 16 / kThreads;  // 16-byte chunks of each tile per thread
+using fp8_gemm::kTileK;
+using fp8_gemm::kTileN;
+using fp8_gemm::Schedule;
+using fp8_gemm::UnitTile;
 
-__global__ void __launch_bounds__(kThreads) fp8_gemm_kernel(Fp8GemmParams p) {
-  extern __shared__ __align__(1024) uint8_t smem[];
-  wait_for_prior_grids();
-  allow_dependent_grids();
-  const int n0 = blockIdx.x * kTile;
-  const int m0 = blockIdx.y * kTile;
-  const int slices = (p.k + kTile - 1) / kTile;
-  const auto* x = reinterpret_cast<const uint8_t*>(p.x);
-  const auto* w = reinterpret_cast<const uint8_t*>(p.weight.codes);
+// DeepGEMM's structure (deepseek-ai/DeepGEMM, fp8_gemm.cuh), written from its description:
+// - Warp specialization: a producer warpgroup, of which one thread issues TMA copies of x's and the weight's
+//   128-deep code tiles into a ring of stages (full / empty mbarriers), and one or two consumer warpgroups of 64 rows
+//   each that run the wgmmas. The consumers never wait for a copy they issued, and the two of them drift apart so
+//   that one's promotion (below) runs on the CUDA cores while the other's wgmmas run on the tensor cores.
+// - Promotion: per 128-deep slice a consumer issues four m64n128k32 wgmmas into a fresh partial sum, waits for them,
+//   releases the stage and adds the partial sum times its row's x scale and its block's weight scale into float32
+//   accumulators: the scales change every 128 columns of K, so they cannot be applied after the sum.
+// - Persistent blocks, one an SM: each takes the units (fp8_gemm_schedule.h) gridDim.x apart, so that the producer
+//   fetches the next tile's slices while the consumers store the last one's outputs.
+// - Split-K for few output tiles: a unit is then a tile and a range of K slices, written in float32 to the
+//   workspace; reduce_splits adds the ranges up.
+// - Grouped products (MoE experts, Fp8GemmParams::group_rows): every group's tiles in one launch; the blocks count
+//   each group's m tiles from its rows once, into shared memory, and skip the units past them.
+// Tiles are 128 weight rows (n) by 64 x consumers rows of x (m); TMA's zero fill covers partial tiles and slices.
+constexpr int kWarpgroupThreads = 128;
+// 65,536 registers an SM: 128 x 40 for the producer, 256 x 232 for two consumers.
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
 
-  const auto load_slice = [&](int slice) {
-    if (slice < slices) {
-      uint8_t* stage = smem + (slice % kStages) * kStageBytes;
-#pragma unroll
-      for (int i = 0; i < kChunksPerThread; ++i) {
-        const int chunk = threadIdx.x + kThreads * i;
-        const int row = chunk / 8, c = chunk % 8;
-        const int column = slice * kTile + 16 * c;
-        const uint32_t offset = swizzle128::chunk_offset(kTile, row, c);
-        const bool x_valid = m0 + row < p.m && column < p.k;
-        const bool w_valid = n0 + row < p.n && column < p.k;
-        cp_async_16(stage + offset, x_valid ? x + static_cast<int64_t>(m0 + row) * p.k + column : x,
-                    x_valid ? 16 : 0);
-        cp_async_16(stage + kTileBytes + offset, w_valid ? w + static_cast<int64_t>(n0 + row) * p.k + column : w,
-                    w_valid ? 16 : 0);
-      }
+template <int Consumers>
+struct Config {
+  static constexpr int kTileM = 64 * Consumers;
+  static constexpr int kThreads = (Consumers + 1) * kWarpgroupThreads;
+  static constexpr uint32_t kXBytes = kTileM * kTileK;
+  static constexpr uint32_t kWBytes = kTileN * kTileK;
+  static constexpr uint32_t kStageBytes = kXBytes + kWBytes;
+  static constexpr int kStages = Consumers == 2 ? 6 : 8;  // 192 KB either way
+  static constexpr size_t kSmemBytes = swizzle128::kAtomBytes + kStages * kStageBytes;
+};
+
+template <int Consumers>
+__global__ void __launch_bounds__(Config<Consumers>::kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+                    const Fp8GemmParams p, const Schedule schedule) {
+  using C = Config<Consumers>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ uint64_t full[C::kStages];   // a phase completes when the stage's tiles have landed
+  __shared__ uint64_t empty[C::kStages];  // a phase completes when every consumer warp is done with the stage
+  __shared__ int cumulative_tiles[kFp8GemmMaxGroups + 1];  // grouped: m tiles before each group
+  // Swizzle atoms must be 1024-byte aligned; the dynamic shared memory base is only promised 16 bytes.
+  const uint32_t raw_address = smem_address(smem_raw);
+  const uint32_t base = (raw_address + swizzle128::kAtomBytes - 1) & ~(swizzle128::kAtomBytes - 1);
+  uint8_t* smem = smem_raw + (base - raw_address);
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < C::kStages; ++stage) {
+      mbarrier_init(&full[stage], 1);
+      mbarrier_init(&empty[stage], Consumers * 4);
     }
-    cp_async_commit();  // empty groups too, so that every iteration waits for the same count
-  };
-
-  const int warpgroup = threadIdx.x / 128;
-  const int warp = (threadIdx.x % 128) / 32;
-  const int lane = threadIdx.x % 32;
-  // This thread's accumulator rows (wgmma.cuh's fragment layout): r and r + 8.
-  const int row = m0 + 64 * warpgroup + 16 * warp + lane / 4;
-  float acc[64] = {};
-  float partial[64];
-
-  for (int s = 0; s < kStages - 1; ++s) load_slice(s);
-  const uint32_t smem_base = smem_address(smem);
-  for (int slice = 0; slice < slices; ++slice) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async_shared();  // the copies' generic-proxy writes before the wgmmas' async-proxy reads
-    __syncthreads();             // slice landed for every thread; the stage read last iteration is free
-    load_slice(slice + kStages - 1);
-    const uint32_t x_tile = smem_base + (slice % kStages) * kStageBytes;
-    const uint32_t w_tile = x_tile + kTileBytes;
-    wgmma_fence();
-#pragma unroll
-    for (int step = 0; step < kTile / 32; ++step) {
-      wgmma_m64n128k32_e4m3_ss(partial, swizzle128::k_major_descriptor(x_tile, kTile, 64 * warpgroup, step),
-                               swizzle128::k_major_descriptor(w_tile, kTile, 0, step), step > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands(partial);
-    const float w_scale = p.weight.scales[(n0 / kTile) * p.weight.scale_stride + slice];
-    const float* x_scales = p.x_scales + static_cast<int64_t>(slice) * p.x_scale_stride;
-    const float scale_lo = row < p.m ? x_scales[row] * w_scale : 0.0f;
-    const float scale_hi = row + 8 < p.m ? x_scales[row + 8] * w_scale : 0.0f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      acc[4 * j] += partial[4 * j] * scale_lo;
-      acc[4 * j + 1] += partial[4 * j + 1] * scale_lo;
-      acc[4 * j + 2] += partial[4 * j + 2] * scale_hi;
-      acc[4 * j + 3] += partial[4 * j + 3] * scale_hi;
+    mbarrier_init_fence();
+  }
+  wait_for_prior_grids();  // x, its scales and the groups' rows come from the kernels before
+  if (p.group_rows && threadIdx.x == 0) {
+    int tiles = 0;
+    cumulative_tiles[0] = 0;
+    for (int g = 0; g < p.num_groups; ++g) {
+      tiles += fp8_gemm::group_m_tiles(p.group_rows[g + 1] - p.group_rows[g], C::kTileM);
+      cumulative_tiles[g + 1] = tiles;
     }
   }
-  cp_async_wait<0>();
+  __syncthreads();
+  allow_dependent_grids();
+  const auto unit_tile = [&](int unit) {
+    return p.group_rows ? fp8_gemm::grouped_unit(unit, schedule.m_tiles, schedule.slices, cumulative_tiles,
+                                                 p.num_groups, p.group_rows, C::kTileM)
+                        : fp8_gemm::plain_unit(schedule.tile(unit), p.m);
+  };
 
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  if (warpgroup == Consumers) {
+    setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x % kWarpgroupThreads == 0) {
+      int iteration = 0;
+      for (int unit = blockIdx.x; unit < schedule.units(); unit += gridDim.x) {
+        const UnitTile tile = unit_tile(unit);
+        if (!tile.valid) continue;
+        const int w_row = tile.group * p.n + tile.n0;
+        for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
+          const int stage = iteration % C::kStages;
+          mbarrier_wait_parity(&empty[stage], ((iteration / C::kStages) & 1) ^ 1);
+          uint8_t* x_tile = smem + stage * C::kStageBytes;
+          mbarrier_arrive_expect_tx(&full[stage], C::kStageBytes);
+          tensor_copy_2d_g2s(x_tile, &x_map, slice * kTileK, tile.m0, &full[stage]);
+          tensor_copy_2d_g2s(x_tile + C::kXBytes, &w_map, slice * kTileK, w_row, &full[stage]);
+        }
+      }
+    }
+    return;
+  }
+  setmaxnreg_inc<kConsumerRegisters>();
+
+  const int warp = (threadIdx.x % kWarpgroupThreads) / 32;
+  const int lane = threadIdx.x % 32;
+  int iteration = 0;
+  for (int unit = blockIdx.x; unit < schedule.units(); unit += gridDim.x) {
+    const UnitTile tile = unit_tile(unit);
+    if (!tile.valid) continue;
+    // This thread's accumulator rows (wgmma.cuh's fragment layout): row and row + 8.
+    const int row = tile.m0 + 64 * warpgroup + 16 * warp + lane / 4;
+    const float* w_scales = p.weight.scales + tile.group * p.group_weight_scales +
+                            static_cast<int64_t>(tile.n0 / kTileN) * p.weight.scale_stride;
+    // The tile's rows' scales: x_scales[slice * stride + row - group_row0] from `x_scales`.
+    const int64_t x_scale_stride = p.group_rows ? tile.row_end - tile.group_row0 : p.x_scale_stride;
+    const float* x_scales_of_group = p.x_scales + static_cast<int64_t>(tile.group_row0) * schedule.slices;
+    float acc[64] = {};
+    float partial[64];
+    for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
+      const int stage = iteration % C::kStages;
+      mbarrier_wait_parity(&full[stage], (iteration / C::kStages) & 1);
+      const uint32_t x_tile = base + stage * C::kStageBytes;
+      const uint32_t w_tile = x_tile + C::kXBytes;
+      wgmma_fence();
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const int column = n0 + 8 * j + 2 * (lane % 4);
+      for (int step = 0; step < kTileK / 32; ++step) {
+        wgmma_m64n128k32_e4m3_ss(partial, swizzle128::k_major_descriptor(x_tile, C::kTileM, 64 * warpgroup, step),
+                                 swizzle128::k_major_descriptor(w_tile, kTileN, 0, step), step > 0);
+      }
+      wgmma_commit();
+      // The scales load while the wgmmas run.
+      const float w_scale = w_scales[slice];
+      const float* x_scales = x_scales_of_group + slice * x_scale_stride - tile.group_row0;
+      const float scale_lo = row < tile.row_end ? x_scales[row] * w_scale : 0.0f;
+      const float scale_hi = row + 8 < tile.row_end ? x_scales[row + 8] * w_scale : 0.0f;
+      wgmma_wait<0>();
+      wgmma_fence_operands(partial);
+      if (lane == 0) mbarrier_arrive(&empty[stage]);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row + 8 * h;
-      if (r >= p.m) continue;
+      for (int j = 0; j < 16; ++j) {
+        acc[4 * j] += partial[4 * j] * scale_lo;
+        acc[4 * j + 1] += partial[4 * j + 1] * scale_lo;
+        acc[4 * j + 2] += partial[4 * j + 2] * scale_hi;
+        acc[4 * j + 3] += partial[4 * j + 3] * scale_hi;
+      }
+    }
+
+    const bool pairs = p.n % 2 == 0;  // two adjacent outputs make one aligned store
+    float* split_out = p.split_workspace
+                           ? p.split_workspace + static_cast<int64_t>(tile.split) * p.m * p.n
+                           : nullptr;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = column + e;
-        if (c >= p.n) continue;
-        float v = acc[4 * j + 2 * h + e];
-        if (p.f32_out) {
-          if (p.bias) v += static_cast<const float*>(p.bias)[c];
-          static_cast<float*>(p.out)[static_cast<int64_t>(r) * p.n + c] = v;
+    for (int j = 0; j < 16; ++j) {
+      const int column = tile.n0 + 8 * j + 2 * (lane % 4);
+      if (column >= p.n) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row + 8 * h;
+        if (r >= tile.row_end) continue;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        const int64_t at = static_cast<int64_t>(r) * p.n + column;
+        const bool second = column + 1 < p.n;
+        if (split_out) {
+          if (pairs) {
+            *reinterpret_cast<float2*>(split_out + at) = make_float2(v0, v1);
+          } else {
+            split_out[at] = v0;
+            if (second) split_out[at + 1] = v1;
+          }
+        } else if (p.f32_out) {
+          const auto* bias = p.bias ? static_cast<const float*>(p.bias) + tile.group * p.n : nullptr;
+          if (bias) v0 += bias[column];
+          if (bias && second) v1 += bias[column + 1];
+          auto* out = static_cast<float*>(p.out) + at;
+          if (pairs) {
+            *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+          } else {
+            out[0] = v0;
+            if (second) out[1] = v1;
+          }
         } else {
-          if (p.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[c]);
-          static_cast<__nv_bfloat16*>(p.out)[static_cast<int64_t>(r) * p.n + c] = __float2bfloat16(v);
+          const auto* bias = p.bias ? static_cast<const __nv_bfloat16*>(p.bias) + tile.group * p.n : nullptr;
+          if (bias) v0 += __bfloat162float(bias[column]);
+          if (bias && second) v1 += __bfloat162float(bias[column + 1]);
+          auto* out = static_cast<__nv_bfloat16*>(p.out) + at;
+          if (pairs) {
+            *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
+          } else {
+            out[0] = __float2bfloat16(v0);
+            if (second) out[1] = __float2bfloat16(v1);
+          }
         }
       }
     }
   }
 }
 
+// out = the splits' partial products added up (+ bias).
+__global__ void reduce_splits_kernel(const Fp8GemmParams p, int splits) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int64_t total = static_cast<int64_t>(p.m) * p.n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v = 0.0f;
+    for (int split = 0; split < splits; ++split) v += p.split_workspace[split * total + i];
+    const int column = static_cast<int>(i % p.n);
+    if (p.f32_out) {
+      if (p.bias) v += static_cast<const float*>(p.bias)[column];
+      static_cast<float*>(p.out)[i] = v;
+    } else {
+      if (p.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[column]);
+      static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16(v);
+    }
+  }
+}
+
+int device_sms() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    throw std::runtime_error("fp8_gemm: cannot query the device's SMs");
+  }
+  return sms;
+}
+
+Schedule make_schedule(int m, int n, int k, bool may_split) {
+  static const int sms = device_sms();
+  return fp8_gemm::make_schedule(m, n, k, sms, may_split);
+}
+
+template <int Consumers>
+void launch_tiles(const Fp8GemmParams& p, const Schedule& schedule, cudaStream_t stream) {
+  using C = Config<Consumers>;
+  static const bool attributes_set = [] {
+    const cudaError_t err = cudaFuncSetAttribute(fp8_gemm_kernel<Consumers>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+    if (err != cudaSuccess) throw std::runtime_error(std::string("fp8_gemm: ") + cudaGetErrorString(err));
+    return true;
+  }();
+  (void)attributes_set;
+  static const int sms = device_sms();
+  const uint64_t weight_rows = static_cast<uint64_t>(p.n) * (p.group_rows ? p.num_groups : 1);
+  const CUtensorMap x_map = byte_tensor_map_2d_swizzled(p.x, p.k, p.m, p.k, kTileK, C::kTileM);
+  const CUtensorMap w_map = byte_tensor_map_2d_swizzled(p.weight.codes, p.k, weight_rows, p.k, kTileK, kTileN);
+  const dim3 grid(static_cast<unsigned>(std::min(schedule.units(), sms)));
+  launch_dependent("fp8_gemm", fp8_gemm_kernel<Consumers>, grid, C::kThreads, C::kSmemBytes, stream, x_map, w_map,
+                   p, schedule);
+}
+
 }  // namespace
 
+int64_t fp8_gemm_workspace_floats(int m, int n, int k) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  const Schedule s = make_schedule(m, n, k, true);
+  return s.splits > 1 ? static_cast<int64_t>(s.splits) * m * n : 0;
+}
+
 void launch_fp8_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
+  const bool grouped = p.group_rows != nullptr;
+  if (grouped && (p.num_groups <= 0 || p.num_groups > kFp8GemmMaxGroups)) {
+    throw std::invalid_argument("fp8_gemm: " + std::to_string(p.num_groups) + " groups (1 to " +
+                                std::to_string(kFp8GemmMaxGroups) + ")");
+  }
   if (p.m < 0 || p.n < 0 || p.k <= 0 || p.k % 16 != 0 || !p.weight.covers(p.k) || !p.x || !p.x_scales ||
-      p.x_scale_stride < p.m) {
+      (!grouped && p.x_scale_stride < p.m)) {
     throw std::invalid_argument("fp8_gemm: [" + std::to_string(p.m) + ", " + std::to_string(p.k) + "] x [" +
                                 std::to_string(p.n) + ", " + std::to_string(p.k) +
                                 "]^T (k a positive multiple of 16, with every scale)");
   }
   if (p.m == 0 || p.n == 0) return;
-  if ((p.m + kTile - 1) / kTile > 65535) throw std::invalid_argument("fp8_gemm: too many rows for one launch");
-  static const bool attributes_set = [] {
-    const cudaError_t err =
-        cudaFuncSetAttribute(fp8_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err != cudaSuccess) throw std::runtime_error(std::string("fp8_gemm: ") + cudaGetErrorString(err));
-    return true;
-  }();
-  (void)attributes_set;
-  const dim3 grid(static_cast<unsigned>((p.n + kTile - 1) / kTile), static_cast<unsigned>((p.m + kTile - 1) / kTile));
-  launch_dependent("fp8_gemm", fp8_gemm_kernel, grid, kThreads, kSmemBytes, stream, p);
+  const Schedule schedule = grouped ? fp8_gemm::grouped_schedule(p.m, p.n, p.k, p.num_groups)
+                                    : make_schedule(p.m, p.n, p.k, p.split_workspace != nullptr);
+  Fp8GemmParams params = p;
+  if (schedule.splits == 1) params.split_workspace = nullptr;
+  if (schedule.tile_m == 64) {
+    launch_tiles<1>(params, schedule, stream);
+  } else {
+    launch_tiles<2>(params, schedule, stream);
+  }
+  if (schedule.splits > 1) {
+    const int64_t total = static_cast<int64_t>(p.m) * p.n;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 1024));
+    launch_dependent("fp8_gemm (split-K sums)", reduce_splits_kernel, dim3(blocks), 256, 0, stream, params,
+                     schedule.splits);
+  }
 }
 
 }  // namespace tern::kernels

@@ -4,6 +4,9 @@
 // blocks, each 128-deep slice of the product scaled by its row's and block's scales as it is added up (DeepGEMM's
 // promotion of the tensor cores' partial sums into float32 accumulators). cuBLASLt 13.1 has no block-scaled FP8
 // GEMM on sm_90 (docs/BENCHMARKS.md), hence this kernel.
+// Few rows (decode batches) leave most SMs without an output tile, so there the K slices are shared out among
+// blocks (split-K) whose float32 partial products a second kernel adds up: the products read the weight at the
+// copy rate only with every SM streaming a part of it.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -26,7 +29,24 @@ struct Fp8GemmParams {
   void* out = nullptr;          // [m, n], bf16 or float32
   bool f32_out = false;
   int m = 0, n = 0, k = 0;      // k a multiple of 16
+  // fp8_gemm_workspace_floats(m, n, k) floats for split-K, or null to compute each output tile in one block.
+  float* split_workspace = nullptr;
+
+  // A grouped product (MoE experts) in one launch, where group_rows is set: group g's rows of x are
+  // [group_rows[g], group_rows[g + 1]) (device memory, [num_groups + 1], the last m), multiplied by weight g
+  // ([n, k] at weight.codes + g * n * k, its scales group_weight_scales floats after group g - 1's) plus bias g
+  // (bias + g * n). x's scales are each group's own [ceil(k / 128), its rows] after the groups' before it
+  // (launch_quantize_row_groups_fp8's layout; x_scale_stride is not read). Never split.
+  const int32_t* group_rows = nullptr;
+  int num_groups = 0;
+  int64_t group_weight_scales = 0;
 };
+
+// Groups a grouped product may have (the kernel keeps their tile counts in shared memory).
+constexpr int kFp8GemmMaxGroups = 1024;
+
+// The workspace launch_fp8_gemm splits K with for this shape on the current device: 0 when it does not split.
+int64_t fp8_gemm_workspace_floats(int m, int n, int k);
 
 // out = x times weight transposed (+ bias).
 void launch_fp8_gemm(const Fp8GemmParams& p, cudaStream_t stream);

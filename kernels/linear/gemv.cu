@@ -90,10 +90,9 @@ __device__ __forceinline__ void write_pair(const GemvParams& p, int lo_row, floa
     p.out[hi_row] = hi_value;
     if (lo_row < p.num_q_rows || slot < 0) return;
     const bool is_key = lo_row < p.num_q_rows + kv_rows;
-    __nv_bfloat16* cache = is_key ? p.kv.key_cache : p.kv.value_cache;
     const int first = is_key ? p.num_q_rows : p.num_q_rows + kv_rows;
-    cache[slot * kv_rows + lo_row - first] = lo_value;
-    cache[slot * kv_rows + hi_row - first] = hi_value;
+    write_kv(p.kv, is_key, slot * kv_rows + lo_row - first, __bfloat162float(lo_value));
+    write_kv(p.kv, is_key, slot * kv_rows + hi_row - first, __bfloat162float(hi_value));
   }
 }
 

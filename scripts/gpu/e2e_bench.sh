@@ -4,8 +4,9 @@
 # names another config in .device/configs (e.g. qwen3-30b-a3b.json): makes the checkpoint and measures transformers
 # (scripts/gpu/hf_bench.py), then `tern bench --backend cuda` on the same checkpoint and workloads. Logs and JSON
 # results go to $OUT (or ./gpu-logs). E2E_WORKLOADS picks tern's runs (default: the three transformers also runs);
-# long_131k is one 131,072-token prompt and 128 new tokens, long_131k_b8 eight of them. E2E_FLAGS are added to every
-# tern run (e.g. "--quantization fp8").
+# decode_32k is one 32,768-token prompt and 128 new tokens, long_131k one of 131,072, long_131k_b8 eight of them.
+# E2E_FLAGS are added to every tern run (e.g. "--quantization fp8"). With --skip-hf a checkpoint an earlier call
+# wrote is used again.
 #   [E2E_CONFIG=name.json] [E2E_WORKLOADS="decode_batch1 long_131k"] [E2E_FLAGS=...] bash scripts/gpu/e2e_bench.sh [--skip-hf]
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -24,8 +25,12 @@ if [ "$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1)" -gt 40 ] 2>/dev/
 echo "== checkpoint in $model_dir"
 hf_flags=""
 [ "${1:-}" = "--skip-hf" ] && hf_flags="--skip-bench"
-timeout "${HF_TIMEOUT_S:-300}" python3 "$root/scripts/gpu/hf_bench.py" --config "$root/.device/configs/$config" --out "$model_dir" \
-  --json "$out/hf.json" $hf_flags 2>&1 | grep -v -i "warn" | tee "$out/hf.txt"
+if [ -n "$hf_flags" ] && [ -f "$model_dir/config.json" ]; then
+  echo "(written by an earlier call)"
+else
+  timeout "${HF_TIMEOUT_S:-300}" python3 "$root/scripts/gpu/hf_bench.py" --config "$root/.device/configs/$config" \
+    --out "$model_dir" --json "$out/hf.json" $hf_flags 2>&1 | grep -v -i "warn" | tee "$out/hf.txt"
+fi
 
 status=0
 common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-fraction 0.9 --max-num-batched-tokens 8192
@@ -49,6 +54,7 @@ for workload in ${E2E_WORKLOADS:-decode_batch1 prefill_8x2048 throughput_128x512
     decode_batch1) run decode_batch1 --num-prompts 1 --input-len 128 --output-len 256 ;;
     prefill_8x2048) run prefill_8x2048 --num-prompts 8 --input-len 2048 --output-len 1 ;;
     throughput_128x512x128) run throughput_128x512x128 --num-prompts 128 --input-len 512 --output-len 128 ;;
+    decode_32k) run decode_32k --num-prompts 1 --input-len 32768 --output-len 128 ;;
     long_131k) run long_131k --num-prompts 1 --input-len 131072 --output-len 128 ;;
     long_131k_b8) run long_131k_b8 --num-prompts 8 --input-len 131072 --output-len 128 ;;
     *) echo "unknown workload $workload"; status=1 ;;

@@ -12,10 +12,14 @@ writes one (F8_E4M3 weights with their `weight_scale_inv`, quantization_config i
                                 (each e4m3 code times its block's scale), the reference
   hf_fp8_logits.safetensors     logits_i: transformers' own FP8 forward (W8A8, bf16 activations), the yardstick:
                                 tern's CUDA FP8 logits should land within twice its error against the reference.
-                                Where transformers' FP8 kernels (the `kernels` package) are missing, its bf16
-                                forward over the dequantized weights instead (golden.json's yardstick says which)
+                                Where transformers' FP8 kernels (the `kernels` package) are missing, the same
+                                forward emulated in torch: each FP8 linear's input quantized per token and 128
+                                columns as finegrained_fp8's act_quant does (scale amax / 448, e4m3 codes), times
+                                the dequantized weight in float32, the output rounded to bf16 (golden.json's
+                                yardstick says which)
 
   python3 scripts/gpu/make_fp8_fixtures.py --out DIR [--archs qwen3 qwen3_moe] [--tern BINARY]
+  python3 scripts/gpu/make_fp8_fixtures.py --out DIR --yardstick-of FIXTURE   # FIXTURE's yardstick again, into DIR
 
 Prints each model's FP8 error (max |diff| / max |reference|). With --tern, also `tern logits` of each checkpoint on
 the CPU (W8A16 in float32: within 1e-5 of the reference) and on CUDA (W8A8: within twice transformers' FP8 error),
@@ -52,11 +56,12 @@ def random_model(config, seed):
 
 
 def dequantized_state(directory):
-    """The checkpoint's tensors with every F8 weight replaced by code x block scale, in float64."""
+    """The checkpoint's tensors with every F8 weight replaced by code x block scale, in float64, and the names of
+    those."""
     state = {}
     for file in sorted(f for f in os.listdir(directory) if f.endswith('.safetensors')):
         state.update(load_file(os.path.join(directory, file)))
-    out = {}
+    out, fp8_names = {}, set()
     for name, tensor in state.items():
         if name.endswith('_scale_inv'):
             continue
@@ -70,9 +75,45 @@ def dequantized_state(directory):
             expanded = scale.double().repeat_interleave(BLOCK, dim=-2)[..., :rows, :]
             expanded = expanded.repeat_interleave(BLOCK, dim=-1)[..., :columns]
             out[name] = tensor.double() * expanded
+            fp8_names.add(name)
         else:
             out[name] = tensor.double()
-    return out
+    return out, fp8_names
+
+
+def dequantized_model(config, dequantized, dtype):
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).to('cuda').eval()
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in dequantized.items()}, strict=False)
+    if [m for m in missing if not m.endswith('rotary_emb.inv_freq')] or unexpected:
+        raise SystemExit(f'the dequantized checkpoint does not fit the model: missing {missing}, '
+                         f'unexpected {unexpected}')
+    return model
+
+
+def act_quant(x):
+    """x (float32, last dim a multiple of 128) through e4m3 codes per 128 columns, as finegrained_fp8's act_quant."""
+    blocks = x.reshape(*x.shape[:-1], -1, BLOCK)
+    scale = blocks.abs().amax(dim=-1, keepdim=True) / 448.0
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    return ((blocks / scale).to(torch.float8_e4m3fn).float() * scale).reshape(x.shape)
+
+
+def emulated_fp8_model(config, dequantized, fp8_names):
+    """transformers' FP8 forward in torch: bf16 activations, each FP8 linear W8A8 (act_quant, a float32 product of
+    the dequantized weight, the output in bf16). Expert weights (3-d) stay bf16 products."""
+    model = dequantized_model(config, dequantized, torch.bfloat16)
+    weights = {name[:-len('.weight')]: dequantized[name].float().cuda() for name in fp8_names
+               if dequantized[name].dim() == 2}
+    for name, module in model.named_modules():
+        if name in weights and isinstance(module, torch.nn.Linear):
+            weight = weights[name]
+            bias = module.bias
+
+            def forward(x, weight=weight, bias=bias):
+                y = act_quant(x.float()) @ weight.t()
+                return (y if bias is None else y + bias.float()).to(torch.bfloat16)
+            module.forward = forward
+    return model
 
 
 def logits(model, prompts):
@@ -86,6 +127,39 @@ def logits(model, prompts):
 
 def relative_error(a, b):
     return max(float((a[k] - b[k]).abs().max() / b[k].abs().max()) for k in b)
+
+
+def fp8_yardstick(arch, quantized, config, dequantized, fp8_names, prompts):
+    """transformers' FP8 logits of the prompts and what made them."""
+    try:
+        if quantized is None:
+            raise ImportError('no quantized model loaded')
+        return logits(quantized, prompts), 'transformers FP8 forward (finegrained_fp8 kernels, W8A8)'
+    except ImportError as e:
+        # transformers' FP8 matmul comes from the `kernels` package, which a machine without network may lack.
+        print(f'{arch}: {e}; the yardstick is transformers\' FP8 forward emulated in torch')
+        return (logits(emulated_fp8_model(config, dequantized, fp8_names), prompts),
+                'transformers FP8 forward emulated in torch (W8A8: act_quant per token and 128 columns, float32 '
+                'products of the dequantized weights, bf16 activations; its FP8 kernels unavailable)')
+
+
+def redo_yardstick(fixture, out):
+    """An existing fixture's yardstick made again (hf_fp8_logits, golden.json), into a copy under out."""
+    target = os.path.join(out, os.path.basename(os.path.normpath(fixture)))
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(fixture, target)
+    golden = json.load(open(os.path.join(target, 'golden.json')))
+    config = AutoConfig.from_pretrained(target)
+    if hasattr(config, 'quantization_config'):
+        del config.quantization_config  # the dequantized weights go into a plain model
+    dequantized, fp8_names = dequantized_state(target)
+    hf_fp8, yardstick = fp8_yardstick(golden['model_type'], None, config, dequantized, fp8_names, golden['prompts'])
+    reference = load_file(os.path.join(target, 'golden_logits.safetensors'))
+    golden['yardstick'] = yardstick
+    golden['fp8_relative_error'] = relative_error(hf_fp8, reference)
+    save_file(hf_fp8, os.path.join(target, 'hf_fp8_logits.safetensors'))
+    json.dump(golden, open(os.path.join(target, 'golden.json'), 'w'), indent=1)
+    print(f'{target}: {yardstick} vs float64 reference: {golden["fp8_relative_error"]:.3e}')
 
 
 def make(arch, out, seed):
@@ -105,27 +179,9 @@ def make(arch, out, seed):
     vocab = config.vocab_size
     prompts = [[1], torch.randint(3, vocab, (7,), generator=generator).tolist(),
                torch.randint(3, vocab, (40,), generator=generator).tolist()]
-    dequantized = dequantized_state(target)
-
-    def dequantized_model(dtype):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype).to('cuda').eval()
-        missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in dequantized.items()}, strict=False)
-        if [m for m in missing if not m.endswith('rotary_emb.inv_freq')] or unexpected:
-            raise SystemExit(f'{arch}: the dequantized checkpoint does not fit the model: missing {missing}, '
-                             f'unexpected {unexpected}')
-        return model
-
-    try:
-        hf_fp8 = logits(quantized, prompts)
-        yardstick = 'transformers FP8 forward (finegrained_fp8 kernels, W8A8)'
-    except ImportError as e:
-        # transformers' FP8 matmul comes from the `kernels` package, which a machine without network may lack: its
-        # bf16 forward over the same dequantized weights (W8A16 in bf16) is then the yardstick.
-        print(f'{arch}: {e}; the yardstick is transformers\' bf16 forward over the dequantized weights')
-        hf_fp8 = logits(dequantized_model(torch.bfloat16), prompts)
-        yardstick = 'transformers bf16 forward over the dequantized weights (its FP8 kernels unavailable)'
-
-    reference_model = dequantized_model(torch.float64)
+    dequantized, fp8_names = dequantized_state(target)
+    hf_fp8, yardstick = fp8_yardstick(arch, quantized, config, dequantized, fp8_names, prompts)
+    reference_model = dequantized_model(config, dequantized, torch.float64)
     reference = logits(reference_model, prompts)
     greedy = []
     with torch.no_grad():
@@ -172,8 +228,12 @@ def main():
     parser.add_argument('--archs', nargs='*', default=list(CONFIGS))
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--tern', help='a tern binary whose logits to check against the fixtures')
+    parser.add_argument('--yardstick-of', help='an existing fixture whose yardstick to make again')
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.yardstick_of:
+        redo_yardstick(args.yardstick_of, args.out)
+        return
     ok = True
     for arch in args.archs:
         target, prompts, reference, error = make(arch, args.out, args.seed)

@@ -6,7 +6,8 @@
 # (bf16, FP8 and MXFP4 experts at decode and prefill), block-FP8 fixtures written by transformers with tern's logits
 # checked against them (scripts/gpu/make_fp8_fixtures.py; $OUT/fp8_fixtures.tar.gz holds the fixtures for tests/),
 # tern-py-13m's perplexity on the repo's Python files with and without FP8, and the Llama-3.1-8B and Qwen3-30B-A3B
-# (24 layers, where staged) shapes end to end under --quantization fp8 (scripts/gpu/e2e_bench.sh). Logs go to $OUT
+# (24 layers, where staged) shapes end to end under --quantization fp8 (scripts/gpu/e2e_bench.sh), and the 8B shape's
+# 32K-context decode and 128-request runs with the KV cache in bf16 and in FP8 (--kv-cache-dtype). Logs go to $OUT
 # (or ./gpu-logs). --skip-e2e leaves out the end-to-end runs, --only-e2e runs only them.
 #   bash scripts/gpu/quantized_check.sh [--skip-e2e | --only-e2e]
 set -uo pipefail
@@ -22,7 +23,7 @@ mode="${1:-}"
 if [ "$mode" != "--only-e2e" ]; then
   echo "== tests"
   "$bin/cuda_backend_test" \
-    --gtest_filter='CudaBlockFp8Test.*:Fixtures/CudaOnlineFp8ModelTest.*:CudaMxfp4Test.*:CudaMxfp4ModelTest.*' 2>&1 |
+    --gtest_filter='CudaBlockFp8Test.*:CudaTransformersFp8Test.*:Fixtures/CudaOnlineFp8ModelTest.*:CudaMxfp4Test.*:CudaMxfp4ModelTest.*:CudaKvCacheDtypeTest.*:*CudaFp8AttentionTest.*:*Fp8KvCache*' 2>&1 |
     grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |Failure|relative logit error|tern: |Which is|Expected|actual" |
     tee "$out/quantized_tests.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -58,6 +59,11 @@ fi
 if [ "$mode" != "--skip-e2e" ]; then
   echo "== Llama-3.1-8B shape, --quantization fp8"
   E2E_FLAGS="--quantization fp8" bash "$root/scripts/gpu/e2e_bench.sh" --skip-hf || status=1
+  for kv_dtype in auto fp8; do
+    echo "== Llama-3.1-8B shape, bf16 weights, --kv-cache-dtype $kv_dtype"
+    OUT="$out/kv_$kv_dtype" E2E_FLAGS="--kv-cache-dtype $kv_dtype" E2E_WORKLOADS="decode_32k throughput_128x512x128" \
+      bash "$root/scripts/gpu/e2e_bench.sh" --skip-hf || status=1
+  done
   if [ -f "$root/.device/configs/qwen3-30b-a3b-24-layers.json" ]; then
     echo "== Qwen3-30B-A3B shape (24 layers), --quantization fp8"
     E2E_CONFIG=qwen3-30b-a3b-24-layers.json E2E_FLAGS="--quantization fp8" bash "$root/scripts/gpu/e2e_bench.sh" \

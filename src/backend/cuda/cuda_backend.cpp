@@ -248,16 +248,35 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& t) override { return pinned_ids_->copy(t, stream_); }
 
-  static void require_bf16_kv_cache(KvCacheDtype dtype) {
-    if (dtype != KvCacheDtype::automatic) {
-      fail("--kv-cache-dtype {}: the CUDA backend's attention kernels read bf16 KV caches only so far (FP8 KV caches "
-           "run on the CPU backend); use --kv-cache-dtype auto", kv_cache_dtype_name(dtype));
+  // bf16, or for --kv-cache-dtype fp8_e4m3 e4m3 codes, which the GQA attention kernels (prefill and split-KV)
+  // convert as they read them: dense and sliding-window layers in blocks of a multiple of 16 tokens (the
+  // tensor-core split-KV kernel's pages). MLA and DeepSeek-V4 caches are bf16 only so far.
+  static DType kv_element_type(const std::vector<KvLayerSpec>& layers, int64_t block_size, KvCacheDtype dtype) {
+    if (dtype == KvCacheDtype::automatic) return DType::BF16;
+    const char* flag = kv_cache_dtype_name(dtype);
+    if (block_size % kernels::kDecodePageKeys != 0) {
+      fail("--kv-cache-dtype {}: the CUDA backend reads FP8 KV caches in blocks of a multiple of {} tokens, not {}",
+           flag, kernels::kDecodePageKeys, block_size);
     }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const KvLayerSpec& layer = layers[i];
+      if (layer.kind != KvLayerKind::full && layer.kind != KvLayerKind::sliding_window) {
+        fail("--kv-cache-dtype {}: layer {} caches {} attention, which the CUDA backend reads from bf16 caches only "
+             "so far; use --kv-cache-dtype auto", flag, i,
+             layer.kind == KvLayerKind::mla_latent ? "MLA latent" : "DeepSeek-V4 compressed");
+      }
+      if (layer.key_dim != layer.value_dim) {
+        fail("--kv-cache-dtype {}: layer {} has keys of {} and values of {} dims; the CUDA backend's FP8 attention "
+             "reads values as wide as keys; use --kv-cache-dtype auto", flag, i, layer.key_dim, layer.value_dim);
+      }
+    }
+    return DType::F8_E4M3;
   }
 
   KvCache allocate_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
                             KvCacheDtype dtype) override {
-    require_bf16_kv_cache(dtype);
+    const DType element = kv_element_type(layers, block_size, dtype);
+    if (element == DType::F8_E4M3) decode_layers_.all_heads = false;
     for (const auto& layer : layers) {
       const int heads = layer.kind == KvLayerKind::mla_latent ? kernels::kMlaDecodeSplitHeads
                                                               : static_cast<int>(layer.num_kv_heads);
@@ -267,19 +286,20 @@ class CudaBackend final : public Backend {
           decode_layers_.whole_context && per_kv_head &&
           kernels::decode_attention_whole_context_supports(layer.key_dim, layer.value_dim, block_size);
     }
-    KvCache cache = allocate_kv_cache_tensors(layers, num_blocks, block_size, DType::BF16,
+    KvCache cache = allocate_kv_cache_tensors(layers, num_blocks, block_size, element,
                                               [&](DType dtype, std::vector<int64_t> shape) {
                                                 return zeros(dtype, std::move(shape));
                                               });
+    cache.dtype = dtype;
     cache.context_shard = kv_context_shard();
     return cache;
   }
 
   KvCache allocate_host_kv_cache(const std::vector<KvLayerSpec>& layers, int64_t num_blocks, int64_t block_size,
                                  KvCacheDtype dtype) override {
-    require_bf16_kv_cache(dtype);
-    KvCache cache =
-        allocate_kv_cache_tensors(layers, num_blocks, block_size, DType::BF16, cuda::KvTierCopier::pinned_zeros);
+    KvCache cache = allocate_kv_cache_tensors(layers, num_blocks, block_size, kv_element_type(layers, block_size, dtype),
+                                              cuda::KvTierCopier::pinned_zeros);
+    cache.dtype = dtype;
     cache.context_shard = kv_context_shard();
     return cache;
   }
@@ -1290,8 +1310,16 @@ class CudaBackend final : public Backend {
   // paged cache under the same tables (kv_context_shard.h).
   kernels::PagedKv paged_kv(const KvCache& cache, int layer, const cuda::CudaStepContext& ctx) {
     kernels::PagedKv kv;
-    kv.keys = cache.keys[layer].ptr<bf16>();
-    kv.values = cache.layers[layer].value_dim ? cache.values[layer].ptr<bf16>() : nullptr;
+    const KvLayerSpec& spec = cache.layers[layer];
+    if (cache.keys[layer].dtype == DType::F8_E4M3) {
+      kv.key_codes = static_cast<const __nv_fp8_e4m3*>(cache.keys[layer].data);
+      kv.value_codes = static_cast<const __nv_fp8_e4m3*>(cache.values[layer].data);
+      kv.key_scale = spec.key_scale;
+      kv.value_scale = spec.value_scale;
+    } else {
+      kv.keys = cache.keys[layer].ptr<bf16>();
+      kv.values = spec.value_dim ? cache.values[layer].ptr<bf16>() : nullptr;
+    }
     kv.block_size = checked_int(cache.block_size, "block_size");
     kv.num_slots = cache.keys[layer].size(0);
     kv.block_tables = ctx.block_tables();
@@ -1377,10 +1405,11 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The same with the experts' inputs gathered side by side and one GEMM per expert and projection over the
-  // expert's padded rows (multiples of 64, which bounds the GEMM shapes planned): cuBLASLt for bf16 experts, the FP8
-  // tensor-core GEMM (W8A8) for block-FP8 ones, each expert's rows quantized per row and 128 columns. False for
-  // MXFP4 experts (Hopper has no FP4 tensor cores): the caller then runs the grouped kernels.
+  // The same with the experts' inputs gathered side by side: per projection one cuBLASLt GEMM per expert over the
+  // expert's padded rows (multiples of 64, which bounds the GEMM shapes planned) for bf16 experts, or one grouped
+  // launch of the FP8 tensor-core GEMM (W8A8) over every expert's rows for block-FP8 ones, the rows quantized per
+  // row and 128 columns. False for MXFP4 experts (Hopper has no FP4 tensor cores): the caller then runs the grouped
+  // kernels.
   bool expert_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int top_k, const Tensor& gate_up_weight,
                     const Tensor& down_weight, const Tensor* gate_up_bias, const Tensor* down_bias,
                     const GluActivation& activation, Tensor& activated, Tensor& down) {
@@ -1424,21 +1453,19 @@ class CudaBackend final : public Backend {
                                                 stream_);
       });
       const kernels::BlockFp8Codes experts = fp8_codes(weight);
-      const int64_t expert_scales = n / 128 * experts.scale_stride;
-      for (int64_t e = 0; e < num_experts; ++e) {
-        kernels::Fp8GemmParams p;
-        p.m = checked_int(rows[e + 1] - rows[e], "expert rows");
-        if (p.m == 0) continue;
-        p.x = static_cast<const __nv_fp8_e4m3*>(codes.data) + rows[e] * k;
-        p.x_scales = scales.ptr<float>() + rows[e] * column_blocks;  // the expert's own [column blocks, rows]
-        p.x_scale_stride = p.m;
-        p.weight = {experts.codes + e * n * k, experts.scales + e * expert_scales, experts.scale_stride};
-        p.bias = biases ? biases + e * n : nullptr;
-        p.out = row_ptr(out, rows[e]);
-        p.n = checked_int(n, "output features");
-        p.k = checked_int(k, "input features");
-        launch("moe_experts (block-FP8 gemm)", [&] { kernels::launch_fp8_gemm(p, stream_); });
-      }
+      kernels::Fp8GemmParams p;  // every expert's rows in one grouped launch
+      p.x = static_cast<const __nv_fp8_e4m3*>(codes.data);
+      p.x_scales = scales.ptr<float>();
+      p.weight = experts;
+      p.group_rows = grouping.expert_rows;
+      p.num_groups = checked_int(num_experts, "experts");
+      p.group_weight_scales = weight.block_scales->numel() / num_experts;
+      p.bias = biases;
+      p.out = out.data;
+      p.m = checked_int(used_rows, "expert rows");
+      p.n = checked_int(n, "output features");
+      p.k = checked_int(k, "input features");
+      launch("moe_experts (block-FP8 gemm)", [&] { kernels::launch_fp8_gemm(p, stream_); });
     };
     project(inputs, gate_up_weight, gate_up_bias, gate_up, 2 * intermediate, hidden,
             "moe_experts (gate_up activations)");
@@ -1655,8 +1682,15 @@ class CudaBackend final : public Backend {
     const KvLayerSpec& spec = cached_layer(cache, layer, "store_kv");
     ctx.check_block_tables(cache.context_shard.tokens_per_block(cache.block_size));
     kernels::KvWriteParams p;
-    p.key_cache = cache.keys[layer].ptr<bf16>();
-    p.value_cache = spec.value_dim ? cache.values[layer].ptr<bf16>() : nullptr;
+    if (cache.keys[layer].dtype == DType::F8_E4M3) {
+      p.key_codes = static_cast<__nv_fp8_e4m3*>(cache.keys[layer].data);
+      p.value_codes = static_cast<__nv_fp8_e4m3*>(cache.values[layer].data);
+      p.key_scale = spec.key_scale;
+      p.value_scale = spec.value_scale;
+    } else {
+      p.key_cache = cache.keys[layer].ptr<bf16>();
+      p.value_cache = spec.value_dim ? cache.values[layer].ptr<bf16>() : nullptr;
+    }
     p.num_tokens = checked_int(num_tokens, "tokens");
     p.num_kv_heads = checked_int(spec.num_kv_heads, "kv heads");
     p.key_dim = checked_int(spec.key_dim, "key_dim");
@@ -1758,6 +1792,11 @@ class CudaBackend final : public Backend {
     p.m = checked_int(m, "rows");
     p.n = checked_int(n, "output features");
     p.k = checked_int(k, "input features");
+    std::optional<Tensor> split_workspace;
+    if (const int64_t floats = kernels::fp8_gemm_workspace_floats(p.m, p.n, p.k); floats > 0) {
+      split_workspace = allocator_->allocate(DType::F32, {floats});
+      p.split_workspace = split_workspace->ptr<float>();
+    }
     launch("linear (block-FP8 gemm)", [&] { kernels::launch_fp8_gemm(p, stream_); });
     return out;
   }

@@ -215,7 +215,7 @@ TEST_F(CudaBlockFp8Test, FusedPreNormGemvsReadTheCodes) {
 // MoE experts in block FP8 ([E, N, K] of whole 128-row blocks per expert) stay FP8 on the GPU; against the CPU's
 // experts on the same codes (float32 weights). The warp-per-column kernel (decode, gate/up fused with the
 // activation) and the tensor-core tiles read the codes (W8A16, weights rounded to bf16 in the tiles); with 1,024 rows
-// or more per expert each expert is one cuBLASLt block-FP8 GEMM over its rows quantized per row and 128 columns
+// or more per expert, one grouped launch of the FP8 GEMM takes every expert's rows quantized per row and 128 columns
 // (W8A8), a looser bound.
 TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
   struct Case {
@@ -223,7 +223,8 @@ TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
   };
   for (const Case& c : {Case{1, 8, 2, 256, 128, 0, 8}, Case{16, 64, 4, 256, 128, 32, 32},
                         Case{40, 8, 2, 256, 128, 0, 8}, Case{130, 8, 2, 384, 256, 0, 8},
-                        Case{300, 64, 8, 256, 128, 0, 64}, Case{4200, 4, 2, 256, 128, 0, 4}}) {
+                        Case{300, 64, 8, 256, 128, 0, 64}, Case{4200, 4, 2, 256, 128, 0, 4},
+                        Case{2100, 8, 4, 384, 256, 0, 8}}) {
     const std::string what = fmt::format("{} tokens, {} of {} experts from {}, top {}, {}x{}", c.tokens,
                                          c.local_experts, c.experts, c.first_expert, c.top_k, c.hidden, c.intermediate);
     const auto x = input(random_bf16_values(c.tokens * c.hidden, 50), {c.tokens, c.hidden});
@@ -253,11 +254,19 @@ TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
 }
 
 // transformers' own block-FP8 checkpoint (tests/data/README.md): CUDA's W8A8 logits within twice the error of
-// transformers' FP8 yardstick, both against its float64 forward over the dequantized weights.
+// transformers' FP8 forward (W8A8), both against its float64 forward over the dequantized weights. A yardstick that
+// is not W8A8 (its bf16 forward over the dequantized weights, where its FP8 kernels were missing) leaves out the
+// activations' quantization, which alone puts W8A8 4-8e-2 from W8A16 on these fixtures (CudaOnlineFp8ModelTest):
+// the comparison says nothing then, and the test asks for the yardstick to be made again.
 TEST(CudaTransformersFp8Test, LogitsWithinTwiceTheErrorOfTransformersOwnForward) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const std::filesystem::path dir = testing::test_data_dir() / "qwen3_fp8";
   const auto golden = testing::read_json(dir / "golden.json");
+  const std::string yardstick = golden["yardstick"].get<std::string>();
+  if (yardstick.find("W8A8") == std::string::npos) {
+    GTEST_SKIP() << "the fixture's yardstick is \"" << yardstick << "\", not W8A8; make it again on a GPU: "
+                 << "python3 scripts/gpu/make_fp8_fixtures.py --out DIR --yardstick-of tests/data/qwen3_fp8";
+  }
   const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
   const double bound = 2 * golden["fp8_relative_error"].get<double>();
   auto gpu = make_cuda_backend(0);
@@ -299,7 +308,10 @@ TEST_P(CudaOnlineFp8ModelTest, LogitsMatchTheCpuBackend) {
     const double error = relative_error(ours, reference);
     std::printf("%s, %zu tokens under online FP8: CUDA vs CPU relative logit error %.2e\n", GetParam().c_str(),
                 prompt.size(), error);
-    EXPECT_LE(error, 5e-2) << GetParam() << ", " << prompt.size() << " tokens";
+    // A prompt of several tokens multiplies its activations quantized per token and 128 columns (W8A8), the CPU
+    // backend the activations as they are (W8A16): e4m3's 3 mantissa bits in every linear's input, 3.8e-2 to 8.1e-2
+    // on these fixtures (an H100); the GEMM's own error is LinearMatchesFloat64ProductsOfTheQuantizedOperands'.
+    EXPECT_LE(error, prompt.size() == 1 ? 5e-2 : 1.2e-1) << GetParam() << ", " << prompt.size() << " tokens";
     // The next token through the batch-1 GEMVs.
     const std::vector<int32_t> next = {prompt.back()};
     EXPECT_LE(relative_error(gpu->to_host_f32(gpu_runner.append(next, false)),

@@ -58,6 +58,17 @@ TEST(DecodeSplitsTest, AllHeadsOnceTokensTimesKvHeadsOutnumberTheSms) {
   EXPECT_EQ(short_context.num_splits, 8);
 }
 
+// The all-heads kernel reads bf16 caches only: a model with an FP8 cache (DecodeLayers::all_heads false) keeps the
+// per-KV-head plan where a bf16 one would switch.
+TEST(DecodeSplitsTest, AnFp8CacheKeepsThePerKvHeadPlan) {
+  DecodeLayers fp8_layers{kKvHeads};
+  fp8_layers.all_heads = false;
+  const DecodeAttentionPlan plan = plan_decode_attention(32, fp8_layers, kSms, 32768);
+  EXPECT_FALSE(plan.all_heads);
+  EXPECT_EQ(plan.num_splits, decode_attention_num_splits(32, kKvHeads, kSms, 32768));
+  EXPECT_TRUE(plan_decode_attention(32, {kKvHeads}, kSms, 32768).all_heads);
+}
+
 TEST(DecodeSplitsTest, OneWholeContextShareAtShortContextsAndFewTokens) {
   const DecodeLayers layers{kKvHeads, true};
   const DecodeAttentionPlan batch_1 = plan_decode_attention(1, layers, kSms, kDecodeWholeContextKeys);

@@ -1,0 +1,118 @@
+#pragma once
+// How the block-FP8 GEMM (fp8_gemm.cu) shares out its work: output tiles of tile_m rows of x by 128 weight rows,
+// each with a range of 128-deep K slices (all of them, unless K is split). Plain arithmetic, callable from host and
+// device, so that tests/kernels/linear/fp8_gemm_schedule_test.cpp checks it on the CPU.
+#include <cstdint>
+
+#include "common/host_device.h"
+
+namespace tern::kernels::fp8_gemm {
+
+constexpr int kTileN = 128;
+constexpr int kTileK = 128;  // one scale block of K
+// Consecutive units walk the output tiles of a band of kBandTiles row tiles column tile by column tile, so that
+// the blocks running at once share x's and the weight's tiles in L2.
+constexpr int kBandTiles = 8;
+
+struct Tile {
+  int m0, n0, first_slice, end_slice, split;
+};
+
+struct Schedule {
+  int tile_m = 64;
+  int m_tiles = 0, n_tiles = 0, slices = 0, splits = 1, slices_per_split = 0;
+
+  TERN_HOST_DEVICE int units() const { return m_tiles * n_tiles * splits; }
+
+  TERN_HOST_DEVICE Tile tile(int unit) const {
+    const int tiles = m_tiles * n_tiles;
+    const int split = unit / tiles;
+    const int t = unit % tiles;
+    const int band = t / (kBandTiles * n_tiles);
+    const int within = t % (kBandTiles * n_tiles);
+    const int band_rows = m_tiles - band * kBandTiles < kBandTiles ? m_tiles - band * kBandTiles : kBandTiles;
+    const int m_tile = band * kBandTiles + within % band_rows;
+    const int n_tile = within / band_rows;
+    const int first_slice = split * slices_per_split;
+    const int end_slice = first_slice + slices_per_split < slices ? first_slice + slices_per_split : slices;
+    return {m_tile * tile_m, n_tile * kTileN, first_slice, end_slice, split};
+  }
+};
+
+// Tiles of 64 rows of x for up to 64 rows (one consumer warpgroup), else of 128 (two).
+TERN_HOST_DEVICE constexpr int tile_rows(int m) { return m <= 64 ? 64 : 128; }
+
+// A unit as the kernel works it: x's rows [m0, row_end) of one group (all of x in a plain product), whose scales
+// start at the group's first row group_row0, the output columns from n0 of the group's weight, and K slices.
+struct UnitTile {
+  bool valid = false;
+  int group = 0;
+  int group_row0 = 0;
+  int m0 = 0, row_end = 0, n0 = 0;
+  int first_slice = 0, end_slice = 0, split = 0;
+};
+
+TERN_HOST_DEVICE inline UnitTile plain_unit(const Tile& t, int m) {
+  return {true, 0, 0, t.m0, m, t.n0, t.first_slice, t.end_slice, t.split};
+}
+
+TERN_HOST_DEVICE constexpr int group_m_tiles(int rows, int tile_m) { return (rows + tile_m - 1) / tile_m; }
+
+// Grouped products (MoE experts, fp8_gemm.h): group g's rows of x are [group_rows[g], group_rows[g + 1]), its m
+// tiles cumulative_tiles[g] .. cumulative_tiles[g + 1] - 1 of all groups' (cumulative_tiles[0] = 0, group_m_tiles
+// each). Unit u is m tile u % tiles_bound of column tile u / tiles_bound, with every slice; tiles_bound is a bound
+// known before the groups' rows are (grouped_schedule), and units past the groups' tiles are not valid.
+TERN_HOST_DEVICE inline UnitTile grouped_unit(int unit, int tiles_bound, int slices, const int* cumulative_tiles,
+                                              int num_groups, const int32_t* group_rows, int tile_m) {
+  UnitTile t;
+  const int m_tile = unit % tiles_bound;
+  if (m_tile >= cumulative_tiles[num_groups]) return t;
+  int lo = 0, hi = num_groups;  // cumulative_tiles[lo] <= m_tile < cumulative_tiles[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (cumulative_tiles[mid] <= m_tile) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  t.valid = true;
+  t.group = lo;
+  t.group_row0 = group_rows[lo];
+  t.m0 = group_rows[lo] + (m_tile - cumulative_tiles[lo]) * tile_m;
+  t.row_end = group_rows[lo + 1];
+  t.n0 = unit / tiles_bound * kTileN;
+  t.first_slice = 0;
+  t.end_slice = slices;
+  return t;
+}
+
+// The schedule of a grouped product of m rows in num_groups groups: tiles by the mean rows of a group, and as many
+// m tiles as any split of the rows into the groups can take (ceil(m / tile_m) + num_groups), never split-K.
+TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k, int num_groups) {
+  Schedule s;
+  s.tile_m = tile_rows(num_groups > 0 ? m / num_groups : m);
+  s.m_tiles = group_m_tiles(m, s.tile_m) + num_groups;
+  s.n_tiles = (n + kTileN - 1) / kTileN;
+  s.slices = (k + kTileK - 1) / kTileK;
+  s.slices_per_split = s.slices;
+  return s;
+}
+
+// The schedule of an [m, k] x [n, k]^T product on `sms` SMs. With `may_split`, where the tiles alone would leave
+// SMs idle, K is cut into ranges so that every SM gets a unit (never an empty range).
+TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k, int sms, bool may_split) {
+  Schedule s;
+  s.tile_m = tile_rows(m);
+  s.m_tiles = (m + s.tile_m - 1) / s.tile_m;
+  s.n_tiles = (n + kTileN - 1) / kTileN;
+  s.slices = (k + kTileK - 1) / kTileK;
+  const int tiles = s.m_tiles * s.n_tiles;
+  int wanted = 1;
+  if (may_split && tiles < sms) wanted = sms / tiles < s.slices ? sms / tiles : s.slices;
+  s.slices_per_split = (s.slices + wanted - 1) / wanted;
+  s.splits = (s.slices + s.slices_per_split - 1) / s.slices_per_split;
+  return s;
+}
+
+}  // namespace tern::kernels::fp8_gemm

@@ -1,0 +1,119 @@
+// The block-FP8 GEMM's work division (kernels/linear/fp8_gemm_schedule.h): every output tile and K slice of a
+// product belongs to exactly one unit, split-K only where the tiles leave SMs idle, and no unit with an empty range.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "linear/fp8_gemm_schedule.h"
+
+namespace tern::kernels::fp8_gemm {
+namespace {
+
+constexpr int kSms = 132;
+
+void expect_every_tile_and_slice_once(int m, int n, int k, bool may_split) {
+  const Schedule s = make_schedule(m, n, k, kSms, may_split);
+  std::map<std::tuple<int, int, int>, int> covered;  // (m0, n0, slice) -> units
+  for (int unit = 0; unit < s.units(); ++unit) {
+    const Tile t = s.tile(unit);
+    ASSERT_LT(t.m0, m);
+    ASSERT_LT(t.n0, n);
+    ASSERT_EQ(t.m0 % s.tile_m, 0);
+    ASSERT_EQ(t.n0 % kTileN, 0);
+    ASSERT_LT(t.first_slice, t.end_slice) << "unit " << unit << " of [" << m << ", " << n << ", " << k << "]";
+    ASSERT_LT(t.split, s.splits);
+    for (int slice = t.first_slice; slice < t.end_slice; ++slice) ++covered[{t.m0, t.n0, slice}];
+  }
+  const int slices = (k + kTileK - 1) / kTileK;
+  EXPECT_EQ(covered.size(), static_cast<size_t>(s.m_tiles) * s.n_tiles * slices) << m << " x " << n << " x " << k;
+  for (const auto& [at, count] : covered) EXPECT_EQ(count, 1);
+}
+
+TEST(Fp8GemmScheduleTest, EveryTileAndSliceBelongsToOneUnit) {
+  for (const bool may_split : {false, true}) {
+    for (const int m : {1, 2, 16, 64, 65, 128, 300, 1100, 4096}) {
+      for (const int n : {128, 200, 4096, 28672}) {
+        for (const int k : {16, 320, 4096, 14336}) expect_every_tile_and_slice_once(m, n, k, may_split);
+      }
+    }
+  }
+}
+
+TEST(Fp8GemmScheduleTest, SplitsKOnlyWhereTilesLeaveSmsIdle) {
+  // Decode rows of the 8B model's o_proj: 32 tiles for 132 SMs, so 4 ranges of 8 slices.
+  const Schedule decode = make_schedule(16, 4096, 4096, kSms, true);
+  EXPECT_EQ(decode.tile_m, 64);
+  EXPECT_EQ(decode.splits, 4);
+  EXPECT_EQ(decode.slices_per_split, 8);
+  EXPECT_EQ(make_schedule(16, 4096, 4096, kSms, false).splits, 1);  // no workspace
+  // 224 tiles of gate_up fill the SMs; so do prefill rows.
+  EXPECT_EQ(make_schedule(16, 28672, 4096, kSms, true).splits, 1);
+  EXPECT_EQ(make_schedule(4096, 4096, 4096, kSms, true).splits, 1);
+  EXPECT_EQ(make_schedule(4096, 4096, 4096, kSms, true).tile_m, 128);
+  // Never more ranges than slices: 3 tiles, 4 slices.
+  const Schedule short_k = make_schedule(2, 384, 512, kSms, true);
+  EXPECT_EQ(short_k.splits, 4);
+  EXPECT_EQ(short_k.slices_per_split, 1);
+}
+
+TEST(Fp8GemmScheduleTest, ConcurrentUnitsShareABandOfRowTiles) {
+  // The first 132 units of an 8192^3 product: 8 row tiles (of 128) by 17 column tiles, not 2 row tiles by 64.
+  const Schedule s = make_schedule(8192, 8192, 8192, kSms, false);
+  std::map<int, int> rows, columns;
+  for (int unit = 0; unit < kSms; ++unit) {
+    const Tile t = s.tile(unit);
+    ++rows[t.m0];
+    ++columns[t.n0];
+  }
+  EXPECT_EQ(rows.size(), static_cast<size_t>(kBandTiles));
+  EXPECT_EQ(columns.size(), 17u);
+}
+
+// MoE experts in one launch: each expert's rows (none, a few, several tiles' worth) times each column tile exactly
+// once, in tiles of that expert's rows only, whatever the split of the rows; the units past them are not valid.
+TEST(Fp8GemmScheduleTest, GroupedUnitsCoverEveryGroupsRowsOnce) {
+  std::mt19937 rng(7);
+  for (const int num_groups : {1, 3, 128, 256}) {
+    for (const int mean_rows : {1, 8, 100, 700}) {
+      std::vector<int32_t> rows = {0};
+      for (int g = 0; g < num_groups; ++g) {
+        const int r = std::uniform_int_distribution<int>(0, 3)(rng) == 0
+                          ? 0
+                          : std::uniform_int_distribution<int>(1, 2 * mean_rows)(rng);
+        rows.push_back(rows.back() + r);
+      }
+      const int m = rows.back(), n = 768, k = 2048;
+      const Schedule s = grouped_schedule(m, n, k, num_groups);
+      EXPECT_EQ(s.splits, 1);
+      std::vector<int> cumulative = {0};
+      for (int g = 0; g < num_groups; ++g) {
+        cumulative.push_back(cumulative.back() + group_m_tiles(rows[g + 1] - rows[g], s.tile_m));
+      }
+      ASSERT_LE(cumulative.back(), s.m_tiles) << "the bound holds every split of the rows";
+      std::vector<int> covered(static_cast<size_t>(m) * s.n_tiles, 0);
+      for (int unit = 0; unit < s.units(); ++unit) {
+        const UnitTile t = grouped_unit(unit, s.m_tiles, s.slices, cumulative.data(), num_groups, rows.data(),
+                                        s.tile_m);
+        if (!t.valid) continue;
+        ASSERT_EQ(t.group_row0, rows[t.group]);
+        ASSERT_EQ(t.row_end, rows[t.group + 1]);
+        ASSERT_GE(t.m0, t.group_row0);
+        ASSERT_LT(t.m0, t.row_end);
+        ASSERT_EQ((t.m0 - t.group_row0) % s.tile_m, 0);
+        ASSERT_EQ(t.first_slice, 0);
+        ASSERT_EQ(t.end_slice, s.slices);
+        for (int r = t.m0; r < t.m0 + s.tile_m && r < t.row_end; ++r) ++covered[r * s.n_tiles + t.n0 / kTileN];
+      }
+      for (size_t i = 0; i < covered.size(); ++i) {
+        ASSERT_EQ(covered[i], 1) << "row " << i / s.n_tiles << " column tile " << i % s.n_tiles << ", "
+                                 << num_groups << " groups of about " << mean_rows << " rows";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tern::kernels::fp8_gemm
