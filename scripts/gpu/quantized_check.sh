@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs ON THE GPU MACHINE in the repository root, after scripts/gpu/stage.sh ran on the build machine (device
 # tool: carry [".device"]; TERN_STAGE_TERN=1 for the perplexity and fixture checks). Quantized weights on CUDA
-# (block-FP8 linears and experts, MXFP4 experts; docs/quantization.md): the CUDA tests of both paths,
+# (block-FP8 linears and experts, MXFP4 experts; docs/quantization.md): tests/data/qwen3_fp8's W8A8 yardstick
+# ($OUT/yardstick), the CUDA tests of both paths and of the FP8 KV cache,
 # bench/fp8_linear_bench (TFLOP/s against cuBLASLt bf16, decode bandwidth against a copy), bench/moe_experts_bench
 # (bf16, FP8 and MXFP4 experts at decode and prefill), block-FP8 fixtures written by transformers with tern's logits
 # checked against them (scripts/gpu/make_fp8_fixtures.py; $OUT/fp8_fixtures.tar.gz holds the fixtures for tests/),
@@ -21,6 +22,10 @@ source "$root/scripts/gpu/device_env.sh"
 status=0
 mode="${1:-}"
 if [ "$mode" != "--only-e2e" ]; then
+  # tests/data/qwen3_fp8's yardstick as W8A8 (its golden.json, to copy back: tests/data/README.md).
+  echo "== transformers' W8A8 yardstick of tests/data/qwen3_fp8"
+  python3 "$root/scripts/gpu/make_fp8_fixtures.py" --out "$out/yardstick" --yardstick-of "$root/tests/data/qwen3_fp8" \
+    2>&1 | grep -v -i "warn" | tail -3
   echo "== tests"
   "$bin/cuda_backend_test" \
     --gtest_filter='CudaBlockFp8Test.*:CudaTransformersFp8Test.*:Fixtures/CudaOnlineFp8ModelTest.*:CudaMxfp4Test.*:CudaMxfp4ModelTest.*:CudaKvCacheDtypeTest.*:*CudaFp8AttentionTest.*:*Fp8KvCache*' 2>&1 |
