@@ -155,8 +155,6 @@ __device__ __forceinline__ void start_warp(WarpState<HeadDim>& w, const DecodeAt
   }
 }
 
-// The warp's 16 keys of a tile (k_rows, v_rows: PaddedRows or SwizzledPage), the first of them at `first_key`:
-// S = Q K^T, the online softmax, O += P V. Keys before `begin` or at or past `end` weigh 0.
 // The scores of the warp's 16 keys (the first at `first_key`) to probabilities: masked outside [begin, end), the
 // online softmax's running maxima and sums updated, the output rescaled.
 template <int HeadDim>
@@ -192,6 +190,8 @@ __device__ __forceinline__ void softmax_keys(WarpState<HeadDim>& w, float (&s_ac
   }
 }
 
+// The warp's 16 keys of a tile (k_rows, v_rows: PaddedRows or SwizzledPage), the first of them at `first_key`:
+// S = Q K^T, the online softmax, O += P V. Keys before `begin` or at or past `end` weigh 0.
 template <int HeadDim, typename Rows>
 __device__ __forceinline__ void attend_keys(WarpState<HeadDim>& w, Rows k_rows, Rows v_rows, int first_key, int begin,
                                             int end, float score_scale) {
