@@ -151,8 +151,8 @@ void check_kv_cache_copy(const KvCache& from, std::span<const int32_t> from_bloc
   check_blocks(from, from_blocks, "copy");
   check_blocks(to, to_blocks, "copy");
   for (size_t layer = 0; layer < from.layers.size(); ++layer) {
-    for (const auto [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
-                                                  std::pair{&from.states, &to.states}}) {
+    for (const auto& [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
+                                                   std::pair{&from.states, &to.states}}) {
       if (row_bytes(*from_tensors, layer) != row_bytes(*to_tensors, layer)) {
         fail("KV block copy: layer {} stores {} bytes per token in one cache and {} in the other", layer,
              row_bytes(*from_tensors, layer), row_bytes(*to_tensors, layer));
@@ -166,8 +166,8 @@ void copy_kv_cache_blocks(const KvCache& from, std::span<const int32_t> from_blo
                           const std::function<void(int layer)>& layer_done) {
   check_kv_cache_copy(from, from_blocks, to, to_blocks);
   for (size_t layer = 0; layer < from.layers.size(); ++layer) {
-    for (const auto [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
-                                                  std::pair{&from.states, &to.states}}) {
+    for (const auto& [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
+                                                   std::pair{&from.states, &to.states}}) {
       const size_t block_bytes = row_bytes(*from_tensors, layer) * static_cast<size_t>(from.block_size);
       if (block_bytes == 0) continue;
       const auto* source = static_cast<const char*>((*from_tensors)[layer].data);

@@ -63,8 +63,8 @@ void KvTierCopier::copy(const KvCache& from, std::span<const int32_t> from_block
   for (size_t layer = 0; layer < from.layers.size(); ++layer) {
     kernels::KvLayerCopy tensors;
     int t = 0;
-    for (const auto [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
-                                                  std::pair{&from.states, &to.states}}) {
+    for (const auto& [from_tensors, to_tensors] : {std::pair{&from.keys, &to.keys}, std::pair{&from.values, &to.values},
+                                                   std::pair{&from.states, &to.states}}) {
       const Tensor& source = (*from_tensors)[layer];
       if (source.data && source.bytes() > 0) {
         tensors.src[t] = source.data;
