@@ -665,32 +665,32 @@ KvPageMaps fp8_kv_page_maps(const DecodeAttentionParams& p) {
           byte_tensor_map_2d_swizzled(p.kv.value_codes, row_bytes, slots, row_bytes, HeadDim, kWarpKeys)};
 }
 
+// chunk_kernel on page copies: the whole-context plan's shape or the default one.
+template <int HeadDim, bool Fp8>
+void launch_page_kernel(const DecodeAttentionParams& params, const KvPageMaps& maps, cudaStream_t stream) {
+  if (params.whole_context) {
+    launch_chunk_kernel<HeadDim, kWholeContextWarps, kWholeContextStages, true, Fp8>(params, maps, stream);
+  } else {
+    launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true, Fp8>(params, maps, stream);
+  }
+}
+
 }  // namespace decode_mma
 
 template <int HeadDim>
 void launch_decode_attention_mma(const DecodeAttentionParams& params, cudaStream_t stream) {
   using namespace decode_mma;
-  if (params.kv.fp8()) {
-    if (!pages_fit(params.kv)) {
+  if (!pages_fit(params.kv)) {
+    if (params.kv.fp8()) {
       throw std::invalid_argument("decode attention: an FP8 KV cache needs blocks of a multiple of 16 tokens");
     }
-    const KvPageMaps maps = fp8_kv_page_maps<HeadDim>(params);
-    if (params.whole_context) {
-      launch_chunk_kernel<HeadDim, kWholeContextWarps, kWholeContextStages, true, true>(params, maps, stream);
-    } else {
-      launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true, true>(params, maps, stream);
-    }
-    return;
-  }
-  if (!pages_fit(params.kv)) {
     launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, false>(params, KvPageMaps{}, stream);
     return;
   }
-  const KvPageMaps maps = kv_page_maps<HeadDim>(params);
-  if (params.whole_context) {
-    launch_chunk_kernel<HeadDim, kWholeContextWarps, kWholeContextStages, true>(params, maps, stream);
+  if (params.kv.fp8()) {
+    launch_page_kernel<HeadDim, true>(params, fp8_kv_page_maps<HeadDim>(params), stream);
   } else {
-    launch_chunk_kernel<HeadDim, kDefaultWarps, kDefaultStages, true>(params, maps, stream);
+    launch_page_kernel<HeadDim, false>(params, kv_page_maps<HeadDim>(params), stream);
   }
 }
 

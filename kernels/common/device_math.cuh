@@ -247,7 +247,6 @@ __device__ __forceinline__ uint32_t pack_f16x2_saturated(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-
 // D = A(16x16, row) * B(16x8, col) + D with float16 inputs and float32 accumulators.
 __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

@@ -50,6 +50,34 @@ struct Config {
   static constexpr size_t kSmemBytes = swizzle128::kAtomBytes + kStages * kStageBytes;
 };
 
+// v plus the bias of output column `column` of group `group`'s weight (none without a bias).
+__device__ __forceinline__ float with_bias(const Fp8GemmParams& p, int group, int column, float v) {
+  if (!p.bias) return v;
+  const int64_t at = static_cast<int64_t>(group) * p.n + column;
+  return v + (p.f32_out ? static_cast<const float*>(p.bias)[at]
+                        : __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[at]));
+}
+
+__device__ __forceinline__ void store(float* dst, float v) { *dst = v; }
+__device__ __forceinline__ void store(__nv_bfloat16* dst, float v) { *dst = __float2bfloat16(v); }
+// Two adjacent outputs at dst: one aligned store where `pair` (every row even), else one or (`second`) two.
+__device__ __forceinline__ void store_two(float* dst, float v0, float v1, bool pair, bool second) {
+  if (pair) {
+    *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+  } else {
+    store(dst, v0);
+    if (second) store(dst + 1, v1);
+  }
+}
+__device__ __forceinline__ void store_two(__nv_bfloat16* dst, float v0, float v1, bool pair, bool second) {
+  if (pair) {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    store(dst, v0);
+    if (second) store(dst + 1, v1);
+  }
+}
+
 template <int Consumers>
 __global__ void __launch_bounds__(Config<Consumers>::kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
@@ -169,35 +197,16 @@ __global__ void __launch_bounds__(Config<Consumers>::kThreads, 1)
         float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
         const int64_t at = static_cast<int64_t>(r) * p.n + column;
         const bool second = column + 1 < p.n;
-        if (split_out) {
-          if (pairs) {
-            *reinterpret_cast<float2*>(split_out + at) = make_float2(v0, v1);
-          } else {
-            split_out[at] = v0;
-            if (second) split_out[at + 1] = v1;
-          }
-        } else if (p.f32_out) {
-          const auto* bias = p.bias ? static_cast<const float*>(p.bias) + tile.group * p.n : nullptr;
-          if (bias) v0 += bias[column];
-          if (bias && second) v1 += bias[column + 1];
-          auto* out = static_cast<float*>(p.out) + at;
-          if (pairs) {
-            *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-          } else {
-            out[0] = v0;
-            if (second) out[1] = v1;
-          }
+        if (split_out) {  // the bias comes with the sum of the splits
+          store_two(split_out + at, v0, v1, pairs, second);
+          continue;
+        }
+        v0 = with_bias(p, tile.group, column, v0);
+        if (second) v1 = with_bias(p, tile.group, column + 1, v1);
+        if (p.f32_out) {
+          store_two(static_cast<float*>(p.out) + at, v0, v1, pairs, second);
         } else {
-          const auto* bias = p.bias ? static_cast<const __nv_bfloat16*>(p.bias) + tile.group * p.n : nullptr;
-          if (bias) v0 += __bfloat162float(bias[column]);
-          if (bias && second) v1 += __bfloat162float(bias[column + 1]);
-          auto* out = static_cast<__nv_bfloat16*>(p.out) + at;
-          if (pairs) {
-            *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
-          } else {
-            out[0] = __float2bfloat16(v0);
-            if (second) out[1] = __float2bfloat16(v1);
-          }
+          store_two(static_cast<__nv_bfloat16*>(p.out) + at, v0, v1, pairs, second);
         }
       }
     }
@@ -213,29 +222,30 @@ __global__ void reduce_splits_kernel(const Fp8GemmParams p, int splits) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float v = 0.0f;
     for (int split = 0; split < splits; ++split) v += p.split_workspace[split * total + i];
-    const int column = static_cast<int>(i % p.n);
+    v = with_bias(p, 0, static_cast<int>(i % p.n), v);
     if (p.f32_out) {
-      if (p.bias) v += static_cast<const float*>(p.bias)[column];
-      static_cast<float*>(p.out)[i] = v;
+      store(static_cast<float*>(p.out) + i, v);
     } else {
-      if (p.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[column]);
-      static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16(v);
+      store(static_cast<__nv_bfloat16*>(p.out) + i, v);
     }
   }
 }
 
+// The device's SMs, asked once.
 int device_sms() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
-    throw std::runtime_error("fp8_gemm: cannot query the device's SMs");
-  }
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
+      throw std::runtime_error("fp8_gemm: cannot query the device's SMs");
+    }
+    return count;
+  }();
   return sms;
 }
 
 Schedule make_schedule(int m, int n, int k, bool may_split) {
-  static const int sms = device_sms();
-  return fp8_gemm::make_schedule(m, n, k, sms, may_split);
+  return fp8_gemm::make_schedule(m, n, k, device_sms(), may_split);
 }
 
 template <int Consumers>
@@ -248,11 +258,10 @@ void launch_tiles(const Fp8GemmParams& p, const Schedule& schedule, cudaStream_t
     return true;
   }();
   (void)attributes_set;
-  static const int sms = device_sms();
   const uint64_t weight_rows = static_cast<uint64_t>(p.n) * (p.group_rows ? p.num_groups : 1);
   const CUtensorMap x_map = byte_tensor_map_2d_swizzled(p.x, p.k, p.m, p.k, kTileK, C::kTileM);
   const CUtensorMap w_map = byte_tensor_map_2d_swizzled(p.weight.codes, p.k, weight_rows, p.k, kTileK, kTileN);
-  const dim3 grid(static_cast<unsigned>(std::min(schedule.units(), sms)));
+  const dim3 grid(static_cast<unsigned>(std::min(schedule.units(), device_sms())));
   launch_dependent("fp8_gemm", fp8_gemm_kernel<Consumers>, grid, C::kThreads, C::kSmemBytes, stream, x_map, w_map,
                    p, schedule);
 }
