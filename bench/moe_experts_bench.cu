@@ -1,6 +1,6 @@
 // The routed experts of one MoE layer (kernels/moe/moe_experts.h: grouping, gate/up with the gated activation,
 // down, combine) with bf16, block-FP8 and MXFP4 weights, at the expert shapes of Qwen3-30B-A3B, gpt-oss-20b and
-// DeepSeek-V4-Flash. Decode (1 and 16 tokens): the routed experts' weight bytes over the time, as a share of a
+// DeepSeek-V4-Flash. Decode (1, 16 and 128 tokens): the routed experts' weight bytes over the time, as a share of a
 // device-to-device copy measured in the same run, from a graph of 64 layers back to back (as a recorded step runs
 // them), each routed to other experts so that they come from memory, not L2. Prefill (4,096 tokens): TFLOP/s of
 // the expert GEMMs. Random data and routing, medians of CUDA-event-timed runs after warm-up.
@@ -107,7 +107,7 @@ int main() {
       if (format == Format::fp8 && (s.hidden % 128 != 0 || (2 * s.intermediate) % 128 != 0)) continue;
       const Experts gate_up(format, s.experts, 2 * s.intermediate, s.hidden, 11);
       const Experts down(format, s.experts, s.hidden, s.intermediate, 12);
-      for (const int64_t tokens : {int64_t{1}, int64_t{16}, max_tokens}) {
+      for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{128}, max_tokens}) {
         const int64_t pairs = tokens * s.top_k;
         const int64_t max_tiles = tern::kernels::moe_max_tiles(pairs, s.experts);
         const int64_t max_rows = max_tiles * tern::kernels::kMoeTileRows;
@@ -136,6 +136,10 @@ int main() {
         const tern::kernels::MoeGrouping grouping{device_alloc<int32_t>(pairs), device_alloc<int32_t>(max_rows),
                                                   device_alloc<int32_t>(max_tiles),
                                                   device_alloc<int32_t>(s.experts + 1)};
+        auto* gathered = device_alloc<__nv_bfloat16>(static_cast<size_t>(max_rows * s.hidden));
+        const int64_t widest = std::max(s.hidden, s.intermediate);
+        auto* row_codes = device_alloc<__nv_fp8_e4m3>(static_cast<size_t>(max_rows * widest));
+        auto* row_scales = device_alloc<float>(static_cast<size_t>(max_rows * ((widest + 127) / 128)));
         auto* gate_up_out = device_alloc<__nv_bfloat16>(static_cast<size_t>(max_rows * 2 * s.intermediate));
         auto* activated = device_alloc<__nv_bfloat16>(static_cast<size_t>(max_rows * s.intermediate));
         auto* down_out = device_alloc<__nv_bfloat16>(static_cast<size_t>(max_rows * s.hidden));
@@ -156,6 +160,12 @@ int main() {
           up.k = static_cast<int>(s.hidden);
           up.few_rows = few_rows;
           up.fuse_gated_activation = few_rows;
+          up.expert_rows = grouping.expert_rows;
+          up.num_experts = static_cast<int>(s.experts);
+          up.routed_rows = pairs;
+          up.gathered = gathered;
+          up.row_codes = row_codes;
+          up.row_scales = row_scales;
           up.out = few_rows ? activated : gate_up_out;
           tern::kernels::launch_moe_grouped_gemm(up, stream);
           if (!few_rows) {
@@ -189,7 +199,9 @@ int main() {
         for (void* ptr : {static_cast<void*>(device_ids), static_cast<void*>(weights),
                           static_cast<void*>(grouping.pair_row), static_cast<void*>(grouping.row_pair),
                           static_cast<void*>(grouping.tile_expert), static_cast<void*>(grouping.expert_rows),
-                          static_cast<void*>(gate_up_out), static_cast<void*>(activated), static_cast<void*>(down_out),
+                          static_cast<void*>(gathered), static_cast<void*>(row_codes),
+                          static_cast<void*>(row_scales), static_cast<void*>(gate_up_out),
+                          static_cast<void*>(activated), static_cast<void*>(down_out),
                           static_cast<void*>(out)}) {
           check(cudaFree(ptr), "free");
         }

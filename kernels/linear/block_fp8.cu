@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(kQuantizeWarps * 32)
   allow_dependent_grids();
   if (item >= static_cast<int64_t>(m) * column_blocks) return;
   const int row = static_cast<int>(item / column_blocks);
+  if (group_rows && row >= group_rows[num_groups]) return;  // no group's: its scale has no place
   const int block = static_cast<int>(item % column_blocks);
   const int column = block * kBlock + 4 * lane;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};

@@ -28,7 +28,8 @@ void launch_quantize_rows_fp8(const __nv_bfloat16* x, int64_t m, int64_t k, __nv
                               cudaStream_t stream);
 
 // The same for x [rows, k] in groups of rows (MoE experts' gathered inputs, each group a multiple of 4 rows):
-// group_rows ([num_groups + 1] on the device, the last `rows`) gives where each starts. Each group's scales are its
+// group_rows ([num_groups + 1] on the device, the last at most `rows`: rows past it are left alone) gives where
+// each starts. Each group's scales are its
 // own layout, [ceil(k / 128), its rows], after the groups' before it (group g's from group_rows[g] *
 // ceil(k / 128)), so that one GEMM per group reads its rows' codes and scales as a matrix of their own.
 void launch_quantize_row_groups_fp8(const __nv_bfloat16* x, const int32_t* group_rows, int num_groups, int64_t rows,

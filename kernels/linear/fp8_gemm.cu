@@ -1,307 +1,37 @@
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "attention/smem_swizzle.h"
-#include "common/dependent_launch.cuh"
-#include "common/device_math.cuh"
-#include "common/tensor_map.h"
-#include "common/wgmma.cuh"
 #include "linear/fp8_gemm.h"
-#include "linear/fp8_gemm_schedule.h"
+#include "linear/wgmma_gemm_kernel.cuh"
 
 namespace tern::kernels {
 
-namespace {
-
-using fp8_gemm::kTileK;
-using fp8_gemm::kTileN;
-using fp8_gemm::Schedule;
-using fp8_gemm::UnitTile;
-
-// DeepGEMM's structure (deepseek-ai/DeepGEMM, fp8_gemm.cuh), written from its description:
-// - Warp specialization: a producer warpgroup, of which one thread issues TMA copies of x's and the weight's
-//   128-deep code tiles into a ring of stages (full / empty mbarriers), and one or two consumer warpgroups of 64 rows
-//   each that run the wgmmas. The consumers never wait for a copy they issued, and the two of them drift apart so
-//   that one's promotion (below) runs on the CUDA cores while the other's wgmmas run on the tensor cores.
-// - Promotion: per 128-deep slice a consumer issues four m64n128k32 wgmmas into a fresh partial sum, waits for them,
-//   releases the stage and adds the partial sum times its row's x scale and its block's weight scale into float32
-//   accumulators: the scales change every 128 columns of K, so they cannot be applied after the sum.
-// - Persistent blocks, one an SM: each takes the units (fp8_gemm_schedule.h) gridDim.x apart, so that the producer
-//   fetches the next tile's slices while the consumers store the last one's outputs.
-// - Split-K for few output tiles: a unit is then a tile and a range of K slices, written in float32 to the
-//   workspace; reduce_splits adds the ranges up.
-// - Grouped products (MoE experts, Fp8GemmParams::group_rows): every group's tiles in one launch; the blocks count
-//   each group's m tiles from its rows once, into shared memory, and skip the units past them.
-// Tiles are 128 weight rows (n) by 64 x consumers rows of x (m); TMA's zero fill covers partial tiles and slices.
-constexpr int kWarpgroupThreads = 128;
-// 65,536 registers an SM: 128 x 40 for the producer, 256 x 232 for two consumers.
-constexpr int kProducerRegisters = 40;
-constexpr int kConsumerRegisters = 232;
-
-template <int Consumers>
-struct Config {
-  static constexpr int kTileM = 64 * Consumers;
-  static constexpr int kThreads = (Consumers + 1) * kWarpgroupThreads;
-  static constexpr uint32_t kXBytes = kTileM * kTileK;
-  static constexpr uint32_t kWBytes = kTileN * kTileK;
-  static constexpr uint32_t kStageBytes = kXBytes + kWBytes;
-  static constexpr int kStages = Consumers == 2 ? 6 : 8;  // 192 KB either way
-  static constexpr size_t kSmemBytes = swizzle128::kAtomBytes + kStages * kStageBytes;
-};
-
-// v plus the bias of output column `column` of group `group`'s weight (none without a bias).
-__device__ __forceinline__ float with_bias(const Fp8GemmParams& p, int group, int column, float v) {
-  if (!p.bias) return v;
-  const int64_t at = static_cast<int64_t>(group) * p.n + column;
-  return v + (p.f32_out ? static_cast<const float*>(p.bias)[at]
-                        : __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[at]));
-}
-
-__device__ __forceinline__ void store(float* dst, float v) { *dst = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* dst, float v) { *dst = __float2bfloat16(v); }
-// Two adjacent outputs at dst: one aligned store where `pair` (every row even), else one or (`second`) two.
-__device__ __forceinline__ void store_two(float* dst, float v0, float v1, bool pair, bool second) {
-  if (pair) {
-    *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-  } else {
-    store(dst, v0);
-    if (second) store(dst + 1, v1);
-  }
-}
-__device__ __forceinline__ void store_two(__nv_bfloat16* dst, float v0, float v1, bool pair, bool second) {
-  if (pair) {
-    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(v0, v1);
-  } else {
-    store(dst, v0);
-    if (second) store(dst + 1, v1);
-  }
-}
-
-template <int Consumers>
-__global__ void __launch_bounds__(Config<Consumers>::kThreads, 1)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                    const Fp8GemmParams p, const Schedule schedule) {
-  using C = Config<Consumers>;
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ uint64_t full[C::kStages];   // a phase completes when the stage's tiles have landed
-  __shared__ uint64_t empty[C::kStages];  // a phase completes when every consumer warp is done with the stage
-  __shared__ int cumulative_tiles[kFp8GemmMaxGroups + 1];  // grouped: m tiles before each group
-  // Swizzle atoms must be 1024-byte aligned; the dynamic shared memory base is only promised 16 bytes.
-  const uint32_t raw_address = smem_address(smem_raw);
-  const uint32_t base = (raw_address + swizzle128::kAtomBytes - 1) & ~(swizzle128::kAtomBytes - 1);
-  uint8_t* smem = smem_raw + (base - raw_address);
-  if (threadIdx.x == 0) {
-    for (int stage = 0; stage < C::kStages; ++stage) {
-      mbarrier_init(&full[stage], 1);
-      mbarrier_init(&empty[stage], Consumers * 4);
-    }
-    mbarrier_init_fence();
-  }
-  wait_for_prior_grids();  // x, its scales and the groups' rows come from the kernels before
-  if (p.group_rows && threadIdx.x == 0) {
-    int tiles = 0;
-    cumulative_tiles[0] = 0;
-    for (int g = 0; g < p.num_groups; ++g) {
-      tiles += fp8_gemm::group_m_tiles(p.group_rows[g + 1] - p.group_rows[g], C::kTileM);
-      cumulative_tiles[g + 1] = tiles;
-    }
-  }
-  __syncthreads();
-  allow_dependent_grids();
-  const auto unit_tile = [&](int unit) {
-    return p.group_rows ? fp8_gemm::grouped_unit(unit, schedule.m_tiles, schedule.slices, cumulative_tiles,
-                                                 p.num_groups, p.group_rows, C::kTileM)
-                        : fp8_gemm::plain_unit(schedule.tile(unit), p.m);
-  };
-
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
-  if (warpgroup == Consumers) {
-    setmaxnreg_dec<kProducerRegisters>();
-    if (threadIdx.x % kWarpgroupThreads == 0) {
-      int iteration = 0;
-      for (int unit = blockIdx.x; unit < schedule.units(); unit += gridDim.x) {
-        const UnitTile tile = unit_tile(unit);
-        if (!tile.valid) continue;
-        const int w_row = tile.group * p.n + tile.n0;
-        for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
-          const int stage = iteration % C::kStages;
-          mbarrier_wait_parity(&empty[stage], ((iteration / C::kStages) & 1) ^ 1);
-          uint8_t* x_tile = smem + stage * C::kStageBytes;
-          mbarrier_arrive_expect_tx(&full[stage], C::kStageBytes);
-          tensor_copy_2d_g2s(x_tile, &x_map, slice * kTileK, tile.m0, &full[stage]);
-          tensor_copy_2d_g2s(x_tile + C::kXBytes, &w_map, slice * kTileK, w_row, &full[stage]);
-        }
-      }
-    }
-    return;
-  }
-  setmaxnreg_inc<kConsumerRegisters>();
-
-  const int warp = (threadIdx.x % kWarpgroupThreads) / 32;
-  const int lane = threadIdx.x % 32;
-  int iteration = 0;
-  for (int unit = blockIdx.x; unit < schedule.units(); unit += gridDim.x) {
-    const UnitTile tile = unit_tile(unit);
-    if (!tile.valid) continue;
-    // This thread's accumulator rows (wgmma.cuh's fragment layout): row and row + 8.
-    const int row = tile.m0 + 64 * warpgroup + 16 * warp + lane / 4;
-    const float* w_scales = p.weight.scales + tile.group * p.group_weight_scales +
-                            static_cast<int64_t>(tile.n0 / kTileN) * p.weight.scale_stride;
-    // The tile's rows' scales: x_scales[slice * stride + row - group_row0] from `x_scales`.
-    const int64_t x_scale_stride = p.group_rows ? tile.row_end - tile.group_row0 : p.x_scale_stride;
-    const float* x_scales_of_group = p.x_scales + static_cast<int64_t>(tile.group_row0) * schedule.slices;
-    float acc[64] = {};
-    float partial[64];
-    for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
-      const int stage = iteration % C::kStages;
-      mbarrier_wait_parity(&full[stage], (iteration / C::kStages) & 1);
-      const uint32_t x_tile = base + stage * C::kStageBytes;
-      const uint32_t w_tile = x_tile + C::kXBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int step = 0; step < kTileK / 32; ++step) {
-        wgmma_m64n128k32_e4m3_ss(partial, swizzle128::k_major_descriptor(x_tile, C::kTileM, 64 * warpgroup, step),
-                                 swizzle128::k_major_descriptor(w_tile, kTileN, 0, step), step > 0);
-      }
-      wgmma_commit();
-      // The scales load while the wgmmas run.
-      const float w_scale = w_scales[slice];
-      const float* x_scales = x_scales_of_group + slice * x_scale_stride - tile.group_row0;
-      const float scale_lo = row < tile.row_end ? x_scales[row] * w_scale : 0.0f;
-      const float scale_hi = row + 8 < tile.row_end ? x_scales[row + 8] * w_scale : 0.0f;
-      wgmma_wait<0>();
-      wgmma_fence_operands(partial);
-      if (lane == 0) mbarrier_arrive(&empty[stage]);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        acc[4 * j] += partial[4 * j] * scale_lo;
-        acc[4 * j + 1] += partial[4 * j + 1] * scale_lo;
-        acc[4 * j + 2] += partial[4 * j + 2] * scale_hi;
-        acc[4 * j + 3] += partial[4 * j + 3] * scale_hi;
-      }
-    }
-
-    const bool pairs = p.n % 2 == 0;  // two adjacent outputs make one aligned store
-    float* split_out = p.split_workspace
-                           ? p.split_workspace + static_cast<int64_t>(tile.split) * p.m * p.n
-                           : nullptr;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int column = tile.n0 + 8 * j + 2 * (lane % 4);
-      if (column >= p.n) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row + 8 * h;
-        if (r >= tile.row_end) continue;
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        const int64_t at = static_cast<int64_t>(r) * p.n + column;
-        const bool second = column + 1 < p.n;
-        if (split_out) {  // the bias comes with the sum of the splits
-          store_two(split_out + at, v0, v1, pairs, second);
-          continue;
-        }
-        v0 = with_bias(p, tile.group, column, v0);
-        if (second) v1 = with_bias(p, tile.group, column + 1, v1);
-        if (p.f32_out) {
-          store_two(static_cast<float*>(p.out) + at, v0, v1, pairs, second);
-        } else {
-          store_two(static_cast<__nv_bfloat16*>(p.out) + at, v0, v1, pairs, second);
-        }
-      }
-    }
-  }
-}
-
-// out = the splits' partial products added up (+ bias).
-__global__ void reduce_splits_kernel(const Fp8GemmParams p, int splits) {
-  wait_for_prior_grids();
-  allow_dependent_grids();
-  const int64_t total = static_cast<int64_t>(p.m) * p.n;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float v = 0.0f;
-    for (int split = 0; split < splits; ++split) v += p.split_workspace[split * total + i];
-    v = with_bias(p, 0, static_cast<int>(i % p.n), v);
-    if (p.f32_out) {
-      store(static_cast<float*>(p.out) + i, v);
-    } else {
-      store(static_cast<__nv_bfloat16*>(p.out) + i, v);
-    }
-  }
-}
-
-// The device's SMs, asked once.
-int device_sms() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
-      throw std::runtime_error("fp8_gemm: cannot query the device's SMs");
-    }
-    return count;
-  }();
-  return sms;
-}
-
-Schedule make_schedule(int m, int n, int k, bool may_split) {
-  return fp8_gemm::make_schedule(m, n, k, device_sms(), may_split);
-}
-
-template <int Consumers>
-void launch_tiles(const Fp8GemmParams& p, const Schedule& schedule, cudaStream_t stream) {
-  using C = Config<Consumers>;
-  static const bool attributes_set = [] {
-    const cudaError_t err = cudaFuncSetAttribute(fp8_gemm_kernel<Consumers>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-    if (err != cudaSuccess) throw std::runtime_error(std::string("fp8_gemm: ") + cudaGetErrorString(err));
-    return true;
-  }();
-  (void)attributes_set;
-  const uint64_t weight_rows = static_cast<uint64_t>(p.n) * (p.group_rows ? p.num_groups : 1);
-  const CUtensorMap x_map = byte_tensor_map_2d_swizzled(p.x, p.k, p.m, p.k, kTileK, C::kTileM);
-  const CUtensorMap w_map = byte_tensor_map_2d_swizzled(p.weight.codes, p.k, weight_rows, p.k, kTileK, kTileN);
-  const dim3 grid(static_cast<unsigned>(std::min(schedule.units(), device_sms())));
-  launch_dependent("fp8_gemm", fp8_gemm_kernel<Consumers>, grid, C::kThreads, C::kSmemBytes, stream, x_map, w_map,
-                   p, schedule);
-}
-
-}  // namespace
-
 int64_t fp8_gemm_workspace_floats(int m, int n, int k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
-  const Schedule s = make_schedule(m, n, k, true);
+  const wgmma_gemm::Schedule s = wgmma_gemm::make_schedule(m, n, k, wgmma_gemm::device_sms(), true);
   return s.splits > 1 ? static_cast<int64_t>(s.splits) * m * n : 0;
 }
 
 void launch_fp8_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
   const bool grouped = p.group_rows != nullptr;
-  if (grouped && (p.num_groups <= 0 || p.num_groups > kFp8GemmMaxGroups)) {
+  if (grouped && (p.num_groups <= 0 || p.num_groups > wgmma_gemm::kMaxGroups)) {
     throw std::invalid_argument("fp8_gemm: " + std::to_string(p.num_groups) + " groups (1 to " +
-                                std::to_string(kFp8GemmMaxGroups) + ")");
+                                std::to_string(wgmma_gemm::kMaxGroups) + ")");
   }
   if (p.m < 0 || p.n < 0 || p.k <= 0 || p.k % 16 != 0 || !p.weight.covers(p.k) || !p.x || !p.x_scales ||
-      (!grouped && p.x_scale_stride < p.m)) {
+      (!grouped && p.x_scale_stride < p.m) || p.routed_rows < 0) {
     throw std::invalid_argument("fp8_gemm: [" + std::to_string(p.m) + ", " + std::to_string(p.k) + "] x [" +
                                 std::to_string(p.n) + ", " + std::to_string(p.k) +
                                 "]^T (k a positive multiple of 16, with every scale)");
   }
   if (p.m == 0 || p.n == 0) return;
-  const Schedule schedule = grouped ? fp8_gemm::grouped_schedule(p.m, p.n, p.k, p.num_groups)
-                                    : make_schedule(p.m, p.n, p.k, p.split_workspace != nullptr);
-  Fp8GemmParams params = p;
-  if (schedule.splits == 1) params.split_workspace = nullptr;
-  if (schedule.tile_m == 64) {
-    launch_tiles<1>(params, schedule, stream);
-  } else {
-    launch_tiles<2>(params, schedule, stream);
-  }
-  if (schedule.splits > 1) {
-    const int64_t total = static_cast<int64_t>(p.m) * p.n;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 1024));
-    launch_dependent("fp8_gemm (split-K sums)", reduce_splits_kernel, dim3(blocks), 256, 0, stream, params,
-                     schedule.splits);
-  }
+  // An e4m3 code is a byte: a row's bytes are its k.
+  const int tile_basis_rows = p.routed_rows > 0 ? p.routed_rows : p.m;
+  const wgmma_gemm::Schedule schedule =
+      grouped ? wgmma_gemm::grouped_schedule(p.m, p.n, p.k, p.num_groups, tile_basis_rows)
+              : wgmma_gemm::make_schedule(p.m, p.n, p.k, wgmma_gemm::device_sms(), p.split_workspace != nullptr);
+  wgmma_gemm::launch_gemm("fp8_gemm", p, p.x, p.weight.codes, static_cast<uint64_t>(p.k), schedule,
+                          p.split_workspace, stream);
 }
 
 }  // namespace tern::kernels

@@ -2,8 +2,8 @@
 // Block-FP8 GEMM on Hopper's FP8 tensor cores (wgmma, e4m3 x e4m3, float32 accumulation), DeepSeek-V3's W8A8
 // "dynamic" scheme: activations quantized per row and 128 columns (kernels/linear/block_fp8.h), weights in 128x128
 // blocks, each 128-deep slice of the product scaled by its row's and block's scales as it is added up (DeepGEMM's
-// promotion of the tensor cores' partial sums into float32 accumulators). cuBLASLt 13.1 has no block-scaled FP8
-// GEMM on sm_90 (docs/BENCHMARKS.md), hence this kernel.
+// promotion of the tensor cores' partial sums into float32 accumulators; linear/wgmma_gemm_kernel.cuh). cuBLASLt
+// 13.1 has no block-scaled FP8 GEMM on sm_90 (docs/BENCHMARKS.md), hence this kernel.
 // Few rows (decode batches) leave most SMs without an output tile, so there the K slices are shared out among
 // blocks (split-K) whose float32 partial products a second kernel adds up: the products read the weight at the
 // copy rate only with every SM streaming a part of it.
@@ -36,14 +36,14 @@ struct Fp8GemmParams {
   // [group_rows[g], group_rows[g + 1]) (device memory, [num_groups + 1], the last m), multiplied by weight g
   // ([n, k] at weight.codes + g * n * k, its scales group_weight_scales floats after group g - 1's) plus bias g
   // (bias + g * n). x's scales are each group's own [ceil(k / 128), its rows] after the groups' before it
-  // (launch_quantize_row_groups_fp8's layout; x_scale_stride is not read). Never split.
+  // (launch_quantize_row_groups_fp8's layout; x_scale_stride is not read). Never split; up to 4,096 groups.
   const int32_t* group_rows = nullptr;
   int num_groups = 0;
   int64_t group_weight_scales = 0;
+  // The rows the groups hold, where x is sized for more (a CUDA graph's worst case): tiles are 64 or 128 rows by
+  // the mean of a group's. 0: m.
+  int routed_rows = 0;
 };
-
-// Groups a grouped product may have (the kernel keeps their tile counts in shared memory).
-constexpr int kFp8GemmMaxGroups = 1024;
 
 // The workspace launch_fp8_gemm splits K with for this shape on the current device: 0 when it does not split.
 int64_t fp8_gemm_workspace_floats(int m, int n, int k);

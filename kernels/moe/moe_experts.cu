@@ -1,9 +1,12 @@
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "common/dependent_launch.cuh"
 #include "common/device_math.cuh"
 #include "elementwise/gated_activation_device.cuh"
+#include "linear/bf16_gemm.h"
+#include "linear/fp8_gemm.h"
 #include "moe/moe_experts.h"
 
 namespace tern::kernels {
@@ -113,87 +116,60 @@ __global__ void __launch_bounds__(kGroupThreads) group_pairs_kernel(const int32_
   for (int64_t i = threadIdx.x + kGroupThreads; i < num_pairs; i += kGroupThreads) place(i, local_expert(i));
 }
 
-// A 64 x 128 output tile per block of 4 warps (2 x 2, each 32 rows x 64 columns as 2 x 8 mma.sync m16n8k16
-// fragments fed by ldmatrix), k in steps of 32 brought by cp.async through three stages. Rows of the A tile are
-// gathered through row_pair.
+// MXFP4 experts over tiles (W4A16: Hopper has no FP4 tensor cores; bf16 and block-FP8 experts take the TMA GEMMs
+// of linear/bf16_gemm.h and linear/fp8_gemm.h): a 64 x 128 output tile per block of 4 warps (2 x 2, each 32 rows x
+// 64 columns as 2 x 8 mma.sync m16n8k16 fragments fed by ldmatrix), k in steps of 32 brought by cp.async through
+// three stages. Rows of the A tile are gathered through row_pair.
 constexpr int kTileN = 128;
 constexpr int kTileK = 32;
 constexpr int kStages = 3;
 constexpr int kPad = 8;  // bf16 elements of padding per shared row: spreads ldmatrix rows over the banks
 constexpr int kRowStride = kTileK + kPad;
 constexpr int kGemmThreads = 128;
+constexpr int kCodeBytes = kTileK / 2;  // a B tile row's e2m1 codes, one scale group
+static_assert(kTileK == 32, "an MXFP4 tile row is one scale group");
 
 // How the experts' weights are stored (MoeGemmParams): bf16, or codes with scales.
 enum class ExpertFormat { bf16, fp8, mxfp4 };
 
-// Quantized experts: a B tile row's codes (kTileK of them) and their bytes in shared memory, rows 16-byte aligned.
-template <ExpertFormat Format>
-constexpr int kCodeBytes = Format == ExpertFormat::mxfp4 ? kTileK / 2 : kTileK;
-template <ExpertFormat Format>
-constexpr int kCodeStride = Format == ExpertFormat::fp8 ? kTileK + 16 : kCodeBytes<Format>;
-
-// Code bytes of a weight row of k elements.
-template <ExpertFormat Format>
-__device__ __forceinline__ int64_t code_row_bytes(int k) {
-  return Format == ExpertFormat::mxfp4 ? k / 2 : k;
-}
-
-// Row `row` of a quantized B tile (kTileK codes in shared memory, those of weight row `weight_row` of the
-// [experts * n, k] rows from column k0) into bf16 values of the tile the mma loop reads.
-template <ExpertFormat Format>
+// Row `row` of a B tile (kCodeBytes in shared memory, those of weight row `weight_row` of the [experts * n, k] rows
+// from column k0) into bf16 values of the tile the mma loop reads.
 __device__ __forceinline__ void dequantize_tile_row(const MoeGemmParams& p, const uint8_t* codes, int64_t weight_row,
                                                     int k0, __nv_bfloat16* out) {
-  if constexpr (Format == ExpertFormat::fp8) {
-    const float scale = p.fp8.scales[weight_row / 128 * p.fp8.scale_stride + k0 / 128];
+  const float scale = e8m0_to_float(p.mxfp4.scales[weight_row * (p.k / 32) + k0 / 32]);
+  const uint4 words = *reinterpret_cast<const uint4*>(codes);
+  const uint32_t word[4] = {words.x, words.y, words.z, words.w};
 #pragma unroll
-    for (int i = 0; i < kTileK / 16; ++i) {
-      store_dequantized16(*reinterpret_cast<const uint4*>(codes + 16 * i), scale, out + 16 * i);
-    }
-  } else {
-    static_assert(kTileK == 32, "an MXFP4 tile row is one scale group");
-    const float scale = e8m0_to_float(p.mxfp4.scales[weight_row * (p.k / 32) + k0 / 32]);
-    const uint4 words = *reinterpret_cast<const uint4*>(codes);
-    const uint32_t word[4] = {words.x, words.y, words.z, words.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float values[8];
-      e2m1x8_to_float8(word[i], scale, values);
-      store_f32x8(out + 8 * i, values);
-    }
+  for (int i = 0; i < 4; ++i) {
+    float values[8];
+    e2m1x8_to_float8(word[i], scale, values);
+    store_f32x8(out + 8 * i, values);
   }
 }
 
-// Quantized B tiles arrive as codes (a half or a quarter of the bytes through cp.async) and each thread dequantizes
-// one row of the stage to bf16 before the mma loop reads it.
-template <ExpertFormat Format>
-__global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParams p) {
-  constexpr bool kCoded = Format != ExpertFormat::bf16;
-  static_assert(kGemmThreads == kTileN, "with codes a thread copies and dequantizes one B row");
+// B tiles arrive as codes (a quarter of the bytes through cp.async) and each thread dequantizes one row of the stage
+// to bf16 before the mma loop reads it.
+__global__ void __launch_bounds__(kGemmThreads) mxfp4_tiles_kernel(MoeGemmParams p) {
+  static_assert(kGemmThreads == kTileN, "a thread copies and dequantizes one B row");
   wait_for_prior_grids();
   allow_dependent_grids();
   const int expert = p.tile_expert[blockIdx.y];
   if (expert < 0) return;
   __shared__ alignas(128) __nv_bfloat16 a_tile[kStages][kMoeTileRows * kRowStride];
-  __shared__ alignas(128) __nv_bfloat16 b_tile[kCoded ? 1 : kStages][kTileN * kRowStride];
-  __shared__ alignas(128) uint8_t b_codes[kCoded ? kStages : 1][kCoded ? kTileN * kCodeStride<Format> : 16];
+  __shared__ alignas(128) __nv_bfloat16 b_tile[kTileN * kRowStride];
+  __shared__ alignas(128) uint8_t b_codes[kStages][kTileN * kCodeBytes];
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
   const int n0 = blockIdx.x * kTileN;
   const int64_t expert_rows = static_cast<int64_t>(expert) * p.n;
-  const __nv_bfloat16* weight = kCoded ? nullptr : p.weight + expert_rows * p.k;
-  // A valid address for empty copies.
-  const auto* codes_base = Format == ExpertFormat::mxfp4 ? p.mxfp4.codes : reinterpret_cast<const uint8_t*>(p.fp8.codes);
-  const int64_t row_bytes = code_row_bytes<Format>(p.k);
-  const uint8_t* codes_row = nullptr;  // quantized: this thread's B row
-  if constexpr (kCoded) {
-    const int n = n0 + static_cast<int>(threadIdx.x);
-    if (n < p.n) codes_row = codes_base + (expert_rows + n) * row_bytes;
-  }
+  const uint8_t* codes_base = p.mxfp4.codes;  // also a valid address for empty copies
+  const int64_t row_bytes = p.k / 2;
+  const uint8_t* codes_row = nullptr;  // this thread's B row
+  if (n0 + static_cast<int>(threadIdx.x) < p.n) codes_row = codes_base + (expert_rows + n0 + threadIdx.x) * row_bytes;
 
-  // Per stage each thread copies 16 bytes of 2 A rows (64 rows x 4 chunks) and of 4 B rows (128 x 4).
+  // Per stage each thread copies 16 bytes of 2 A rows (64 rows x 4 chunks) and its B row's codes.
   const int chunk = threadIdx.x % 4;
   const __nv_bfloat16* a_src[2];
-  const __nv_bfloat16* b_src[4];
   for (int i = 0; i < 2; ++i) {
     const int r = threadIdx.x / 4 + 32 * i;
     int64_t source_row = row0 + r;
@@ -202,10 +178,6 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
       source_row = pair >= 0 ? pair / p.top_k : -1;
     }
     a_src[i] = source_row >= 0 ? p.input + source_row * p.k : nullptr;
-  }
-  for (int i = 0; i < 4; ++i) {
-    const int n = n0 + threadIdx.x / 4 + 32 * i;
-    b_src[i] = !kCoded && n < p.n ? weight + static_cast<int64_t>(n) * p.k : nullptr;
   }
   const int num_k_tiles = (p.k + kTileK - 1) / kTileK;
   const auto load_stage = [&](int kt) {
@@ -218,20 +190,12 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
         cp_async_16(&a_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8], valid ? a_src[i] + k : p.input,
                     valid ? 16 : 0);
       }
-      if constexpr (kCoded) {
 #pragma unroll
-        for (int c = 0; c < kCodeBytes<Format> / 16; ++c) {
-          const int64_t code_byte = static_cast<int64_t>(kt) * kCodeBytes<Format> + 16 * c;
-          const bool valid = codes_row && code_byte < row_bytes;
-          cp_async_16(&b_codes[stage][threadIdx.x * kCodeStride<Format> + 16 * c],
-                      valid ? codes_row + code_byte : codes_base, valid ? 16 : 0);
-        }
-      } else {
-        for (int i = 0; i < 4; ++i) {
-          const bool valid = b_src[i] && in_k;
-          cp_async_16(&b_tile[stage][(threadIdx.x / 4 + 32 * i) * kRowStride + chunk * 8],
-                      valid ? b_src[i] + k : weight, valid ? 16 : 0);
-        }
+      for (int c = 0; c < kCodeBytes / 16; ++c) {
+        const int64_t code_byte = static_cast<int64_t>(kt) * kCodeBytes + 16 * c;
+        const bool valid = codes_row && code_byte < row_bytes;
+        cp_async_16(&b_codes[stage][threadIdx.x * kCodeBytes + 16 * c],
+                    valid ? codes_row + code_byte : codes_base, valid ? 16 : 0);
       }
     }
     cp_async_commit();  // empty groups too, so that every iteration waits for the same count
@@ -251,11 +215,11 @@ __global__ void __launch_bounds__(kGemmThreads) grouped_gemm_kernel(MoeGemmParam
     __syncthreads();  // stage kt landed for every thread; stage kt - 1 is no longer read
     load_stage(kt + kStages - 1);
     const __nv_bfloat16* a = a_tile[kt % kStages];
-    const __nv_bfloat16* b = b_tile[kCoded ? 0 : kt % kStages];
-    if constexpr (kCoded) {  // the previous tile's mma reads of b_tile ended before the barrier above
-      __nv_bfloat16* row = b_tile[0] + threadIdx.x * kRowStride;
+    const __nv_bfloat16* b = b_tile;
+    {  // the previous tile's mma reads of b_tile ended before the barrier above
+      __nv_bfloat16* row = b_tile + threadIdx.x * kRowStride;
       if (codes_row) {
-        dequantize_tile_row<Format>(p, &b_codes[kt % kStages][threadIdx.x * kCodeStride<Format>],
+        dequantize_tile_row(p, &b_codes[kt % kStages][threadIdx.x * kCodeBytes],
                                     expert_rows + n0 + threadIdx.x, kt * kTileK, row);
       } else {
         for (int i = 0; i < kTileK; ++i) row[i] = __float2bfloat16(0.0f);
@@ -476,11 +440,12 @@ __global__ void __launch_bounds__(kActivationThreads) moe_gated_activation_kerne
   }
 }
 
-__global__ void gather_inputs_kernel(const __nv_bfloat16* x, const int32_t* row_pair, int top_k,
-                                     __nv_bfloat16* out, int hidden) {
+__global__ void gather_inputs_kernel(const __nv_bfloat16* x, const int32_t* row_pair, const int32_t* tile_expert,
+                                     int top_k, __nv_bfloat16* out, int hidden) {
   wait_for_prior_grids();
   allow_dependent_grids();
   const int64_t r = blockIdx.x;
+  if (tile_expert[r / kMoeTileRows] < 0) return;
   const int32_t pair = row_pair[r];
   for (int c = threadIdx.x * 8; c < hidden; c += blockDim.x * 8) {
     uint4 v = make_uint4(0, 0, 0, 0);  // 8 bf16 zeros
@@ -550,6 +515,68 @@ void launch_moe_group_pairs(const int32_t* expert_ids, int64_t num_pairs, int fi
 
 namespace {
 
+// out[r] = x[row_pair[r] / top_k] for the first `num_rows` rows, zeros for padding rows, nothing for the rows of
+// tiles without an expert (tile_expert): the experts' inputs side by side, for the GEMMs that read contiguous rows.
+void launch_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, const int32_t* tile_expert,
+                              int top_k, __nv_bfloat16* out, int64_t num_rows, int hidden, cudaStream_t stream) {
+  if (hidden % 8 != 0) throw std::invalid_argument("moe_experts: hidden size " + std::to_string(hidden) + " is not a multiple of 8");
+  if (num_rows == 0) return;
+  launch_dependent("moe_experts (gather)", gather_inputs_kernel, static_cast<unsigned>(num_rows), 128, 0, stream, x,
+                   row_pair, tile_expert, top_k, out, hidden);
+}
+
+// bf16 and block-FP8 experts over tiles: the rows side by side (gathered first where they are tokens' rows), then
+// every expert's rows in one launch of the TMA GEMM; block-FP8 experts multiply the rows' e4m3 codes, quantized per
+// row and 128 columns in each expert's own scale layout (W8A8, DeepSeek's dynamic scheme).
+template <ExpertFormat Format>
+void launch_tma_tiles(const MoeGemmParams& p, cudaStream_t stream) {
+  constexpr bool kFp8 = Format == ExpertFormat::fp8;
+  const int64_t max_rows = p.max_tiles * kMoeTileRows;
+  if (!p.expert_rows || p.num_experts <= 0 || (p.gather_by_pair && !p.gathered) ||
+      (kFp8 && (!p.row_codes || !p.row_scales)) || max_rows > 0x7fffffff) {
+    throw std::invalid_argument("moe_experts: experts over tiles need the experts' rows" +
+                                std::string(p.gather_by_pair ? ", a gathering buffer" : "") +
+                                std::string(kFp8 ? " and buffers for the rows' codes and scales" : ""));
+  }
+  const __nv_bfloat16* x = p.input;
+  if (p.gather_by_pair) {
+    launch_gather_inputs(p.input, p.row_pair, p.tile_expert, p.top_k, p.gathered, max_rows, p.k, stream);
+    x = p.gathered;
+  }
+  const int routed_rows = static_cast<int>(std::min(p.routed_rows > 0 ? p.routed_rows : max_rows, max_rows));
+  if constexpr (kFp8) {
+    launch_quantize_row_groups_fp8(x, p.expert_rows, p.num_experts, max_rows, p.k, p.row_codes, p.row_scales,
+                                   stream);
+    Fp8GemmParams f;
+    f.x = p.row_codes;
+    f.x_scales = p.row_scales;
+    f.weight = p.fp8;
+    f.group_weight_scales = static_cast<int64_t>(p.n / 128) * p.fp8.scale_stride;
+    f.bias = p.bias;
+    f.out = p.out;
+    f.m = static_cast<int>(max_rows);
+    f.n = p.n;
+    f.k = p.k;
+    f.group_rows = p.expert_rows;
+    f.num_groups = p.num_experts;
+    f.routed_rows = routed_rows;
+    launch_fp8_gemm(f, stream);
+  } else {
+    Bf16GemmParams g;
+    g.x = x;
+    g.weight = p.weight;
+    g.bias = p.bias;
+    g.out = p.out;
+    g.m = static_cast<int>(max_rows);
+    g.n = p.n;
+    g.k = p.k;
+    g.group_rows = p.expert_rows;
+    g.num_groups = p.num_experts;
+    g.routed_rows = routed_rows;
+    launch_bf16_gemm(g, stream);
+  }
+}
+
 template <ExpertFormat Format>
 void launch_moe_gemm_kernel(const MoeGemmParams& p, cudaStream_t stream) {
   if (p.fuse_gated_activation) {
@@ -558,9 +585,11 @@ void launch_moe_gemm_kernel(const MoeGemmParams& p, cudaStream_t stream) {
   } else if (p.few_rows) {
     const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
     launch_dependent("moe_experts", skinny_gemm_kernel<false, Format>, grid, kSkinnyWarps * 32, 0, stream, p);
-  } else {
+  } else if constexpr (Format == ExpertFormat::mxfp4) {
     const dim3 grid((p.n + kTileN - 1) / kTileN, static_cast<unsigned>(p.max_tiles));
-    launch_dependent("moe_experts", grouped_gemm_kernel<Format>, grid, kGemmThreads, 0, stream, p);
+    launch_dependent("moe_experts", mxfp4_tiles_kernel, grid, kGemmThreads, 0, stream, p);
+  } else {
+    launch_tma_tiles<Format>(p, stream);
   }
 }
 
@@ -609,14 +638,6 @@ void launch_moe_gated_activation(const __nv_bfloat16* gate_up, __nv_bfloat16* ou
   const dim3 grid(static_cast<unsigned>(max_tiles), (width + kActivationColumns - 1) / kActivationColumns);
   launch_dependent("moe_experts (activation)", moe_gated_activation_kernel, grid, kActivationThreads, 0, stream,
                    gate_up, out, grouping, width, spec);
-}
-
-void launch_moe_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, int top_k, __nv_bfloat16* out,
-                              int64_t num_rows, int hidden, cudaStream_t stream) {
-  if (hidden % 8 != 0) throw std::invalid_argument("moe_experts: hidden size " + std::to_string(hidden) + " is not a multiple of 8");
-  if (num_rows == 0) return;
-  launch_dependent("moe_experts (gather)", gather_inputs_kernel, static_cast<unsigned>(num_rows), 128, 0, stream, x,
-                   row_pair, top_k, out, hidden);
 }
 
 void launch_moe_combine(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,

@@ -48,8 +48,8 @@ struct MoeGemmParams {
   const int32_t* tile_expert = nullptr;
   int64_t max_tiles = 0;
   const __nv_bfloat16* weight = nullptr;  // [experts, n, k], or null for quantized experts
-  // Quantized experts instead, one of (W8A16 or W4A16: each weight is its code times its scale, rounded to bf16 for
-  // the tensor-core tiles):
+  // Quantized experts instead, one of (each weight its code times its scale; the few-rows GEMM and the MXFP4 tiles
+  // multiply bf16 activations, W8A16 and W4A16):
   // - block FP8: codes [experts, n, k], the scales of 128x128 blocks of the [experts * n, k] rows; n a multiple of
   //   128, k of 16;
   // - MXFP4: the [experts * n, k] rows' codes and scales; k a multiple of 32.
@@ -67,6 +67,18 @@ struct MoeGemmParams {
   // so the activation needs no kernel and gate/up no round trip through memory.
   bool fuse_gated_activation = false;
   GatedActivationSpec activation;
+  // bf16 and block-FP8 experts over tiles (not few_rows) run the grouped TMA GEMMs (linear/bf16_gemm.h; block FP8
+  // as W8A8, linear/fp8_gemm.h) on the experts' rows side by side: expert_rows and num_experts are
+  // MoeGrouping::expert_rows and its experts, routed_rows the pairs (the tiles' height follows their mean an
+  // expert; 0: every row), and with gather_by_pair the input rows are gathered first into `gathered`
+  // ([max_tiles * kMoeTileRows, k]). Block FP8 quantizes the rows into row_codes ([max_tiles * kMoeTileRows, k])
+  // and row_scales ([max_tiles * kMoeTileRows * ceil(k / 128)]).
+  const int32_t* expert_rows = nullptr;
+  int num_experts = 0;
+  int64_t routed_rows = 0;
+  __nv_bfloat16* gathered = nullptr;
+  __nv_fp8_e4m3* row_codes = nullptr;
+  float* row_scales = nullptr;
 };
 
 // Whether `num_pairs` pairs over `num_experts` experts are few rows per expert (MoeGemmParams::few_rows).
@@ -81,11 +93,6 @@ void launch_moe_grouped_gemm(const MoeGemmParams& params, cudaStream_t stream);
 // pairs need. Padding rows of out are left unwritten (the down GEMM's outputs for them are never combined).
 void launch_moe_gated_activation(const __nv_bfloat16* gate_up, __nv_bfloat16* out, const MoeGrouping& grouping,
                                  int64_t max_tiles, int width, const GatedActivationSpec& spec, cudaStream_t stream);
-
-// out[r] = x[row_pair[r] / top_k] for the first `num_rows` rows, zeros for padding rows: the experts' inputs
-// side by side, for per-expert GEMMs that read contiguous rows.
-void launch_moe_gather_inputs(const __nv_bfloat16* x, const int32_t* row_pair, int top_k, __nv_bfloat16* out,
-                              int64_t num_rows, int hidden, cudaStream_t stream);
 
 // out[t] = sum over slots j of weights[t, j] * rows[pair_row[t * top_k + j]] (pairs without a row add nothing).
 void launch_moe_combine(const __nv_bfloat16* rows, const int32_t* pair_row, const float* weights,

@@ -59,7 +59,8 @@ def dequantized_state(directory):
     """The checkpoint's tensors with every F8 weight replaced by code x block scale, in float64, and the names of
     those."""
     state = {}
-    for file in sorted(f for f in os.listdir(directory) if f.endswith('.safetensors')):
+    # The weights' files only: a fixture also holds its logits (golden_logits, hf_fp8_logits).
+    for file in sorted(f for f in os.listdir(directory) if f.startswith('model') and f.endswith('.safetensors')):
         state.update(load_file(os.path.join(directory, file)))
     out, fp8_names = {}, set()
     for name, tensor in state.items():

@@ -723,15 +723,9 @@ class CudaBackend final : public Backend {
                                       checked_int(experts.first_expert, "first expert"),
                                       checked_int(num_experts, "experts"), max_tiles, grouping, stream_);
     });
-    const bool per_expert = num_pairs >= kPerExpertGemmRows * num_experts && !capturing() &&
-                            expert_gemms(in, grouping, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
-                                         gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr,
-                                         activation, activated, down);
-    if (!per_expert) {
-      grouped_gemms(in, grouping, max_tiles, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
-                    gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
-                    kernels::moe_few_rows(num_pairs, num_experts), activated, down);
-    }
+    grouped_gemms(in, grouping, max_tiles, num_pairs, checked_int(top_k, "top_k"), gate_up_weight, down_weight,
+                  gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation,
+                  kernels::moe_few_rows(num_pairs, num_experts), activated, down);
     launch("moe_experts (combine)", [&] {
       kernels::launch_moe_combine(down.ptr<bf16>(), grouping.pair_row, routing.weights.ptr<float>(), out.ptr<bf16>(),
                                   num_tokens, checked_int(top_k, "top_k"), checked_int(hidden, "hidden size"),
@@ -1327,26 +1321,21 @@ class CudaBackend final : public Backend {
     return kv;
   }
 
-  // Steps with this many rows per expert on average (long prefill chunks of models with few experts) run each
-  // expert's rows through cuBLASLt, after reading the grouping's row offsets back (a host sync, so never while a
-  // graph records); fewer rows run the grouped kernels, which keep every expert's tiles in one launch. Measured
-  // on Qwen3-30B-A3B shapes: at 512 rows per expert, 256 one-after-another cuBLASLt GEMMs per layer (each too
-  // small to fill the GPU) made prefill 13% slower than the grouped kernel (docs/BENCHMARKS.md).
-  static constexpr int64_t kPerExpertGemmRows = 1024;
-
   bool capturing() const {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
     return status != cudaStreamCaptureStatusNone;
   }
 
-  // gate_up [rows, 2I] -> activated [rows, I] -> down [rows, H] for the grouping's rows, with one kernel each; with
-  // few rows (a warp per output column) the gate_up GEMM writes the activation itself.
-  void grouped_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int64_t max_tiles, int top_k,
-                     const Tensor& gate_up_weight, const Tensor& down_weight, const Tensor* gate_up_bias,
+  // gate_up [rows, 2I] -> activated [rows, I] -> down [rows, H] for the grouping's rows, with one kernel each
+  // (bf16 and block-FP8 experts over tiles gather their rows first, block FP8 quantizes them: W8A8); with few rows
+  // (a warp per output column) the gate_up GEMM writes the activation itself.
+  void grouped_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int64_t max_tiles, int64_t num_pairs,
+                     int top_k, const Tensor& gate_up_weight, const Tensor& down_weight, const Tensor* gate_up_bias,
                      const Tensor* down_bias, const GluActivation& activation, bool few_rows, Tensor& activated,
                      Tensor& down) {
     const int64_t intermediate = activated.size(1);
+    const int64_t num_experts = gate_up_weight.size(0);
     kernels::MoeGemmParams up;
     up.input = in.ptr<bf16>();
     up.row_pair = grouping.row_pair;
@@ -1359,6 +1348,23 @@ class CudaBackend final : public Backend {
     up.n = checked_int(2 * intermediate, "intermediate size");
     up.k = checked_int(in.size(-1), "hidden size");
     up.few_rows = few_rows;
+    up.expert_rows = grouping.expert_rows;
+    up.num_experts = checked_int(num_experts, "experts");
+    up.routed_rows = num_pairs;
+    std::optional<Tensor> gathered, row_codes, row_scales;
+    const bool tma_tiles = !few_rows && (up.weight || up.fp8.codes);
+    if (tma_tiles) {
+      const int64_t rows = activated.size(0);
+      const int64_t widest = std::max(in.size(-1), intermediate);
+      gathered = allocator_->allocate(DType::BF16, {rows, in.size(-1)});
+      up.gathered = gathered->ptr<bf16>();
+      if (up.fp8.codes) {  // for gate_up's rows, then down's
+        row_codes = allocator_->allocate(DType::F8_E4M3, {rows, widest});
+        row_scales = allocator_->allocate(DType::F32, {rows * ((widest + 127) / 128)});
+        up.row_codes = static_cast<__nv_fp8_e4m3*>(row_codes->data);
+        up.row_scales = row_scales->ptr<float>();
+      }
+    }
     if (few_rows) {
       up.out = activated.ptr<bf16>();
       up.fuse_gated_activation = true;
@@ -1403,78 +1409,6 @@ class CudaBackend final : public Backend {
     } else {
       p.weight = weight.ptr<bf16>();
     }
-  }
-
-  // The same with the experts' inputs gathered side by side: per projection one cuBLASLt GEMM per expert over the
-  // expert's padded rows (multiples of 64, which bounds the GEMM shapes planned) for bf16 experts, or one grouped
-  // launch of the FP8 tensor-core GEMM (W8A8) over every expert's rows for block-FP8 ones, the rows quantized per
-  // row and 128 columns. False for MXFP4 experts (Hopper has no FP4 tensor cores): the caller then runs the grouped
-  // kernels.
-  bool expert_gemms(const Tensor& in, const kernels::MoeGrouping& grouping, int top_k, const Tensor& gate_up_weight,
-                    const Tensor& down_weight, const Tensor* gate_up_bias, const Tensor* down_bias,
-                    const GluActivation& activation, Tensor& activated, Tensor& down) {
-    if (gate_up_weight.dtype == DType::F4_E2M1 || down_weight.dtype == DType::F4_E2M1) return false;
-    const int64_t num_experts = gate_up_weight.size(0);
-    const int64_t hidden = in.size(-1);
-    const int64_t intermediate = activated.size(1);
-    std::vector<int32_t> rows(static_cast<size_t>(num_experts + 1));
-    check(cudaMemcpyAsync(rows.data(), grouping.expert_rows, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                          stream_),
-          "moe_experts (expert rows)");
-    check(cudaStreamSynchronize(stream_), "moe_experts (expert rows)");
-    const int64_t used_rows = rows.back();
-    Tensor inputs = allocator_->allocate(DType::BF16, {used_rows, hidden});
-    Tensor gate_up = allocator_->allocate(DType::BF16, {used_rows, 2 * intermediate});
-    launch("moe_experts (gather)", [&] {
-      kernels::launch_moe_gather_inputs(in.ptr<bf16>(), grouping.row_pair, top_k, inputs.ptr<bf16>(), used_rows,
-                                        checked_int(hidden, "hidden size"), stream_);
-    });
-    const auto row_ptr = [](const Tensor& t, int64_t row) { return t.ptr<bf16>() + row * t.size(-1); };
-    // out's rows of each expert = inputs' rows of the expert times its [n, k] weight (+ its bias).
-    const auto project = [&](const Tensor& inputs, const Tensor& weight, const Tensor* bias, Tensor& out, int64_t n,
-                             int64_t k, const char* what) {
-      const bf16* biases = bias ? bias->ptr<bf16>() : nullptr;
-      if (!weight.block_scales) {
-        for (int64_t e = 0; e < num_experts; ++e) {
-          const int64_t m = rows[e + 1] - rows[e];
-          if (m == 0) continue;
-          gemm_->run(row_ptr(inputs, rows[e]), weight.ptr<bf16>() + e * n * k, biases ? biases + e * n : nullptr,
-                     row_ptr(out, rows[e]), m, n, k);
-        }
-        return;
-      }
-      const int64_t column_blocks = (k + 127) / 128;
-      Tensor codes = allocator_->allocate(DType::F8_E4M3, {used_rows, k});
-      Tensor scales = allocator_->allocate(DType::F32, {used_rows * column_blocks});
-      launch(what, [&] {
-        kernels::launch_quantize_row_groups_fp8(inputs.ptr<bf16>(), grouping.expert_rows,
-                                                checked_int(num_experts, "experts"), used_rows, k,
-                                                static_cast<__nv_fp8_e4m3*>(codes.data), scales.ptr<float>(),
-                                                stream_);
-      });
-      const kernels::BlockFp8Codes experts = fp8_codes(weight);
-      kernels::Fp8GemmParams p;  // every expert's rows in one grouped launch
-      p.x = static_cast<const __nv_fp8_e4m3*>(codes.data);
-      p.x_scales = scales.ptr<float>();
-      p.weight = experts;
-      p.group_rows = grouping.expert_rows;
-      p.num_groups = checked_int(num_experts, "experts");
-      p.group_weight_scales = weight.block_scales->numel() / num_experts;
-      p.bias = biases;
-      p.out = out.data;
-      p.m = checked_int(used_rows, "expert rows");
-      p.n = checked_int(n, "output features");
-      p.k = checked_int(k, "input features");
-      launch("moe_experts (block-FP8 gemm)", [&] { kernels::launch_fp8_gemm(p, stream_); });
-    };
-    project(inputs, gate_up_weight, gate_up_bias, gate_up, 2 * intermediate, hidden,
-            "moe_experts (gate_up activations)");
-    launch("moe_experts (activation)", [&] {
-      kernels::launch_gated_activation(gate_up.ptr<bf16>(), activated.ptr<bf16>(), used_rows, intermediate,
-                                       gated_spec(activation), stream_);
-    });
-    project(activated, down_weight, down_bias, down, hidden, intermediate, "moe_experts (down activations)");
-    return true;
   }
 
   cuda::RankStream rank_stream() { return {*allocator_, *staging_, stream_}; }

@@ -1,5 +1,5 @@
 // The CUDA mixture-of-experts ops against the CPU reference: router top-k in every scoring mode (ids exactly,
-// weights to float rounding), the expert FFN on each of its three paths (bf16 intermediates, so a bf16
+// weights to float rounding), the expert FFN on each of its paths (bf16 intermediates, so a bf16
 // tolerance) with biases, gpt-oss's clamped GLU, clamped SwiGLU and a rank's share of the experts, and the gated
 // activations.
 #include <algorithm>
@@ -198,9 +198,15 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
       {128, 32, 4, 128, 40, Glu::gpt_oss, 16, 16},          // a width that is no multiple of 16
       {128, 64, 6, 256, 64, Glu::swiglu, 0, 16},
       {128, 16, 2, 64, 40, Glu::clamped_swiglu, 8, 8, true},  // no local pair: every tile unused
-      // ... and 1,024 or more (long prefill chunks: one cuBLASLt GEMM per expert).
+      // ... and more than 64 a expert on average (prefill chunks): 128-row tiles of the TMA GEMM, which cross from
+      // one expert's 64-row-padded rows into the next's.
       {4200, 4, 2, 64, 32, Glu::swiglu, 0, 4},
       {2100, 4, 2, 64, 64, Glu::gpt_oss, 2, 2},    // gpt-oss's GLU with biases, the second of two ranks
+      {1000, 8, 2, 136, 96, Glu::swiglu, 0, 8},    // K of 136: a partial 64-value slice
+      {700, 64, 8, 1024, 128, Glu::swiglu, 0, 64},  // 128-row tiles on 64 experts
+      // ... over more experts than the TMA GEMM's counting threads (a run of groups each).
+      {3000, 1100, 2, 64, 16, Glu::swiglu, 0, 1100},
+      {4500, 4096, 2, 64, 16, Glu::swiglu, 0, 4096},
       {0, 8, 2, 64, 32, Glu::swiglu, 0, 8},      // an empty step
   };
   for (const ExpertsCase& c : cases) {

@@ -145,11 +145,18 @@ TEST(CudaMxfp4ModelTest, DeepseekV4ReleasedLogitsMatchTheCpuBackend) {
                                         cpu->to_host_f32(cpu_runner.append(prompt, true)));
     std::printf("deepseek_v4 released (FP4 experts), %zu tokens: CUDA vs CPU relative logit error %.2e\n",
                 prompt.size(), error);
-    EXPECT_LE(error, 5e-2) << prompt.size() << " tokens";
+    // Prompts of several tokens run the block-FP8 projections on the FP8 tensor cores over activations quantized
+    // per row and 128 columns (W8A8), the CPU backend in float32 over the dequantized weights (W8A16), and the
+    // decode step after them reads the keys and values they wrote: on an H100 1.19e-1 and 1.22e-1 at 7 and 40
+    // tokens, 1.1e-1 on the decode step (the dense fixtures' 4-8e-2 in CudaOnlineFp8ModelTest; V4's eight
+    // hyper-connected layers compound more). One token runs the GEMVs on the codes (W8A16): 1.1e-2. A scale of
+    // the wrong block or row is off by 2x or more, far outside either bound.
+    const double bound = prompt.size() > 1 ? 2e-1 : 5e-2;
+    EXPECT_LE(error, bound) << prompt.size() << " tokens";
     const std::vector<int32_t> next = {prompt.back()};
     EXPECT_LE(relative_error(gpu->to_host_f32(gpu_runner.append(next, false)),
                              cpu->to_host_f32(cpu_runner.append(next, false))),
-              5e-2)
+              bound)
         << "decode step";
   }
   std::filesystem::remove_all(dir);

@@ -1,4 +1,4 @@
-// The block-FP8 GEMM's work division (kernels/linear/fp8_gemm_schedule.h): every output tile and K slice of a
+// The TMA + wgmma GEMMs' work division (kernels/linear/wgmma_gemm_schedule.h): every output tile and K slice of a
 // product belongs to exactly one unit, split-K only where the tiles leave SMs idle, and no unit with an empty range.
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 #include <tuple>
 #include <vector>
 
-#include "linear/fp8_gemm_schedule.h"
+#include "linear/wgmma_gemm_schedule.h"
 
-namespace tern::kernels::fp8_gemm {
+namespace tern::kernels::wgmma_gemm {
 namespace {
 
 constexpr int kSms = 132;
@@ -32,7 +32,7 @@ void expect_every_tile_and_slice_once(int m, int n, int k, bool may_split) {
   for (const auto& [at, count] : covered) EXPECT_EQ(count, 1);
 }
 
-TEST(Fp8GemmScheduleTest, EveryTileAndSliceBelongsToOneUnit) {
+TEST(WgmmaGemmScheduleTest, EveryTileAndSliceBelongsToOneUnit) {
   for (const bool may_split : {false, true}) {
     for (const int m : {1, 2, 16, 64, 65, 128, 300, 1100, 4096}) {
       for (const int n : {128, 200, 4096, 28672}) {
@@ -42,7 +42,7 @@ TEST(Fp8GemmScheduleTest, EveryTileAndSliceBelongsToOneUnit) {
   }
 }
 
-TEST(Fp8GemmScheduleTest, SplitsKOnlyWhereTilesLeaveSmsIdle) {
+TEST(WgmmaGemmScheduleTest, SplitsKOnlyWhereTilesLeaveSmsIdle) {
   // Decode rows of the 8B model's o_proj: 32 tiles for 132 SMs, so 4 ranges of 8 slices.
   const Schedule decode = make_schedule(16, 4096, 4096, kSms, true);
   EXPECT_EQ(decode.tile_m, 64);
@@ -59,7 +59,7 @@ TEST(Fp8GemmScheduleTest, SplitsKOnlyWhereTilesLeaveSmsIdle) {
   EXPECT_EQ(short_k.slices_per_split, 1);
 }
 
-TEST(Fp8GemmScheduleTest, ConcurrentUnitsShareABandOfRowTiles) {
+TEST(WgmmaGemmScheduleTest, ConcurrentUnitsShareABandOfRowTiles) {
   // The first 132 units of an 8192^3 product: 8 row tiles (of 128) by 17 column tiles, not 2 row tiles by 64.
   const Schedule s = make_schedule(8192, 8192, 8192, kSms, false);
   std::map<int, int> rows, columns;
@@ -74,7 +74,7 @@ TEST(Fp8GemmScheduleTest, ConcurrentUnitsShareABandOfRowTiles) {
 
 // MoE experts in one launch: each expert's rows (none, a few, several tiles' worth) times each column tile exactly
 // once, in tiles of that expert's rows only, whatever the split of the rows; the units past them are not valid.
-TEST(Fp8GemmScheduleTest, GroupedUnitsCoverEveryGroupsRowsOnce) {
+TEST(WgmmaGemmScheduleTest, GroupedUnitsCoverEveryGroupsRowsOnce) {
   std::mt19937 rng(7);
   for (const int num_groups : {1, 3, 128, 256}) {
     for (const int mean_rows : {1, 8, 100, 700}) {
@@ -86,7 +86,7 @@ TEST(Fp8GemmScheduleTest, GroupedUnitsCoverEveryGroupsRowsOnce) {
         rows.push_back(rows.back() + r);
       }
       const int m = rows.back(), n = 768, k = 2048;
-      const Schedule s = grouped_schedule(m, n, k, num_groups);
+      const Schedule s = grouped_schedule(m, n, k, num_groups, m);
       EXPECT_EQ(s.splits, 1);
       std::vector<int> cumulative = {0};
       for (int g = 0; g < num_groups; ++g) {
@@ -95,7 +95,7 @@ TEST(Fp8GemmScheduleTest, GroupedUnitsCoverEveryGroupsRowsOnce) {
       ASSERT_LE(cumulative.back(), s.m_tiles) << "the bound holds every split of the rows";
       std::vector<int> covered(static_cast<size_t>(m) * s.n_tiles, 0);
       for (int unit = 0; unit < s.units(); ++unit) {
-        const UnitTile t = grouped_unit(unit, s.m_tiles, s.slices, cumulative.data(), num_groups, rows.data(),
+        const UnitTile t = grouped_unit(unit, s.n_tiles, s.slices, cumulative.data(), num_groups, rows.data(),
                                         s.tile_m);
         if (!t.valid) continue;
         ASSERT_EQ(t.group_row0, rows[t.group]);
@@ -115,5 +115,15 @@ TEST(Fp8GemmScheduleTest, GroupedUnitsCoverEveryGroupsRowsOnce) {
   }
 }
 
+// A grouping sized for the worst case (CUDA graphs: 9,216 rows of x for Qwen3-30B-A3B's 1,024 routed rows at batch
+// 128 over 128 experts) takes its tiles' height from the rows the groups really hold, and its bound from all of x.
+TEST(WgmmaGemmScheduleTest, GroupedTilesFollowTheRoutedRows) {
+  const Schedule decode = grouped_schedule(9216, 1536, 2 * 2048, 128, 1024);
+  EXPECT_EQ(decode.tile_m, 64);
+  EXPECT_EQ(decode.m_tiles, 9216 / 64 + 128);
+  EXPECT_EQ(decode.slices, 2 * 2048 / kTileK);  // bf16: 64 values a slice
+  EXPECT_EQ(grouped_schedule(73728, 1536, 2 * 2048, 128, 65536).tile_m, 128);  // a prefill step
+}
+
 }  // namespace
-}  // namespace tern::kernels::fp8_gemm
+}  // namespace tern::kernels::wgmma_gemm

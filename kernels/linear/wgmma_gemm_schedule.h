@@ -1,18 +1,23 @@
 #pragma once
-// How the block-FP8 GEMM (fp8_gemm.cu) shares out its work: output tiles of tile_m rows of x by 128 weight rows,
-// each with a range of 128-deep K slices (all of them, unless K is split). Plain arithmetic, callable from host and
-// device, so that tests/kernels/linear/fp8_gemm_schedule_test.cpp checks it on the CPU.
+// How the TMA + wgmma GEMMs (wgmma_gemm_kernel.cuh: block FP8 and bf16) share out their work: output tiles of
+// tile_m rows of x by 128 weight rows, each with a range of K slices of 128 bytes (all of them, unless K is split).
+// K is counted in bytes of a row here: a slice is 128 e4m3 codes (one scale block) or 64 bf16 values. Plain
+// arithmetic, callable from host and device, so that tests/kernels/linear/wgmma_gemm_schedule_test.cpp checks it on
+// the CPU.
 #include <cstdint>
 
 #include "common/host_device.h"
 
-namespace tern::kernels::fp8_gemm {
+namespace tern::kernels::wgmma_gemm {
 
 constexpr int kTileN = 128;
-constexpr int kTileK = 128;  // one scale block of K
+constexpr int kTileK = 128;  // bytes of K a slice: one scale block of e4m3 codes
 // Consecutive units walk the output tiles of a band of kBandTiles row tiles column tile by column tile, so that
 // the blocks running at once share x's and the weight's tiles in L2.
 constexpr int kBandTiles = 8;
+// Groups a grouped product may have (the kernel keeps their tile counts in shared memory): as many as the MoE
+// grouping's experts (kernels/moe/moe_experts.cu).
+constexpr int kMaxGroups = 4096;
 
 struct Tile {
   int m0, n0, first_slice, end_slice, split;
@@ -58,14 +63,17 @@ TERN_HOST_DEVICE inline UnitTile plain_unit(const Tile& t, int m) {
 
 TERN_HOST_DEVICE constexpr int group_m_tiles(int rows, int tile_m) { return (rows + tile_m - 1) / tile_m; }
 
-// Grouped products (MoE experts, fp8_gemm.h): group g's rows of x are [group_rows[g], group_rows[g + 1]), its m
-// tiles cumulative_tiles[g] .. cumulative_tiles[g + 1] - 1 of all groups' (cumulative_tiles[0] = 0, group_m_tiles
-// each). Unit u is m tile u % tiles_bound of column tile u / tiles_bound, with every slice; tiles_bound is a bound
-// known before the groups' rows are (grouped_schedule), and units past the groups' tiles are not valid.
-TERN_HOST_DEVICE inline UnitTile grouped_unit(int unit, int tiles_bound, int slices, const int* cumulative_tiles,
+// Grouped products (MoE experts, fp8_gemm.h and bf16_gemm.h): group g's rows of x are [group_rows[g],
+// group_rows[g + 1]), its m tiles cumulative_tiles[g] .. cumulative_tiles[g + 1] - 1 of all groups'
+// (cumulative_tiles[0] = 0, group_m_tiles each). Unit u is column tile u % n_tiles of m tile u / n_tiles, with every
+// slice: the blocks running at once take every column of a few m tiles, so that each x tile comes from memory once
+// and each weight tile once for all of its group's m tiles, where the column-major order (every m tile of a column,
+// then the next column) brought x back from memory for each column. The m tiles are counted up to a bound known
+// before the groups' rows are (grouped_schedule); units past the groups' tiles are not valid.
+TERN_HOST_DEVICE inline UnitTile grouped_unit(int unit, int n_tiles, int slices, const int* cumulative_tiles,
                                               int num_groups, const int32_t* group_rows, int tile_m) {
   UnitTile t;
-  const int m_tile = unit % tiles_bound;
+  const int m_tile = unit / n_tiles;
   if (m_tile >= cumulative_tiles[num_groups]) return t;
   int lo = 0, hi = num_groups;  // cumulative_tiles[lo] <= m_tile < cumulative_tiles[hi]
   while (hi - lo > 1) {
@@ -81,32 +89,33 @@ TERN_HOST_DEVICE inline UnitTile grouped_unit(int unit, int tiles_bound, int sli
   t.group_row0 = group_rows[lo];
   t.m0 = group_rows[lo] + (m_tile - cumulative_tiles[lo]) * tile_m;
   t.row_end = group_rows[lo + 1];
-  t.n0 = unit / tiles_bound * kTileN;
+  t.n0 = unit % n_tiles * kTileN;
   t.first_slice = 0;
   t.end_slice = slices;
   return t;
 }
 
-// The schedule of a grouped product of m rows in num_groups groups: tiles by the mean rows of a group, and as many
-// m tiles as any split of the rows into the groups can take (ceil(m / tile_m) + num_groups), never split-K.
-TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k, int num_groups) {
+// The schedule of a grouped product of m rows (k_bytes a row) in num_groups groups: tiles by the mean of a group's
+// `tile_basis_rows` (m, or fewer where x is sized for the worst case and the groups hold fewer real rows), and as
+// many m tiles as any split of the m rows into the groups can take (ceil(m / tile_m) + num_groups), never split-K.
+TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k_bytes, int num_groups, int tile_basis_rows) {
   Schedule s;
-  s.tile_m = tile_rows(num_groups > 0 ? m / num_groups : m);
+  s.tile_m = tile_rows(num_groups > 0 ? tile_basis_rows / num_groups : tile_basis_rows);
   s.m_tiles = group_m_tiles(m, s.tile_m) + num_groups;
   s.n_tiles = (n + kTileN - 1) / kTileN;
-  s.slices = (k + kTileK - 1) / kTileK;
+  s.slices = (k_bytes + kTileK - 1) / kTileK;
   s.slices_per_split = s.slices;
   return s;
 }
 
-// The schedule of an [m, k] x [n, k]^T product on `sms` SMs. With `may_split`, where the tiles alone would leave
-// SMs idle, K is cut into ranges so that every SM gets a unit (never an empty range).
-TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k, int sms, bool may_split) {
+// The schedule of an [m, k] x [n, k]^T product (k_bytes a row) on `sms` SMs. With `may_split`, where the tiles
+// alone would leave SMs idle, K is cut into ranges so that every SM gets a unit (never an empty range).
+TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k_bytes, int sms, bool may_split) {
   Schedule s;
   s.tile_m = tile_rows(m);
   s.m_tiles = (m + s.tile_m - 1) / s.tile_m;
   s.n_tiles = (n + kTileN - 1) / kTileN;
-  s.slices = (k + kTileK - 1) / kTileK;
+  s.slices = (k_bytes + kTileK - 1) / kTileK;
   const int tiles = s.m_tiles * s.n_tiles;
   int wanted = 1;
   if (may_split && tiles < sms) wanted = sms / tiles < s.slices ? sms / tiles : s.slices;
@@ -115,4 +124,4 @@ TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k, int sms, boo
   return s;
 }
 
-}  // namespace tern::kernels::fp8_gemm
+}  // namespace tern::kernels::wgmma_gemm
