@@ -13,10 +13,10 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${OUT:-$root/gpu-logs}"
 mkdir -p "$out"
 bin="$root/.device/bin"
+source "$root/scripts/gpu/device_env.sh"
 # `tern bench`, or the same command from tern-engine-bench when only that was staged.
 tern="$bin/tern"
 [ -x "$tern" ] || tern="$bin/tern_engine_bench"
-source "$root/scripts/gpu/device_env.sh"
 
 config="${E2E_CONFIG:-llama-3.1-8b.json}"
 # The checkpoint (16 GB for the 8B model; keep others under ~35 GB) goes to memory-backed storage when there is room.

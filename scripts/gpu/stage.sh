@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs HERE (the build machine): builds the CUDA tests and benchmarks with third-party libraries linked
-# statically, and copies what the GPU machine needs into .device/ (ignored by git) for the device tool's `carry`:
-# .device/bin (executables), .device/lib (libgomp), .device/tools (make_model.py), .device/fixtures (the dense, MoE and DeepSeek-V3/V4 fixture models), .device/configs
-# (model configs for the end-to-end benchmark).
+# statically, and packs what the GPU machine needs into .device/stage.tar.xz (ignored by git) for the device tool's
+# `carry` (64 MiB with the tracked files): bin (executables, stripped), lib (libgomp), tools (make_model.py),
+# fixtures (the dense, MoE and DeepSeek-V3/V4 fixture models), configs (model configs for the end-to-end benchmark).
+# The GPU scripts unpack it on first use (device_env.sh). TERN_STAGE_TARGETS replaces the list of executables (e.g.
+# "cuda_backend_test moe_experts_bench"), TERN_STAGE_MODELS the fixture models.
 # Then, on the GPU machine: scripts/gpu/run_all.sh, e2e_bench.sh and verify_step_check.sh (carry: .device), and on a
 # multi-GPU kind scripts/gpu/tp_check.sh.
 set -euo pipefail
@@ -16,20 +18,18 @@ if [ -z "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_CUDA=ON -DTERN_STATIC=ON >/dev/null
 fi
 # tern-engine-bench is `tern bench` without the server layers (quick to build); TERN_STAGE_TERN=1 adds `tern`.
-targets=(cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench fp8_linear_bench moe_experts_bench
-         tern_engine_bench verify_step_bench)
+targets=(${TERN_STAGE_TARGETS:-cuda_backend_test cuda_tensor_parallel_test attention_bench linear_bench
+          fp8_linear_bench moe_experts_bench tern_engine_bench verify_step_bench})
 [ -n "${TERN_STAGE_TERN:-}" ] && targets+=(tern)
 cmake --build "$build" -j2 --target "${targets[@]}"
 
 rm -rf "$root/.device"
 mkdir -p "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures/models" "$root/.device/configs" \
   "$root/.device/tools"
-cp "$build/tests/backend/cuda/cuda_backend_test" "$build/tests/backend/cuda/cuda_tensor_parallel_test" \
-  "$build/bench/attention_bench" "$build/bench/linear_bench" "$build/bench/fp8_linear_bench" \
-  "$build/bench/moe_experts_bench" "$build/bench/tern_engine_bench" \
-  "$build/bench/verify_step_bench" \
-  "$root/.device/bin/"
-[ -n "${TERN_STAGE_TERN:-}" ] && cp "$build/tern" "$root/.device/bin/"
+for target in "${targets[@]}"; do
+  find "$build" -type f -name "$target" -perm -u+x -not -path "*/CMakeFiles/*" -exec cp {} "$root/.device/bin/" \;
+done
+strip "$root/.device/bin/"*
 cp "$fixtures/configs/llama-3.1-8b.json" "$fixtures/configs/deepseek-v4-flash-8layer.json" \
   "$root/bench/configs/gpt-oss-20b.json" "$root/.device/configs/"
 # Qwen3-30B-A3B cut to 24 layers, the MoE speed issue's shape.
@@ -46,10 +46,14 @@ if [ -n "${TERN_STAGE_REUSE_BUILD:-}" ]; then
   done | sort -u | xargs -r cp -L -t "$root/.device/lib/"
 fi
 cp "$fixtures/../tools/make_model.py" "$root/.device/tools/"
-for model in llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3 deepseek_v4 tern-py-13m; do
+for model in ${TERN_STAGE_MODELS:-llama llama3_rope qwen2 qwen3 qwen3-chat-tiny qwen3_moe mixtral gpt_oss deepseek_v3 \
+               deepseek_v4 tern-py-13m}; do
   cp -r "$fixtures/models/$model" "$root/.device/fixtures/models/"
 done
 chmod -R u+w "$root/.device"
-echo "shared libraries the test needs (cuBLASLt comes from the GPU machine's CUDA):"
-ldd "$root/.device/bin/cuda_backend_test" | grep -v -E "linux-vdso|ld-linux"
-du -sh "$root/.device"
+echo "shared libraries the executables need (cuBLASLt comes from the GPU machine's CUDA):"
+ldd "$root/.device/bin/"* | grep "=>" | grep -v -E "linux-vdso|ld-linux" | awk '{print $1}' | sort -u | tr '\n' ' '
+echo
+tar -C "$root/.device" -cf - bin lib fixtures tools configs | xz -T0 -6 >"$root/.device/stage.tar.xz"
+rm -rf "$root/.device/bin" "$root/.device/lib" "$root/.device/fixtures" "$root/.device/tools" "$root/.device/configs"
+du -h "$root/.device/stage.tar.xz"
