@@ -1351,14 +1351,19 @@ class CudaBackend final : public Backend {
     up.expert_rows = grouping.expert_rows;
     up.num_experts = checked_int(num_experts, "experts");
     up.routed_rows = num_pairs;
+    // Over tiles, bf16 and block-FP8 projections take the TMA GEMMs (MXFP4 ones the mma.sync tiles): gate_up's
+    // rows gathered first, and the rows quantized for whichever projection is block FP8 (an online-quantized
+    // model may have one of them so: gpt-oss's 2,880-row down projection has no 128-row blocks).
     std::optional<Tensor> gathered, row_codes, row_scales;
-    const bool tma_tiles = !few_rows && (up.weight || up.fp8.codes);
-    if (tma_tiles) {
+    const auto block_fp8 = [](const Tensor& w) { return w.dtype == DType::F8_E4M3 && w.block_scales; };
+    if (!few_rows) {
       const int64_t rows = activated.size(0);
-      const int64_t widest = std::max(in.size(-1), intermediate);
-      gathered = allocator_->allocate(DType::BF16, {rows, in.size(-1)});
-      up.gathered = gathered->ptr<bf16>();
-      if (up.fp8.codes) {  // for gate_up's rows, then down's
+      if (gate_up_weight.dtype != DType::F4_E2M1) {
+        gathered = allocator_->allocate(DType::BF16, {rows, in.size(-1)});
+        up.gathered = gathered->ptr<bf16>();
+      }
+      if (block_fp8(gate_up_weight) || block_fp8(down_weight)) {
+        const int64_t widest = std::max(in.size(-1), intermediate);
         row_codes = allocator_->allocate(DType::F8_E4M3, {rows, widest});
         row_scales = allocator_->allocate(DType::F32, {rows * ((widest + 127) / 128)});
         up.row_codes = static_cast<__nv_fp8_e4m3*>(row_codes->data);

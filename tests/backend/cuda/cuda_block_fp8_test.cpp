@@ -252,6 +252,44 @@ TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
   }
 }
 
+// An online-quantized model may have one projection of its experts in block FP8 and the other in bf16 (gpt-oss's
+// 2,880-row down projection has no 128-row blocks): over tiles each takes its own TMA GEMM, the rows quantized for
+// the FP8 one only.
+TEST_F(CudaBlockFp8Test, ExpertsWithOneProjectionInFp8) {
+  constexpr int64_t kTokens = 200, kExperts = 8, kTopK = 2;
+  struct Case {
+    int64_t hidden, intermediate;
+    bool fp8_gate_up;
+  };
+  for (const Case& c : {Case{144, 128, true}, Case{256, 96, false}}) {
+    const std::string what = fmt::format("{}x{}, {} in FP8", c.hidden, c.intermediate,
+                                         c.fp8_gate_up ? "gate_up" : "down");
+    const auto x = input(random_bf16_values(kTokens * c.hidden, 60), {kTokens, c.hidden});
+    const std::vector<int64_t> gate_up_shape = {kExperts, 2 * c.intermediate, c.hidden};
+    const std::vector<int64_t> down_shape = {kExperts, c.hidden, c.intermediate};
+    const std::vector<int64_t>& fp8_shape = c.fp8_gate_up ? gate_up_shape : down_shape;
+    const std::vector<int64_t>& bf16_shape = c.fp8_gate_up ? down_shape : gate_up_shape;
+    const Fp8Weight fp8(fp8_shape[0] * fp8_shape[1], fp8_shape[2], 61);
+    const auto bf16 = weight(random_bf16_values(bf16_shape[0] * bf16_shape[1] * bf16_shape[2], 62, 0.2f), bf16_shape);
+    const Tensor gpu_fp8 = gpu->load_linear_weight(fp8.parts()).reshape(fp8_shape);
+    ASSERT_EQ(gpu_fp8.dtype, DType::F8_E4M3) << what;
+    const Tensor cpu_fp8 = cpu->load_linear_weight(fp8.parts()).reshape(fp8_shape);
+    const ExpertWeights cpu_experts{c.fp8_gate_up ? cpu_fp8 : bf16.cpu, c.fp8_gate_up ? bf16.cpu : cpu_fp8, nullptr,
+                                    nullptr, 0};
+    const ExpertWeights gpu_experts{c.fp8_gate_up ? gpu_fp8 : bf16.gpu, c.fp8_gate_up ? bf16.gpu : gpu_fp8, nullptr,
+                                    nullptr, 0};
+    const auto [ids, weights] = testing::random_routing(kTokens, kExperts, kTopK, 63);
+    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {kTokens, kTopK}),
+                                    cpu->from_host_f32(weights, {kTokens, kTopK})};
+    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {kTokens, kTopK}),
+                                    gpu->from_host_f32(weights, {kTokens, kTopK})};
+    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, GluActivation{});
+    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, GluActivation{});
+    ASSERT_EQ(got.shape, expected.shape) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), 6e-2) << what;
+  }
+}
+
 // transformers' own block-FP8 checkpoint (tests/data/README.md): CUDA's W8A8 logits within twice the error of
 // transformers' FP8 forward (W8A8), both against its float64 forward over the dequantized weights. A yardstick that
 // is not W8A8 (its bf16 forward over the dequantized weights, where its FP8 kernels were missing) leaves out the
