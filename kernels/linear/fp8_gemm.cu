@@ -13,25 +13,14 @@ int64_t fp8_gemm_workspace_floats(int m, int n, int k) {
 }
 
 void launch_fp8_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
-  const bool grouped = p.group_rows != nullptr;
-  if (grouped && (p.num_groups <= 0 || p.num_groups > wgmma_gemm::kMaxGroups)) {
-    throw std::invalid_argument("fp8_gemm: " + std::to_string(p.num_groups) + " groups (1 to " +
-                                std::to_string(wgmma_gemm::kMaxGroups) + ")");
-  }
   if (p.m < 0 || p.n < 0 || p.k <= 0 || p.k % 16 != 0 || !p.weight.covers(p.k) || !p.x || !p.x_scales ||
-      (!grouped && p.x_scale_stride < p.m) || p.routed_rows < 0) {
+      (!p.group_rows && p.x_scale_stride < p.m) || p.routed_rows < 0) {
     throw std::invalid_argument("fp8_gemm: [" + std::to_string(p.m) + ", " + std::to_string(p.k) + "] x [" +
                                 std::to_string(p.n) + ", " + std::to_string(p.k) +
                                 "]^T (k a positive multiple of 16, with every scale)");
   }
-  if (p.m == 0 || p.n == 0) return;
   // An e4m3 code is a byte: a row's bytes are its k.
-  const int tile_basis_rows = p.routed_rows > 0 ? p.routed_rows : p.m;
-  const wgmma_gemm::Schedule schedule =
-      grouped ? wgmma_gemm::grouped_schedule(p.m, p.n, p.k, p.num_groups, tile_basis_rows)
-              : wgmma_gemm::make_schedule(p.m, p.n, p.k, wgmma_gemm::device_sms(), p.split_workspace != nullptr);
-  wgmma_gemm::launch_gemm("fp8_gemm", p, p.x, p.weight.codes, static_cast<uint64_t>(p.k), schedule,
-                          p.split_workspace, stream);
+  wgmma_gemm::launch_gemm("fp8_gemm", p, p.x, p.weight.codes, p.k, p.split_workspace, stream);
 }
 
 }  // namespace tern::kernels

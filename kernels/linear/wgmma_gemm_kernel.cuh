@@ -328,16 +328,26 @@ void launch_tiles(const char* name, const Params& p, const void* x, const void* 
                    schedule, split_workspace);
 }
 
-// out = x times weight transposed (+ bias) by `schedule`'s units; x and weight have rows of row_bytes. With more
-// than one split the float32 parts go to split_workspace and a second kernel adds them up.
+// out = x times weight transposed (+ bias); x and weight have rows of row_bytes. A grouped product (p.group_rows)
+// is tiled by its routed rows' mean a group (p.routed_rows, else m); a plain one splits K where split_workspace is
+// given and the tiles leave SMs idle: the float32 parts go there and a second kernel adds them up.
 template <typename Params>
-void launch_gemm(const char* name, const Params& p, const void* x, const void* weight, uint64_t row_bytes,
-                 const Schedule& schedule, float* split_workspace, cudaStream_t stream) {
+void launch_gemm(const char* name, const Params& p, const void* x, const void* weight, int row_bytes,
+                 float* split_workspace, cudaStream_t stream) {
+  if (p.group_rows && (p.num_groups <= 0 || p.num_groups > kMaxGroups)) {
+    throw std::invalid_argument(std::string(name) + ": " + std::to_string(p.num_groups) + " groups (1 to " +
+                                std::to_string(kMaxGroups) + ")");
+  }
+  if (p.m == 0 || p.n == 0) return;
+  const Schedule schedule =
+      p.group_rows ? grouped_schedule(p.m, p.n, row_bytes, p.num_groups, p.routed_rows > 0 ? p.routed_rows : p.m)
+                   : make_schedule(p.m, p.n, row_bytes, device_sms(), split_workspace != nullptr);
   if (schedule.splits == 1) split_workspace = nullptr;
+  const auto bytes = static_cast<uint64_t>(row_bytes);
   if (schedule.tile_m == 64) {
-    launch_tiles<1>(name, p, x, weight, row_bytes, schedule, split_workspace, stream);
+    launch_tiles<1>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   } else {
-    launch_tiles<2>(name, p, x, weight, row_bytes, schedule, split_workspace, stream);
+    launch_tiles<2>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   }
   if (split_workspace) {
     const int64_t total = static_cast<int64_t>(p.m) * p.n;

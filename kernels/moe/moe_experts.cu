@@ -543,28 +543,8 @@ void launch_tma_tiles(const MoeGemmParams& p, cudaStream_t stream) {
     launch_gather_inputs(p.input, p.row_pair, p.tile_expert, p.top_k, p.gathered, max_rows, p.k, stream);
     x = p.gathered;
   }
-  const int routed_rows = static_cast<int>(std::min(p.routed_rows > 0 ? p.routed_rows : max_rows, max_rows));
-  if constexpr (kFp8) {
-    launch_quantize_row_groups_fp8(x, p.expert_rows, p.num_experts, max_rows, p.k, p.row_codes, p.row_scales,
-                                   stream);
-    Fp8GemmParams f;
-    f.x = p.row_codes;
-    f.x_scales = p.row_scales;
-    f.weight = p.fp8;
-    f.group_weight_scales = static_cast<int64_t>(p.n / 128) * p.fp8.scale_stride;
-    f.bias = p.bias;
-    f.out = p.out;
-    f.m = static_cast<int>(max_rows);
-    f.n = p.n;
-    f.k = p.k;
-    f.group_rows = p.expert_rows;
-    f.num_groups = p.num_experts;
-    f.routed_rows = routed_rows;
-    launch_fp8_gemm(f, stream);
-  } else {
-    Bf16GemmParams g;
-    g.x = x;
-    g.weight = p.weight;
+  // The grouped product's fields both GEMMs have.
+  const auto set_product = [&](auto& g) {
     g.bias = p.bias;
     g.out = p.out;
     g.m = static_cast<int>(max_rows);
@@ -572,7 +552,23 @@ void launch_tma_tiles(const MoeGemmParams& p, cudaStream_t stream) {
     g.k = p.k;
     g.group_rows = p.expert_rows;
     g.num_groups = p.num_experts;
-    g.routed_rows = routed_rows;
+    g.routed_rows = p.routed_rows > 0 ? static_cast<int>(std::min(p.routed_rows, max_rows)) : 0;
+  };
+  if constexpr (kFp8) {
+    launch_quantize_row_groups_fp8(x, p.expert_rows, p.num_experts, max_rows, p.k, p.row_codes, p.row_scales,
+                                   stream);
+    Fp8GemmParams f;
+    set_product(f);
+    f.x = p.row_codes;
+    f.x_scales = p.row_scales;
+    f.weight = p.fp8;
+    f.group_weight_scales = static_cast<int64_t>(p.n / 128) * p.fp8.scale_stride;
+    launch_fp8_gemm(f, stream);
+  } else {
+    Bf16GemmParams g;
+    set_product(g);
+    g.x = x;
+    g.weight = p.weight;
     launch_bf16_gemm(g, stream);
   }
 }
