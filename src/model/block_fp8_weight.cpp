@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
-#include <thread>
 
 #include "core/error.h"
 
@@ -13,39 +12,41 @@ namespace {
 
 constexpr float kE4m3Max = 448.0f;
 
-// Quantizes the weight's row of blocks `grid_row` into `codes` (the whole weight's) and `scales` (that row's).
-void quantize_band(const TensorInfo& weight, int64_t block_rows, int64_t block_columns, int64_t grid_row,
-                   uint8_t* codes, float* scales) {
+// Quantizes the block at (grid_row, grid_column) into `codes` (the whole weight's) and returns its scale. `block`
+// holds the block's values in float32 (block_rows x block_columns at most).
+float quantize_block(const TensorInfo& weight, int64_t block_rows, int64_t block_columns, int64_t grid_row,
+                     int64_t grid_column, float* block, uint8_t* codes) {
   const int64_t rows = weight.shape[0], columns = weight.shape[1];
-  const int64_t grid_columns = (columns + block_columns - 1) / block_columns;
-  const int64_t first_row = grid_row * block_rows;
-  const int64_t band_rows = std::min(block_rows, rows - first_row);
-  std::vector<float> band(static_cast<size_t>(band_rows * columns));
-  convert_to_f32(weight.dtype, weight.data + static_cast<size_t>(first_row * columns) * dtype_size(weight.dtype),
-                 band.data(), band.size());
-  std::fill(scales, scales + grid_columns, 0.0f);
-  for (int64_t r = 0; r < band_rows; ++r) {
-    for (int64_t c = 0; c < columns; ++c) {
-      const float x = band[static_cast<size_t>(r * columns + c)];
-      if (!std::isfinite(x)) {
-        fail("{}: tensor '{}' holds {} at [{}, {}]; FP8 quantization needs finite weights", weight.file.string(),
-             weight.name, x, first_row + r, c);
-      }
-      float& amax = scales[c / block_columns];
-      amax = std::max(amax, std::abs(x));
+  const int64_t first_row = grid_row * block_rows, first_column = grid_column * block_columns;
+  const int64_t height = std::min(block_rows, rows - first_row), width = std::min(block_columns, columns - first_column);
+  const size_t element = dtype_size(weight.dtype);
+  float amax = 0.0f;
+  for (int64_t r = 0; r < height; ++r) {
+    float* values = block + r * width;
+    convert_to_f32(weight.dtype, weight.data + static_cast<size_t>((first_row + r) * columns + first_column) * element,
+                   values, static_cast<size_t>(width));
+    float row_amax = 0.0f;
+    bool finite = true;
+    for (int64_t c = 0; c < width; ++c) {  // no branch inside: the compiler vectorizes it
+      finite &= std::isfinite(values[c]);
+      row_amax = std::max(row_amax, std::abs(values[c]));
     }
+    if (!finite) {
+      const int64_t c = std::find_if(values, values + width, [](float x) { return !std::isfinite(x); }) - values;
+      fail("{}: tensor '{}' holds {} at [{}, {}]; FP8 quantization needs finite weights", weight.file.string(),
+           weight.name, values[c], first_row + r, first_column + c);
+    }
+    amax = std::max(amax, row_amax);
   }
   // A block of zeros (or of values so small that amax / 448 underflows float32) gets scale 1: its elements
   // quantize to zero.
-  for (int64_t b = 0; b < grid_columns; ++b) {
-    const float scale = scales[b] / kE4m3Max;
-    scales[b] = scale > 0.0f ? scale : 1.0f;
+  const float scale = amax / kE4m3Max > 0.0f ? amax / kE4m3Max : 1.0f;
+  for (int64_t r = 0; r < height; ++r) {
+    uint8_t* row_codes = codes + (first_row + r) * columns + first_column;
+    const float* values = block + r * width;
+    for (int64_t c = 0; c < width; ++c) row_codes[c] = f32_to_f8_e4m3(values[c] / scale);
   }
-  for (int64_t r = 0; r < band_rows; ++r) {
-    uint8_t* row_codes = codes + (first_row + r) * columns;
-    const float* values = band.data() + r * columns;
-    for (int64_t c = 0; c < columns; ++c) row_codes[c] = f32_to_f8_e4m3(values[c] / scales[c / block_columns]);
-  }
+  return scale;
 }
 
 }  // namespace
@@ -65,27 +66,26 @@ BlockFp8Weight::BlockFp8Weight(const TensorInfo& weight, int64_t block_rows, int
   const int64_t grid_columns = (columns + block_columns - 1) / block_columns;
   codes_.resize(static_cast<size_t>(rows * columns));
   scale_values_.resize(static_cast<size_t>(grid_rows * grid_columns));
-  // Rows of blocks are independent: the cores share them (loading a large model quantizes billions of elements).
-  const int64_t num_workers =
-      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(grid_rows, 1));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(num_workers));
-  const auto work = [&](int64_t worker) {
-    try {
-      for (int64_t grid_row = worker; grid_row < grid_rows; grid_row += num_workers) {
-        quantize_band(weight, block_rows, block_columns, grid_row, codes_.data(),
-                      scale_values_.data() + grid_row * grid_columns);
+  // Blocks are independent: the cores share them, a block at a time, since a weight of a few rows of blocks (an
+  // expert's 768 x 2,048 projection: 6) left most cores idle when they took whole rows. Loading a large model
+  // quantizes billions of elements.
+  const int64_t num_blocks = grid_rows * grid_columns;
+  std::exception_ptr error;
+#pragma omp parallel
+  {
+    std::vector<float> block(static_cast<size_t>(std::min(block_rows, rows) * std::min(block_columns, columns)));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      try {
+        scale_values_[static_cast<size_t>(b)] = quantize_block(weight, block_rows, block_columns, b / grid_columns,
+                                                               b % grid_columns, block.data(), codes_.data());
+      } catch (...) {
+#pragma omp critical(block_fp8_error)
+        if (!error) error = std::current_exception();
       }
-    } catch (...) {
-      errors[static_cast<size_t>(worker)] = std::current_exception();
     }
-  };
-  std::vector<std::thread> workers;
-  for (int64_t worker = 1; worker < num_workers; ++worker) workers.emplace_back(work, worker);
-  work(0);
-  for (auto& worker : workers) worker.join();
-  for (const auto& error : errors) {
-    if (error) std::rethrow_exception(error);
   }
+  if (error) std::rethrow_exception(error);
 
   scales_.name = weight.name + "_scale_inv";
   scales_.file = weight.file;
