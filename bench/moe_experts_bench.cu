@@ -145,7 +145,35 @@ int main() {
         auto* down_out = device_alloc<__nv_bfloat16>(static_cast<size_t>(max_rows * s.hidden));
         auto* out = device_alloc<__nv_bfloat16>(static_cast<size_t>(tokens * s.hidden));
         const bool few_rows = tern::kernels::moe_few_rows(pairs, s.experts);
-        const auto layer = [&](int r) {
+        // One token as the CUDA backend runs it: pair tiles, gate/up then down with the combine (no grouping).
+        const auto token_layer = [&](int r) {
+          tern::kernels::MoeGemmParams up;
+          up.input = x;
+          up.gather_by_pair = true;
+          up.top_k = static_cast<int>(s.top_k);
+          up.pair_expert = device_ids + r * pairs;
+          up.num_experts = static_cast<int>(s.experts);
+          up.max_tiles = pairs;
+          up.few_rows = true;
+          up.fuse_gated_activation = true;
+          gate_up.set(up);
+          up.n = static_cast<int>(2 * s.intermediate);
+          up.k = static_cast<int>(s.hidden);
+          up.out = activated;
+          tern::kernels::launch_moe_grouped_gemm(up, stream);
+          tern::kernels::MoeGemmParams dn = up;
+          dn.fuse_gated_activation = false;
+          dn.input = activated;
+          dn.gather_by_pair = false;
+          dn.pair_weights = weights;
+          dn.max_tiles = tokens;
+          down.set(dn);
+          dn.out = out;
+          dn.n = static_cast<int>(s.hidden);
+          dn.k = static_cast<int>(s.intermediate);
+          tern::kernels::launch_moe_grouped_gemm(dn, stream);
+        };
+        const auto grouped_layer = [&](int r) {
           tern::kernels::launch_moe_group_pairs(device_ids + r * pairs, pairs, 0, static_cast<int>(s.experts),
                                                 max_tiles, grouping, stream);
           tern::kernels::MoeGemmParams up;
@@ -184,6 +212,7 @@ int main() {
           tern::kernels::launch_moe_combine(down_out, grouping.pair_row, weights, out, tokens,
                                             static_cast<int>(s.top_k), static_cast<int>(s.hidden), stream);
         };
+        const auto layer = [&](int r) { tokens == 1 ? token_layer(r) : grouped_layer(r); };
         // Decode as recorded steps run it (a graph of one layer per routing, back to back), prefill one call at a time.
         int call = 0;
         const double ms = tokens == max_tokens

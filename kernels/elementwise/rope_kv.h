@@ -63,9 +63,20 @@ struct KvWriteParams {
 
 void launch_store_kv(const KvWriteParams& params, cudaStream_t stream);
 
-// Writes rope(query) to query_out [num_tokens, num_heads, key_dim], and rope(key) and value to the cache. Token t's
-// query heads are read at query + t * query_stride; query_out may be query itself (packed, rotated in place).
+// Per-head RMSNorm of queries and keys before the rotation (Qwen3's q_norm and k_norm): weights [key_dim], both or
+// neither, for heads of at most kMaxNormedHeadDim dims.
+struct HeadNorms {
+  const __nv_bfloat16* query = nullptr;
+  const __nv_bfloat16* key = nullptr;
+  float eps = 1e-6f;
+};
+constexpr int kMaxNormedHeadDim = 512;
+
+// Writes rope(query) to query_out [num_tokens, num_heads, key_dim], and rope(key) and value to the cache; with
+// norms, rope(rms_norm(query)) and rope(rms_norm(key)). Token t's query heads are read at query + t * query_stride;
+// query_out may be query itself (packed, rotated in place).
 void launch_rope_store_kv(const __nv_bfloat16* query, int64_t query_stride, __nv_bfloat16* query_out, int num_heads,
-                          const KvWriteParams& params, const RopeSpec& rope, cudaStream_t stream);
+                          const KvWriteParams& params, const RopeSpec& rope, cudaStream_t stream,
+                          const HeadNorms& norms = {});
 
 }  // namespace tern::kernels

@@ -327,19 +327,37 @@ struct LaneWeights {
 // With Gated (MoeGemmParams::fuse_gated_activation) a warp takes gate column c and up column c + width of its rows
 // (one read of each input row for both) and writes their activation, from gate and up rounded to bf16 as the
 // unfused path stores them.
+// The local expert of pair `pair` under pair tiles (MoeGemmParams::pair_expert), -1 when another rank holds it.
+__device__ __forceinline__ int pair_local_expert(const MoeGemmParams& p, int64_t pair) {
+  const int e = p.pair_expert[pair] - p.first_expert;
+  return e >= 0 && e < p.num_experts ? e : -1;
+}
+
 template <bool Gated, ExpertFormat Format>
 __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmParams p) {
   constexpr int kColumns = Gated ? 2 : 1;
   wait_for_prior_grids();
   allow_dependent_grids();
-  const int expert = p.tile_expert[blockIdx.y];
-  if (expert < 0) return;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
-  // A tile's real rows come first (the grouping fills an expert's rows in order); the rest are padding.
+  // A tile's real rows come first (the grouping fills an expert's rows in order); the rest are padding. A pair tile
+  // is its pair's row alone.
   __shared__ int64_t source_row[kMoeTileRows];
-  const int32_t pair = threadIdx.x < kMoeTileRows ? p.row_pair[row0 + threadIdx.x] : -1;
-  if (threadIdx.x < kMoeTileRows) source_row[threadIdx.x] = p.gather_by_pair ? pair / p.top_k : row0 + threadIdx.x;
-  const int num_rows = __syncthreads_count(pair >= 0);
+  int expert, num_rows;
+  int64_t row0;
+  if (p.pair_expert) {
+    expert = pair_local_expert(p, blockIdx.y);
+    if (expert < 0) return;
+    row0 = blockIdx.y;
+    if (threadIdx.x == 0) source_row[0] = p.gather_by_pair ? row0 / p.top_k : row0;
+    __syncthreads();
+    num_rows = 1;
+  } else {
+    expert = p.tile_expert[blockIdx.y];
+    if (expert < 0) return;
+    row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
+    const int32_t pair = threadIdx.x < kMoeTileRows ? p.row_pair[row0 + threadIdx.x] : -1;
+    if (threadIdx.x < kMoeTileRows) source_row[threadIdx.x] = p.gather_by_pair ? pair / p.top_k : row0 + threadIdx.x;
+    num_rows = __syncthreads_count(pair >= 0);
+  }
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int out_n = p.n / kColumns;
@@ -398,6 +416,85 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
       }
     }
   }
+}
+
+// A down projection under pair tiles with pair_weights: token t's slots summed in the same kernel. A warp takes one
+// output column for all of the token's slots, the weight rows of kSlotsInFlight slots' experts loaded together (a
+// batch-1 step's short rows would leave little in flight a slot at a time; with FP8's 16 codes a lane, 8 slots'
+// rows spilled registers). Each slot's product is rounded to bf16 (plus its bias) as the down GEMM stores it, then
+// the slots are added weighted in slot order, as launch_moe_combine adds them: the same output as the grouped path.
+constexpr int kMaxCombinedSlots = 64;
+template <ExpertFormat Format>
+constexpr int kSlotsInFlight = Format == ExpertFormat::fp8 ? 4 : 8;
+
+template <ExpertFormat Format>
+__global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_combine_kernel(MoeGemmParams p) {
+  __shared__ int slot_expert[kMaxCombinedSlots];
+  __shared__ float slot_weight[kMaxCombinedSlots];
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int64_t first_pair = static_cast<int64_t>(blockIdx.y) * p.top_k;
+  for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
+    slot_expert[j] = pair_local_expert(p, first_pair + j);
+    slot_weight[j] = p.pair_weights[first_pair + j];
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kSkinnyWarps + warp;
+  if (n >= p.n) return;
+  constexpr int kStep = kLaneWeights<Format>;
+  constexpr int kSlots = kSlotsInFlight<Format>;
+  float sum = 0.0f;
+  for (int j0 = 0; j0 < p.top_k; j0 += kSlots) {
+    int expert[kSlots];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) expert[s] = j0 + s < p.top_k ? slot_expert[j0 + s] : -1;
+    float acc[kSlots] = {};
+    for (int k = lane * kStep; k < p.k; k += 32 * kStep) {
+      // Every slot's weights and inputs are requested before any is used: an input loaded after its slot's
+      // weights arrived would add a round trip to L2 per slot.
+      LaneWeights<Format> lane_weights[kSlots];
+      Bf16x8 inputs[kSlots][kStep / 8];
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (expert[s] < 0) continue;
+        lane_weights[s].load(p, static_cast<int64_t>(expert[s]) * p.n + n, k);
+#pragma unroll
+        for (int c = 0; c < kStep / 8; ++c) {
+          inputs[s][c] = *reinterpret_cast<const Bf16x8*>(p.input + (first_pair + j0 + s) * p.k + k + 8 * c);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kStep / 8; ++c) {
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+          if (expert[s] < 0) continue;
+          float w[8], a[8];
+          lane_weights[s].get8(c, w);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 pair = __bfloat1622float2(inputs[s][c].pair[i]);
+            a[2 * i] = pair.x;
+            a[2 * i + 1] = pair.y;
+          }
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[s] += w[i] * a[i];  // the grouped path's order: the same sums
+        }
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) acc[s] = warp_sum(acc[s]);
+    if (lane == 0) {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (expert[s] < 0) continue;
+        const float bias = p.bias ? __bfloat162float(p.bias[static_cast<int64_t>(expert[s]) * p.n + n]) : 0.0f;
+        sum += slot_weight[j0 + s] * __bfloat162float(__float2bfloat16(acc[s] + bias));
+      }
+    }
+  }
+  if (lane == 0) p.out[static_cast<int64_t>(blockIdx.y) * p.n + n] = __float2bfloat16(sum);
 }
 
 // A block per (tile, kActivationColumns columns), a thread per 4 columns of a row (8-byte accesses: width is a
@@ -575,7 +672,10 @@ void launch_tma_tiles(const MoeGemmParams& p, cudaStream_t stream) {
 
 template <ExpertFormat Format>
 void launch_moe_gemm_kernel(const MoeGemmParams& p, cudaStream_t stream) {
-  if (p.fuse_gated_activation) {
+  if (p.pair_weights) {
+    const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
+    launch_dependent("moe_experts", skinny_combine_kernel<Format>, grid, kSkinnyWarps * 32, 0, stream, p);
+  } else if (p.fuse_gated_activation) {
     const dim3 grid((p.n / 2 + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
     launch_dependent("moe_experts", skinny_gemm_kernel<true, Format>, grid, kSkinnyWarps * 32, 0, stream, p);
   } else if (p.few_rows) {
@@ -611,6 +711,13 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   }
   if (p.fuse_gated_activation && !p.few_rows) {
     throw std::invalid_argument("moe_experts: the gated activation fuses into the few-rows GEMM only");
+  }
+  if (p.pair_expert && (!p.few_rows || p.num_experts <= 0)) {
+    throw std::invalid_argument("moe_experts: pair tiles run the few-rows GEMM over the local experts");
+  }
+  if (p.pair_weights && (!p.pair_expert || p.fuse_gated_activation || p.top_k < 1 || p.top_k > kMaxCombinedSlots)) {
+    throw std::invalid_argument("moe_experts: slots summed in the down GEMM need pair tiles, no fused activation and "
+                                "top_k of 1 to " + std::to_string(kMaxCombinedSlots));
   }
   if (p.max_tiles == 0) return;
   if (p.max_tiles > 65535) throw std::invalid_argument("moe_experts: too many rows for one launch");

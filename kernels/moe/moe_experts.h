@@ -67,6 +67,14 @@ struct MoeGemmParams {
   // so the activation needs no kernel and gate/up no round trip through memory.
   bool fuse_gated_activation = false;
   GatedActivationSpec activation;
+  // Pair tiles (few_rows; one token's experts, batch-1 decode): with pair_expert (the routing's expert ids [pairs],
+  // local experts [first_expert, first_expert + num_experts)) tile t is pair t alone and out row t its row: no
+  // grouping launch, and since a token's slots name distinct experts no weight is read twice. max_tiles is then the
+  // pairs. With pair_weights ([pairs], the routing weights) too, a down projection sums each token's slots weighted
+  // as launch_moe_combine would (tile t is token t, max_tiles the tokens, out [tokens, n]): no combine launch.
+  const int32_t* pair_expert = nullptr;
+  int first_expert = 0;
+  const float* pair_weights = nullptr;
   // bf16 and block-FP8 experts over tiles (not few_rows) run the grouped TMA GEMMs (linear/bf16_gemm.h; block FP8
   // as W8A8, linear/fp8_gemm.h) on the experts' rows side by side: expert_rows and num_experts are
   // MoeGrouping::expert_rows and its experts, routed_rows the pairs (the tiles' height follows their mean an

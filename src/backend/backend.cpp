@@ -127,6 +127,10 @@ QkvColumns Backend::split_qkv(const Tensor& qkv, const QkvHeads& heads) {
 Tensor Backend::rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache,
                                int layer, const StepContext& step) {
   QkvColumns columns = split_qkv(qkv, heads);
+  if (heads.q_norm) {
+    columns.q = rms_norm(columns.q, *heads.q_norm, heads.norm_eps);
+    columns.k = rms_norm(columns.k, *heads.k_norm, heads.norm_eps);
+  }
   rope_store_kv(columns.q, columns.k, columns.v, table, cache, layer, step);
   return columns.q;
 }

@@ -52,11 +52,15 @@ struct PreNorm {
   float eps = 1e-6f;
 };
 
-// How a fused q/k/v projection's output columns divide into heads: q, then k, then v.
+// How a fused q/k/v projection's output columns divide into heads: q, then k, then v; and Qwen3's per-head RMSNorm
+// of q and k between the projection and RoPE (weights [head_dim], both or neither).
 struct QkvHeads {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  const Tensor* q_norm = nullptr;
+  const Tensor* k_norm = nullptr;
+  float norm_eps = 1e-6f;
 };
 
 // Those columns as [T, heads, head_dim] tensors (Backend::split_qkv).
@@ -269,8 +273,9 @@ class Backend {
   // A fused projection's output qkv [T, (heads + 2 kv_heads) head_dim] cut into q, k and v (slice_columns: views of
   // qkv where the backend makes them).
   QkvColumns split_qkv(const Tensor& qkv, const QkvHeads& heads);
-  // rope_store_kv of split_qkv(qkv) -> the rotated queries [T, heads, head_dim]. The CUDA backend reads q, k and v
-  // where they lie in qkv's rows instead of copying the columns out first.
+  // rope_store_kv of split_qkv(qkv), q and k normalized first where heads has norms -> the rotated queries
+  // [T, heads, head_dim]. The CUDA backend reads q, k and v where they lie in qkv's rows instead of copying the
+  // columns out first, and normalizes the heads in the same kernel.
   virtual Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache,
                                 int layer, const StepContext& step);
   // Causal attention of q [T, heads, key_dim] over each sequence's cached and new tokens -> [T, heads, value_dim].

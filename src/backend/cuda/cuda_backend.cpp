@@ -504,7 +504,9 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  // The same GEMV with RoPE and the cache write in its epilogue, for whole-head rotate-half RoPE.
+  // The same GEMV with RoPE and the cache write in its epilogue, for whole-head rotate-half RoPE without head norms
+  // (a head's norm needs all of its dims, which different blocks of the GEMV compute: the GEMV with the input's norm,
+  // then rope_store_qkv's kernel).
   Tensor norm_linear_rope_store_kv(PreNorm& input, const Tensor& qkv_weight, const Tensor* qkv_bias,
                                    const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
                                    const StepContext& step) override {
@@ -512,7 +514,7 @@ class CudaBackend final : public Backend {
     std::optional<PreNormGemv> gemv = pre_norm_gemv(input, qkv_weight, qkv_bias);
     const int64_t q_width = heads.num_heads * heads.head_dim;
     const kernels::RopeSpec spec = rope_spec(table, heads.head_dim, false);
-    const bool fits = gemv && layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
+    const bool fits = gemv && !heads.q_norm && layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
                       cache.layers[layer].key_dim == heads.head_dim && !table.rotate_last_dims &&
                       kernels::gemv_supports_rope_kv(qkv_weight.size(0), q_width, cache.layers[layer].num_kv_heads,
                                                      heads.head_dim, cache.layers[layer].value_dim, spec);
@@ -706,6 +708,10 @@ class CudaBackend final : public Backend {
     if (experts.down_bias) down_bias = this->activation(*experts.down_bias, "moe_experts (down bias)");
 
     const int64_t num_pairs = num_tokens * top_k;
+    if (num_tokens == 1) {
+      return token_experts(in, routing, experts.first_expert, intermediate, gate_up_weight, down_weight,
+                           gate_up_bias ? &*gate_up_bias : nullptr, down_bias ? &*down_bias : nullptr, activation);
+    }
     const int64_t max_tiles = kernels::moe_max_tiles(num_pairs, num_experts);
     const int64_t max_rows = max_tiles * kernels::kMoeTileRows;
     Tensor pair_row = allocator_->allocate(DType::I32, {num_pairs});
@@ -787,7 +793,8 @@ class CudaBackend final : public Backend {
   }
 
   // Straight from the projection's rows: with several rows, split_qkv would copy q, k and v out first (three
-  // kernels a layer, 7 us of the 250 us a layer of a batch-128 decode step; docs/BENCHMARKS.md).
+  // kernels a layer, 7 us of the 250 us a layer of a batch-128 decode step; docs/BENCHMARKS.md); Qwen3's head
+  // norms in the same kernel (two more launches a layer otherwise).
   Tensor rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache, int layer,
                         const StepContext& step) override {
     await_kv_layer(layer);
@@ -797,7 +804,19 @@ class CudaBackend final : public Backend {
                       layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
                       cache.layers[layer].num_kv_heads == heads.num_kv_heads &&
                       cache.layers[layer].key_dim == heads.head_dim && cache.layers[layer].value_dim == heads.head_dim;
-    if (!fits) return Backend::rope_store_qkv(qkv, heads, table, cache, layer, step);
+    if (!fits || (heads.q_norm && heads.head_dim > kernels::kMaxNormedHeadDim)) {
+      return Backend::rope_store_qkv(qkv, heads, table, cache, layer, step);
+    }
+    kernels::HeadNorms norms;
+    Tensor q_norm, k_norm;
+    if (heads.q_norm) {
+      if (!heads.k_norm || heads.q_norm->numel() != heads.head_dim || heads.k_norm->numel() != heads.head_dim) {
+        fail("rope_store_qkv: head norms need q and k weights of head_dim {} values", heads.head_dim);
+      }
+      q_norm = constant(*heads.q_norm, DType::BF16, "rope_store_qkv (q norm)");
+      k_norm = constant(*heads.k_norm, DType::BF16, "rope_store_qkv (k norm)");
+      norms = {q_norm.ptr<bf16>(), k_norm.ptr<bf16>(), heads.norm_eps};
+    }
     check_tokens(qkv, step, "rope_store_qkv");
     kernels::KvWriteParams p = kv_destination(cache, layer, qkv.size(0), step);
     p.key = qkv.ptr<bf16>() + q_width;
@@ -807,7 +826,7 @@ class CudaBackend final : public Backend {
     Tensor query = allocator_->allocate(DType::BF16, {qkv.size(0), heads.num_heads, heads.head_dim});
     launch("rope_store_qkv", [&] {
       kernels::launch_rope_store_kv(qkv.ptr<bf16>(), qkv.size(1), query.ptr<bf16>(),
-                                    checked_int(heads.num_heads, "heads"), p, spec, stream_);
+                                    checked_int(heads.num_heads, "heads"), p, spec, stream_, norms);
     });
     return query;
   }
@@ -1395,6 +1414,47 @@ class CudaBackend final : public Backend {
     dn.n = up.k;
     dn.k = checked_int(intermediate, "intermediate size");
     launch("moe_experts (down)", [&] { kernels::launch_moe_grouped_gemm(dn, stream_); });
+  }
+
+  // One token's experts (batch-1 decode) as pair tiles (MoeGemmParams::pair_expert): gate/up with the activation,
+  // then down with the weighted sum of the slots, two launches where the grouped path takes four (grouping,
+  // gate/up, down, combine); no grouping is needed, since a token's slots name distinct experts.
+  Tensor token_experts(const Tensor& in, const ExpertRouting& routing, int64_t first_expert, int64_t intermediate,
+                       const Tensor& gate_up_weight, const Tensor& down_weight, const Tensor* gate_up_bias,
+                       const Tensor* down_bias, const GluActivation& activation) {
+    const int64_t top_k = routing.expert_ids.numel();
+    Tensor activated = allocator_->allocate(DType::BF16, {top_k, intermediate});
+    Tensor out = allocator_->allocate(DType::BF16, {1, in.size(-1)});
+    kernels::MoeGemmParams up;
+    up.input = in.ptr<bf16>();
+    up.gather_by_pair = true;
+    up.top_k = checked_int(top_k, "top_k");
+    up.pair_expert = routing.expert_ids.ptr<int32_t>();
+    up.first_expert = checked_int(first_expert, "first expert");
+    up.num_experts = checked_int(gate_up_weight.size(0), "experts");
+    up.max_tiles = top_k;
+    up.few_rows = true;
+    set_expert_weight(up, gate_up_weight);
+    up.bias = gate_up_bias ? gate_up_bias->ptr<bf16>() : nullptr;
+    up.out = activated.ptr<bf16>();
+    up.n = checked_int(2 * intermediate, "intermediate size");
+    up.k = checked_int(in.size(-1), "hidden size");
+    up.fuse_gated_activation = true;
+    up.activation = gated_spec(activation);
+    launch("moe_experts (gate_up, activation)", [&] { kernels::launch_moe_grouped_gemm(up, stream_); });
+    kernels::MoeGemmParams dn = up;
+    dn.input = activated.ptr<bf16>();
+    dn.gather_by_pair = false;
+    dn.fuse_gated_activation = false;
+    dn.pair_weights = routing.weights.ptr<float>();
+    dn.max_tiles = 1;
+    set_expert_weight(dn, down_weight);
+    dn.bias = down_bias ? down_bias->ptr<bf16>() : nullptr;
+    dn.out = out.ptr<bf16>();
+    dn.n = up.k;
+    dn.k = checked_int(intermediate, "intermediate size");
+    launch("moe_experts (down, combine)", [&] { kernels::launch_moe_grouped_gemm(dn, stream_); });
+    return out;
   }
 
   // A block-FP8 weight's codes and scales as the kernels take them.

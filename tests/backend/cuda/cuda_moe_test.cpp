@@ -241,6 +241,50 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
   }
 }
 
+// One token's experts run as pair tiles (no grouping, the slots summed in the down GEMM); the same token in a batch
+// takes the grouped few-rows path, whose per-row arithmetic is the same: its row must match bit for bit. More slots
+// than the down GEMM loads at once (10), a rank's share with slots on other ranks, gpt-oss's biases.
+TEST_F(CudaMoeTest, OneTokenMatchesItsRowInABatch) {
+  const ExpertsCase cases[] = {
+      {3, 128, 8, 256, 64, Glu::swiglu, 0, 128},
+      {3, 32, 10, 136, 48, Glu::swiglu, 0, 32},
+      {3, 32, 4, 128, 64, Glu::gpt_oss, 8, 16},
+  };
+  for (const ExpertsCase& c : cases) {
+    const std::string what = fmt::format("{} of {} experts from {}, top {}, {}x{}{}", c.local_experts, c.experts,
+                                         c.first_expert, c.top_k, c.hidden, c.intermediate, glu_name(c.glu));
+    const std::vector<float> x_values = random_bf16_values(c.tokens * c.hidden, 51);
+    const auto gate_up = weight(random_bf16_values(c.local_experts * 2 * c.intermediate * c.hidden, 52, 0.2f),
+                                {c.local_experts, 2 * c.intermediate, c.hidden});
+    const auto down = weight(random_bf16_values(c.local_experts * c.hidden * c.intermediate, 53, 0.2f),
+                             {c.local_experts, c.hidden, c.intermediate});
+    const auto gate_up_bias = weight(random_bf16_values(c.local_experts * 2 * c.intermediate, 54, 0.5f),
+                                     {c.local_experts, 2 * c.intermediate});
+    const auto down_bias = weight(random_bf16_values(c.local_experts * c.hidden, 55, 0.5f), {c.local_experts, c.hidden});
+    const bool gpt_oss = c.glu == Glu::gpt_oss;
+    const GluActivation activation = gpt_oss ? GluActivation{GluActivation::Kind::gpt_oss, 7.0f, 1.702f}
+                                             : GluActivation{};
+    const ExpertWeights experts{gate_up.gpu, down.gpu, gpt_oss ? &gate_up_bias.gpu : nullptr,
+                                gpt_oss ? &down_bias.gpu : nullptr, c.first_expert};
+    const auto [ids, weights] = testing::random_routing(c.tokens, c.experts, c.top_k, 56, false);
+    const ExpertRouting batch_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),
+                                      gpu->from_host_f32(weights, {c.tokens, c.top_k})};
+    const std::vector<float> batch = gpu->to_host_f32(
+        gpu->moe_experts(gpu->from_host_f32(x_values, {c.tokens, c.hidden}), batch_routing, experts, activation));
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      const auto row = [&](const auto& values, int64_t width) {
+        return std::vector(values.begin() + t * width, values.begin() + (t + 1) * width);
+      };
+      const ExpertRouting routing{gpu->from_host_i32(row(ids, c.top_k), {1, c.top_k}),
+                                  gpu->from_host_f32(row(weights, c.top_k), {1, c.top_k})};
+      const Tensor alone =
+          gpu->moe_experts(gpu->from_host_f32(row(x_values, c.hidden), {1, c.hidden}), routing, experts, activation);
+      ASSERT_EQ(alone.shape, (std::vector<int64_t>{1, c.hidden})) << what;
+      EXPECT_EQ(gpu->to_host_f32(alone), row(batch, c.hidden)) << what << ", token " << t;
+    }
+  }
+}
+
 TEST_F(CudaMoeTest, GatedActivationsMatchCpu) {
   const GluActivation activations[] = {{GluActivation::Kind::silu, 0.0f, 1.702f},
                                        {GluActivation::Kind::silu, 1.5f, 1.702f},

@@ -283,6 +283,67 @@ TEST_F(CudaOpsTest, RopeStoreQkvReadsTheProjectionRows) {
   }
 }
 
+// rope_store_qkv with Qwen3's per-head norms of q and k: one kernel normalizes each head, rotates it and writes the
+// cache; against the separate ops (split, rms_norm of q and k, rope_store_kv) on the GPU and against the CPU.
+TEST_F(CudaOpsTest, RopeStoreQkvNormalizesHeads) {
+  struct Case {
+    int rows, heads, kv_heads, head_dim, rotary_dim, cached;
+    bool interleaved;
+  };
+  for (const Case c : {Case{1, 4, 2, 128, 128, 5, false}, Case{7, 32, 4, 128, 128, 20, false},
+                       Case{9, 2, 1, 64, 32, 3, false}, Case{6, 4, 2, 32, 32, 11, true},
+                       Case{3, 2, 2, 512, 64, 0, false}}) {
+    const std::string what = fmt::format("{} rows, {}/{} heads of {}, rotary {}{}", c.rows, c.heads, c.kv_heads,
+                                         c.head_dim, c.rotary_dim, c.interleaved ? " interleaved" : "");
+    const int n = (c.heads + 2 * c.kv_heads) * c.head_dim;
+    const auto qkv = input(random_bf16_values(static_cast<size_t>(c.rows) * n, 60), {c.rows, n});
+    const auto q_norm = weight(random_bf16_values(c.head_dim, 61, 0.5f), {c.head_dim});
+    const auto k_norm = weight(random_bf16_values(c.head_dim, 62, 0.5f), {c.head_dim});
+    const std::vector<float> inv_freq = testing::rope_inv_freq(c.rotary_dim);
+    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, 1.0f};
+    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {c.rotary_dim / 2}), c.rotary_dim, 1.0f};
+    cpu_table.interleaved = gpu_table.interleaved = c.interleaved;
+    const std::vector<KvLayerSpec> layers = {{c.kv_heads, c.head_dim, c.head_dim}};
+    const ForwardBatch batch = one_sequence_batch(c.rows, c.cached, 100, 63);
+    const int blocks = (c.cached + c.rows + 15) / 16;
+    KvCache gpu_cache = gpu->allocate_kv_cache(layers, blocks, 16);
+    KvCache by_ops_cache = gpu->allocate_kv_cache(layers, blocks, 16);
+    KvCache cpu_cache = cpu->allocate_kv_cache(layers, blocks, 16);
+    const auto gpu_step = gpu->begin_step(batch);
+    const auto cpu_step = cpu->begin_step(batch);
+    const QkvHeads gpu_heads{c.heads, c.kv_heads, c.head_dim, &q_norm.gpu, &k_norm.gpu, 1e-6f};
+    const QkvHeads cpu_heads{c.heads, c.kv_heads, c.head_dim, &q_norm.cpu, &k_norm.cpu, 1e-6f};
+    const Tensor q = gpu->rope_store_qkv(qkv.gpu, gpu_heads, gpu_table, gpu_cache, 0, *gpu_step);
+    const Tensor q_by_ops = gpu->Backend::rope_store_qkv(qkv.gpu, gpu_heads, gpu_table, by_ops_cache, 0, *gpu_step);
+    const Tensor q_cpu = cpu->rope_store_qkv(qkv.cpu, cpu_heads, cpu_table, cpu_cache, 0, *cpu_step);
+    ASSERT_EQ(q.shape, (std::vector<int64_t>{c.rows, c.heads, c.head_dim})) << what;
+    // The head's sum of squares adds in another order than rms_norm's: a norm may differ in its last bit.
+    expect_close(q, q_by_ops, 1e-2, what + ", queries against the separate ops");
+    expect_close(q, q_cpu, 2e-2, what + ", queries");
+    const size_t row = static_cast<size_t>(c.kv_heads) * c.head_dim;
+    const auto first = static_cast<std::ptrdiff_t>(c.cached * row);
+    const auto last = first + static_cast<std::ptrdiff_t>(c.rows * row);
+    const auto written = [&](const std::vector<float>& all) {
+      return std::vector<float>(all.begin() + first, all.begin() + last);
+    };
+    for (const auto& [part, gpu_part, by_ops_part, cpu_part] :
+         {std::tuple{"keys", &gpu_cache.keys[0], &by_ops_cache.keys[0], &cpu_cache.keys[0]},
+          {"values", &gpu_cache.values[0], &by_ops_cache.values[0], &cpu_cache.values[0]}}) {
+      const auto cached = written(gpu->to_host_f32(*gpu_part));
+      EXPECT_LE(relative_error(cached, written(gpu->to_host_f32(*by_ops_part))), 1e-2) << what << ", " << part;
+      EXPECT_LE(relative_error(cached, written(cpu->to_host_f32(*cpu_part))), 2e-2) << what << ", " << part;
+    }
+  }
+  const auto qkv = input(random_bf16_values(64 * 2, 64), {2, 64});
+  const auto short_norm = weight(random_bf16_values(8, 65), {8});
+  RopeTable table{gpu->from_host_f32(testing::rope_inv_freq(16), {8}), 16, 1.0f};
+  KvCache cache = gpu->allocate_kv_cache({{1, 16, 16}}, 1, 16);
+  const ForwardBatch batch = one_sequence_batch(2, 0, 100, 66);  // the step refers to it
+  const auto step = gpu->begin_step(batch);
+  EXPECT_THROW(gpu->rope_store_qkv(qkv.gpu, {2, 1, 16, &short_norm.gpu, &short_norm.gpu, 1e-6f}, table, cache, 0, *step),
+               Error);
+}
+
 TEST_F(CudaOpsTest, LinearRejectsMismatchedFeatures) {
   const auto x = input(random_bf16_values(4 * 8, 1), {4, 8});
   const auto w = weight(random_bf16_values(3 * 9, 2), {3, 9});
