@@ -81,31 +81,6 @@ float f8_e4m3_to_f32(uint8_t bits) {
   return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 7 - 3);
 }
 
-uint8_t f32_to_f8_e4m3(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7f;
-  const float a = std::abs(value);
-  if (a >= 448.0f) return sign | 0x7e;
-  const auto round_half_even = [](uint32_t whole, bool above_half, bool at_half) {
-    return whole + ((above_half || (at_half && (whole & 1u))) ? 1u : 0u);
-  };
-  if (a < 0.015625f) {  // below 2^-6: subnormal codes, multiples of 2^-9 (code 8, the carry, is 2^-6 itself)
-    const float units = a * 512.0f;  // exact: a power-of-two scaling
-    const auto whole = static_cast<uint32_t>(units);
-    const float fraction = units - static_cast<float>(whole);  // exact: units < 8 leaves the bits below the point
-    return sign | static_cast<uint8_t>(round_half_even(whole, fraction > 0.5f, fraction == 0.5f));
-  }
-  // Normal: keep 3 of float32's 23 mantissa bits; a carry out of the mantissa moves to the next exponent, which the
-  // sum below does by itself (448 = the largest code 0x7e bounds it).
-  const uint32_t exponent = (magnitude >> 23) - 127 + 7;
-  const uint32_t dropped = magnitude & 0xfffffu, half = 0x80000u;
-  const uint32_t kept = (exponent << 3) | ((magnitude >> 20) & 0x7u);
-  return sign | static_cast<uint8_t>(round_half_even(kept, dropped > half, dropped == half));
-}
-
 float f8_e8m0_to_f32(uint8_t bits) {
   if (bits == 0xff) return std::numeric_limits<float>::quiet_NaN();
   return std::ldexp(1.0f, static_cast<int>(bits) - 127);  // 2^-127 is a float32 subnormal, still exact

@@ -44,8 +44,28 @@ float f4_e2m1_to_f32(uint8_t nibble);  // the low 4 bits
 
 // The nearest e4m3fn code to `value`, ties to the even code (OCP FP8's round-to-nearest-even). Magnitudes beyond 448
 // and infinities saturate to +-448, as the FP8 weight quantizers of transformers and vLLM clamp before their cast
-// (e4m3fn has no infinity); NaN gives NaN (0x7f with the sign).
-uint8_t f32_to_f8_e4m3(float value);
+// (e4m3fn has no infinity); NaN gives NaN (0x7f with the sign). Inline and without branches, so that loops over
+// many values vectorize (online FP8 quantizes a model's billions of weights at load).
+inline uint8_t f32_to_f8_e4m3(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  float a;
+  std::memcpy(&a, &magnitude, sizeof(a));
+  // Subnormal codes are multiples of 2^-9: adding 2^14 (whose float32 ulp is 2^-9) rounds |value| to one, ties to
+  // even, and leaves the multiple in the low bits (8, the carry, is 2^-6: the first normal code).
+  const float shifted = a + 16384.0f;
+  uint32_t shifted_bits;
+  std::memcpy(&shifted_bits, &shifted, sizeof(shifted_bits));
+  const uint32_t subnormal = shifted_bits - 0x46800000u;  // the bits of 2^14
+  // Normal codes keep 3 of float32's 23 mantissa bits, rounded to nearest even; a carry moves to the next exponent.
+  const uint32_t normal = ((magnitude + 0x7ffffu + ((magnitude >> 20) & 1u)) >> 20) - (120u << 3);
+  uint32_t code = magnitude < 0x3c800000u ? subnormal : normal;  // below 2^-6
+  code = code < 0x7eu ? code : 0x7eu;                             // saturates at 448, infinities too
+  code = magnitude > 0x7f800000u ? 0x7fu : code;                  // NaN
+  return static_cast<uint8_t>(sign | code);
+}
 
 // Converts `count` elements of `src` (of type `dtype`) to float32; FP8 elements as they are, without the block scales
 // of a quantized weight (dequantize_to_f32 in tensor_info.h applies those). F4_E2M1 reads count / 2 bytes.

@@ -133,7 +133,8 @@ TEST_F(CudaMoeTest, RouteExpertsCountsLoadsAndPicksReplicasAsCpu) {
 TEST_F(CudaMoeTest, RouteExpertsRejectsWhatItCannotRoute) {
   const auto logits = std::vector<float>(4 * 8, 0.5f);
   const Tensor gpu_logits = gpu->from_host_f32(logits, {4, 8});
-  const auto step = gpu->begin_step(batch_of(4, 10));
+  const ForwardBatch batch = batch_of(4, 10);  // the step refers to it
+  const auto step = gpu->begin_step(batch);
   EXPECT_THROW(gpu->route_experts(gpu_logits, router(RouterScoring::softmax, 9), *step), Error);  // top_k > experts
   EXPECT_THROW(gpu->route_experts(gpu_logits, router(RouterScoring::sigmoid, 2, true, 1.0f, 3, 1), *step), Error);
 }
