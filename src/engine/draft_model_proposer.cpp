@@ -17,21 +17,43 @@ SamplingParams greedy_params() {
 
 }  // namespace
 
-DraftModelProposer::DraftModelProposer(std::unique_ptr<Model> model, Backend& backend, int32_t num_blocks,
-                                       int32_t block_size, int32_t num_speculative_tokens, int32_t max_num_seqs,
-                                       KvCacheDtype kv_dtype)
-    : model_(std::move(model)),
+DraftModelProposer::DraftModelProposer(ShardedModel& ranks, std::vector<std::unique_ptr<Model>> models,
+                                       int32_t num_blocks, int32_t block_size, int32_t num_speculative_tokens,
+                                       int32_t max_num_seqs, KvCacheDtype kv_dtype)
+    : ranks_(ranks),
+      models_(std::move(models)),
       kv_(num_blocks, block_size, /*enable_prefix_cache=*/false, 0,
-          group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
-      runner_(*model_, backend,
-              backend.allocate_kv_cache(model_->kv_layers(), num_blocks + (max_num_seqs > 0 ? 1 : 0), block_size,
-                                        kv_dtype),
-              max_num_seqs > 0 ? num_blocks : -1, max_num_seqs) {
-  for (const auto& group : kv_cache_groups(model_->kv_layers())) {
+          group_sliding_windows(kv_cache_groups(models_.at(0)->kv_layers()))),
+      runners_(models_.size()) {
+  if (static_cast<int>(models_.size()) != ranks.size()) {
+    fail("draft model: {} shards for {} ranks", models_.size(), ranks.size());
+  }
+  for (const auto& group : kv_cache_groups(models_[0]->kv_layers())) {
     has_sliding_window_ = has_sliding_window_ || group.sliding_window_tokens > 0;
   }
-  // Its first forward of a step catches up with the tokens the target accepted (at most k + 1), then one a forward.
-  runner_.record_steps(num_speculative_tokens + 1, /*rows_at_last_token=*/true);
+  ranks.run_on_ranks([&](int rank) {
+    Backend& backend = ranks.backend(rank);
+    Model& model = *models_[static_cast<size_t>(rank)];
+    runners_[static_cast<size_t>(rank)] = std::make_unique<ModelRunner>(
+        model, backend,
+        backend.allocate_kv_cache(model.kv_layers(), num_blocks + (max_num_seqs > 0 ? 1 : 0), block_size, kv_dtype),
+        max_num_seqs > 0 ? num_blocks : -1, max_num_seqs, /*samples_tokens=*/rank == 0);
+    // Its first forward of a step catches up with the tokens the target accepted (at most k + 1), then one a
+    // forward.
+    runners_[static_cast<size_t>(rank)]->record_steps(num_speculative_tokens + 1, /*rows_at_last_token=*/true);
+  });
+}
+
+std::vector<PendingStep> DraftModelProposer::launch(const StepPlan& plan) {
+  std::vector<PendingStep> step(runners_.size());
+  ranks_.run_on_ranks([&](int rank) { step[rank] = runners_[rank]->launch(plan); });
+  return step;
+}
+
+StepResult DraftModelProposer::finish(std::vector<PendingStep> step) {
+  std::vector<StepResult> results(runners_.size());
+  ranks_.run_on_ranks([&](int rank) { results[rank] = runners_[rank]->finish(std::move(step[rank])); });
+  return std::move(results[0]);
 }
 
 void DraftModelProposer::drop(uint64_t sequence_id) {
@@ -62,7 +84,7 @@ bool DraftModelProposer::allocate(DraftSequence& seq, int64_t num_computed, int6
 
 DraftTokens DraftModelProposer::propose(std::span<const DraftRequest> requests) {
   DraftTokens drafts;
-  const int64_t max_len = model_->config().max_position_embeddings;
+  const int64_t max_len = models_[0]->config().max_position_embeddings;
   // The first forward: each sequence's tokens its cache lacks, the last always among them; its logits give the
   // first draft.
   StepPlan plan;
@@ -101,11 +123,11 @@ DraftTokens DraftModelProposer::propose(std::span<const DraftRequest> requests) 
   }
   // Then one token a forward, each fed the draft the forward before sampled, until every sequence has its k: the
   // steps are launched before any is read back (how many a sequence takes is known from its k alone).
-  std::vector<PendingStep> launched;
+  std::vector<std::vector<PendingStep>> launched;
   std::vector<std::vector<const DraftRequest*>> step_requests;
   while (!plan.chunks.empty()) {
     plan.finished_sequence_ids = std::exchange(dropped_, {});
-    launched.push_back(runner_.launch(plan));
+    launched.push_back(launch(plan));
     step_requests.push_back(drafting);
     StepPlan next;
     std::vector<const DraftRequest*> still_drafting;
@@ -130,7 +152,7 @@ DraftTokens DraftModelProposer::propose(std::span<const DraftRequest> requests) 
     drafting = std::move(still_drafting);
   }
   for (size_t step = 0; step < launched.size(); ++step) {
-    const StepResult result = runner_.finish(std::move(launched[step]));
+    const StepResult result = finish(std::move(launched[step]));
     for (size_t i = 0; i < result.tokens.size(); ++i) {
       const DraftRequest& request = *step_requests[step][i];
       std::vector<int32_t>& tokens = drafts[request.sequence_id];

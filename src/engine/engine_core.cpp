@@ -219,23 +219,34 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     fail("engine: max_model_len {} exceeds the model's context of {}", max_model_len_, model_len);
   }
   const int num_ranks = model_.size();
-  std::unique_ptr<Model> draft_model;
+  std::vector<std::unique_ptr<Model>> draft_models;  // a shard on each rank
   std::unique_ptr<MtpModel> mtp_layer;
   if (config.speculative) {
     // Prompt lookup is host-only: every tensor-parallel rank verifies the same drafts in its forward and the first
-    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model, MTP layer or EAGLE-3
-    // head would have to be sharded and run on every rank alike; decode context parallelism splits a sequence's KV
-    // over the ranks in a way the verify bookkeeping does not follow yet.
+    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model is sharded like the
+    // target and runs on every tensor-parallel rank alike (DraftModelProposer); data-parallel ranks would each need
+    // their own drafting of their own sequences. An MTP layer or EAGLE-3 head reads the target's hidden states,
+    // which only a single rank returns whole. Decode context parallelism splits a sequence's KV over the ranks in a
+    // way the verify bookkeeping does not follow yet.
+    const SpeculativeMethod method = config.speculative->method;
     const bool context_parallel = model_.backend(0).decode_context_parallel();
-    if (num_ranks != 1 && (config.speculative->method != SpeculativeMethod::kNgram || context_parallel)) {
-      fail("--speculative-config: {} speculative decoding runs on one rank, and prompt lookup (\"method\": "
-           "\"ngram\") under tensor or data parallelism, not decode context parallelism; this engine has {} "
-           "ranks{}", speculative_method_name(config.speculative->method), num_ranks,
-           context_parallel ? " in decode context parallel" : "");
+    const bool tensor_parallel = num_ranks > 1 && !model_.data_parallel() && !context_parallel;
+    const bool fits = num_ranks == 1 || (method == SpeculativeMethod::kNgram && !context_parallel) ||
+                      (method == SpeculativeMethod::kDraftModel && tensor_parallel);
+    if (!fits) {
+      fail("--speculative-config: {} speculative decoding runs on one rank{}; prompt lookup (\"method\": \"ngram\") "
+           "also under tensor or data parallelism, not decode context parallelism; this engine has {} ranks{}",
+           speculative_method_name(method),
+           method == SpeculativeMethod::kDraftModel ? " or under tensor parallelism" : "", num_ranks,
+           context_parallel ? " in decode context parallel" : model_.data_parallel() ? " in data parallel" : "");
     }
     // Loaded before the KV pool is sized, so that its weights count as used memory.
-    if (config.speculative->method == SpeculativeMethod::kDraftModel) {
-      draft_model = load_draft_model(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
+    if (method == SpeculativeMethod::kDraftModel) {
+      draft_models.resize(static_cast<size_t>(num_ranks));
+      model_.run_on_ranks([&](int rank) {
+        draft_models[rank] =
+            load_draft_model(config.speculative->draft_model_dir, model_.model(rank), model_.backend(rank));
+      });
     } else if (config.speculative->method == SpeculativeMethod::kDeepseekMtp) {
       mtp_layer = load_target_mtp_layer(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
     } else if (config.speculative->method == SpeculativeMethod::kEagle3) {
@@ -251,8 +262,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     if (rank == 0) on_device = backend.device_memory().has_value();
     // A draft model's (or MTP layer's) pool has as many blocks as the target's: a block of the budget pays for both.
     const int64_t draft_bytes_per_token =
-        draft_model ? measure_kv_bytes_per_token(backend, draft_model->kv_layers(), config.block_size,
-                                                 config.kv_cache_dtype)
+        !draft_models.empty() ? measure_kv_bytes_per_token(backend, draft_models[rank]->kv_layers(),
+                                                           config.block_size, config.kv_cache_dtype)
         : mtp_layer ? measure_kv_bytes_per_token(backend, mtp_layer->kv_layers(), config.block_size,
                                                  config.kv_cache_dtype)
                     : 0;
@@ -297,8 +308,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   if (config.speculative) {
     const SpeculativeConfig& speculative = *config.speculative;
     num_speculative_tokens_ = speculative.num_speculative_tokens;
-    if (draft_model) {
-      proposer_ = std::make_unique<DraftModelProposer>(std::move(draft_model), model_.backend(0), budget_.num_blocks,
+    if (!draft_models.empty()) {
+      proposer_ = std::make_unique<DraftModelProposer>(model_, std::move(draft_models), budget_.num_blocks,
                                                        budget_.block_size, num_speculative_tokens_,
                                                        on_device ? config.max_num_seqs : 0, config.kv_cache_dtype);
     } else if (mtp_layer) {

@@ -346,15 +346,18 @@ TEST(SpeculativeDecoding, Fp8KvCacheKeepsTheOutputsOfTheFp8Engine) {
 }
 
 // Prompt lookup on several ranks: tensor-parallel ranks all verify the drafts and the first samples; data-parallel
-// ranks (experts shared) verify their own sequences'. Greedy outputs equal the sharded model's own without
-// speculation, at k = 1 and 4, with a small pool that preempts. A draft model there is refused at start, naming why.
-void expect_prompt_lookup_kept(ShardedModel& model, const std::string& what, int32_t num_blocks) {
+// ranks (experts shared) verify their own sequences'. A draft model under tensor parallelism: sharded like the
+// target, every rank running every draft forward. Greedy outputs equal the sharded model's own without
+// speculation, at k = 1 and 4, with a small pool that preempts. A draft model under data parallelism, and an MTP
+// layer under tensor parallelism, are refused at start, naming why.
+void expect_drafts_kept(ShardedModel& model, const std::string& what, int32_t num_blocks,
+                        const std::function<SpeculativeConfig(int32_t k)>& speculative) {
   const auto requests = greedy_requests(repetitive_prompts(6, model.config().vocab_size, 7));
   EngineCore plain(model, small_config(num_blocks, 24));
   const Outcomes expected = run(plain, requests, nullptr);
   for (int32_t k : {1, 4}) {
     EngineConfig config = small_config(num_blocks, 24);
-    config.speculative = ngram(k);
+    config.speculative = speculative(k);
     EngineCore core(model, config);
     EngineStats stats;
     expect_same(expected, run(core, requests, &stats), what + ", k=" + std::to_string(k));
@@ -363,22 +366,29 @@ void expect_prompt_lookup_kept(ShardedModel& model, const std::string& what, int
   }
 }
 
-TEST(SpeculativeDecoding, ParallelRanksVerifyPromptLookupDrafts) {
+void expect_refused(ShardedModel& model, const SpeculativeConfig& speculative, const std::string& what) {
+  EngineConfig config = small_config(12, 24);
+  config.speculative = speculative;
+  try {
+    EngineCore core(model, config);
+    ADD_FAILURE() << what << " ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("speculative decoding runs on one rank"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SpeculativeDecoding, ParallelRanksVerifyPromptLookupAndDraftModelDrafts) {
   auto tensor_parallel = ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", {.tensor_parallel_size = 2}, 2);
-  expect_prompt_lookup_kept(*tensor_parallel, "tensor parallel", 12);
+  expect_drafts_kept(*tensor_parallel, "prompt lookup, tensor parallel", 12, ngram);
+  expect_drafts_kept(*tensor_parallel, "draft model, tensor parallel", 8,
+                     [](int32_t k) { return draft_model("llama", k); });
   auto data_parallel = ShardedModel::load(fixtures_dir() / "models" / "qwen3_moe", "cpu",
                                           {.expert_parallel_size = 2, .data_parallel_size = 2}, 2);
-  expect_prompt_lookup_kept(*data_parallel, "data parallel", 6);  // each rank's pool: half the sequences
-  auto& model = tensor_parallel;
-  EngineConfig config = small_config(12, 24);
-  config.speculative = draft_model("llama", 2);
-  try {
-    EngineCore core(*model, config);
-    ADD_FAILURE() << "a draft model ran under tensor parallelism";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("draft_model speculative decoding runs on one rank"), std::string::npos)
-        << e.what();
-  }
+  expect_drafts_kept(*data_parallel, "prompt lookup, data parallel", 6, ngram);  // each rank's pool: half the sequences
+  expect_refused(*data_parallel, draft_model("qwen3_moe", 2), "a draft model under data parallelism");
+  const auto mtp = deepseek_v3_with_mtp(MtpLayerKind::oracle);
+  auto mtp_tensor_parallel = ShardedModel::load(mtp, "cpu", {.tensor_parallel_size = 2}, 2);
+  expect_refused(*mtp_tensor_parallel, deepseek_mtp(mtp, 2), "an MTP layer under tensor parallelism");
 }
 
 TEST(SpeculativeDecoding, ADraftModelWithAnotherVocabularyIsRefusedAtStart) {
