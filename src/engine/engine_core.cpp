@@ -225,9 +225,9 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     // Prompt lookup is host-only: every tensor-parallel rank verifies the same drafts in its forward and the first
     // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model is sharded like the
     // target and runs on every tensor-parallel rank alike (DraftModelProposer); data-parallel ranks would each need
-    // their own drafting of their own sequences. An MTP layer or EAGLE-3 head reads the target's hidden states,
-    // which only a single rank returns whole. Decode context parallelism splits a sequence's KV over the ranks in a
-    // way the verify bookkeeping does not follow yet.
+    // their own drafting of their own sequences. An MTP layer or EAGLE-3 head loads on one rank only (its layer,
+    // embedding and head are not sharded yet). Decode context parallelism splits a sequence's KV over the ranks in
+    // a way the verify bookkeeping does not follow yet.
     const SpeculativeMethod method = config.speculative->method;
     const bool context_parallel = model_.backend(0).decode_context_parallel();
     const bool tensor_parallel = num_ranks > 1 && !model_.data_parallel() && !context_parallel;
