@@ -50,9 +50,9 @@ class DraftProposer {
   // (Model::forward_with_layer_inputs; an EAGLE-3 head's three).
   virtual std::vector<int32_t> target_layer_inputs() const { return {}; }
   // After each step the target ran and the scheduler applied: the step's chunks and the target's hidden states
-  // [step tokens, hidden] (or its layer inputs [step tokens, layers * hidden]) in the backend's memory, chunks back
-  // to back in plan order.
-  virtual void observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) {
+  // [step tokens, hidden] (or its layer inputs [step tokens, layers * hidden]), chunks back to back in plan order:
+  // each tensor-parallel rank's in its backend's memory (the same values on every rank), the first rank's first.
+  virtual void observe(std::span<const ComputedChunk> chunks, std::span<const Tensor> hidden_states) {
     (void)chunks, (void)hidden_states;
   }
 };

@@ -219,39 +219,44 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     fail("engine: max_model_len {} exceeds the model's context of {}", max_model_len_, model_len);
   }
   const int num_ranks = model_.size();
-  std::vector<std::unique_ptr<Model>> draft_models;  // a shard on each rank
-  std::unique_ptr<MtpModel> mtp_layer;
+  // The draft model's or MTP layer's copy on each rank (sharded like the target under tensor parallelism).
+  std::vector<std::unique_ptr<Model>> draft_models;
+  std::vector<std::unique_ptr<MtpModel>> mtp_layers;
   if (config.speculative) {
     // Prompt lookup is host-only: every tensor-parallel rank verifies the same drafts in its forward and the first
-    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model is sharded like the
-    // target and runs on every tensor-parallel rank alike (DraftModelProposer); data-parallel ranks would each need
-    // their own drafting of their own sequences. An MTP layer or EAGLE-3 head loads on one rank only (its layer,
-    // embedding and head are not sharded yet). Decode context parallelism splits a sequence's KV over the ranks in
-    // a way the verify bookkeeping does not follow yet.
+    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model or DeepSeek-V3's MTP
+    // layer is loaded on every tensor-parallel rank like the target and runs on all of them alike
+    // (DraftModelProposer, MtpProposer); data-parallel ranks would each need their own drafting of their own
+    // sequences. An EAGLE-3 head loads on one rank only (its layer is not sharded yet). Decode context parallelism
+    // splits a sequence's KV over the ranks in a way the verify bookkeeping does not follow yet.
     const SpeculativeMethod method = config.speculative->method;
     const bool context_parallel = model_.backend(0).decode_context_parallel();
     const bool tensor_parallel = num_ranks > 1 && !model_.data_parallel() && !context_parallel;
+    const bool loads_on_every_rank =
+        method == SpeculativeMethod::kDraftModel || method == SpeculativeMethod::kDeepseekMtp;
     const bool fits = num_ranks == 1 || (method == SpeculativeMethod::kNgram && !context_parallel) ||
-                      (method == SpeculativeMethod::kDraftModel && tensor_parallel);
+                      (loads_on_every_rank && tensor_parallel);
     if (!fits) {
       fail("--speculative-config: {} speculative decoding runs on one rank{}; prompt lookup (\"method\": \"ngram\") "
            "also under tensor or data parallelism, not decode context parallelism; this engine has {} ranks{}",
-           speculative_method_name(method),
-           method == SpeculativeMethod::kDraftModel ? " or under tensor parallelism" : "", num_ranks,
+           speculative_method_name(method), loads_on_every_rank ? " or under tensor parallelism" : "", num_ranks,
            context_parallel ? " in decode context parallel" : model_.data_parallel() ? " in data parallel" : "");
     }
     // Loaded before the KV pool is sized, so that its weights count as used memory.
+    const std::filesystem::path& dir = config.speculative->draft_model_dir;
     if (method == SpeculativeMethod::kDraftModel) {
       draft_models.resize(static_cast<size_t>(num_ranks));
       model_.run_on_ranks([&](int rank) {
-        draft_models[rank] =
-            load_draft_model(config.speculative->draft_model_dir, model_.model(rank), model_.backend(rank));
+        draft_models[rank] = load_draft_model(dir, model_.model(rank), model_.backend(rank));
       });
-    } else if (config.speculative->method == SpeculativeMethod::kDeepseekMtp) {
-      mtp_layer = load_target_mtp_layer(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
-    } else if (config.speculative->method == SpeculativeMethod::kEagle3) {
+    } else if (method == SpeculativeMethod::kDeepseekMtp) {
+      mtp_layers.resize(static_cast<size_t>(num_ranks));
+      model_.run_on_ranks([&](int rank) {
+        mtp_layers[rank] = load_target_mtp_layer(dir, model_.model(rank), model_.backend(rank));
+      });
+    } else if (method == SpeculativeMethod::kEagle3) {
       // An EAGLE-3 head runs as an MTP layer does (MtpProposer).
-      mtp_layer = load_eagle3_head(config.speculative->draft_model_dir, model_.model(0), model_.backend(0));
+      mtp_layers.push_back(load_eagle3_head(dir, model_.model(0), model_.backend(0)));
     }
   }
   std::vector<KvCacheBudget> budgets(static_cast<size_t>(num_ranks));
@@ -264,8 +269,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     const int64_t draft_bytes_per_token =
         !draft_models.empty() ? measure_kv_bytes_per_token(backend, draft_models[rank]->kv_layers(),
                                                            config.block_size, config.kv_cache_dtype)
-        : mtp_layer ? measure_kv_bytes_per_token(backend, mtp_layer->kv_layers(), config.block_size,
-                                                 config.kv_cache_dtype)
+        : !mtp_layers.empty() ? measure_kv_bytes_per_token(backend, mtp_layers[rank]->kv_layers(),
+                                                           config.block_size, config.kv_cache_dtype)
                     : 0;
     budgets[rank] = resolve_budget(
         config, backend, model,
@@ -304,7 +309,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   }
   overlap_schedule_ = config.overlap_schedule && !config.speculative;
   // An MTP layer reads the hidden states of every step, which recorded steps do not return.
-  const bool records_decode_steps = mtp_layer == nullptr;
+  const bool records_decode_steps = mtp_layers.empty();
   if (config.speculative) {
     const SpeculativeConfig& speculative = *config.speculative;
     num_speculative_tokens_ = speculative.num_speculative_tokens;
@@ -312,9 +317,9 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
       proposer_ = std::make_unique<DraftModelProposer>(model_, std::move(draft_models), budget_.num_blocks,
                                                        budget_.block_size, num_speculative_tokens_,
                                                        on_device ? config.max_num_seqs : 0, config.kv_cache_dtype);
-    } else if (mtp_layer) {
-      proposer_ = std::make_unique<MtpProposer>(std::move(mtp_layer), model_.backend(0), budget_.num_blocks,
-                                                budget_.block_size, config.enable_prefix_cache, config.kv_cache_dtype);
+    } else if (!mtp_layers.empty()) {
+      proposer_ = std::make_unique<MtpProposer>(model_, std::move(mtp_layers), budget_.num_blocks, budget_.block_size,
+                                                config.enable_prefix_cache, config.kv_cache_dtype);
     } else {
       proposer_ = std::make_unique<NgramProposer>(speculative.prompt_lookup_min, speculative.prompt_lookup_max);
     }
@@ -493,7 +498,8 @@ std::vector<RequestOutput> EngineCore::step() {
   };
   double update_s = 0.0;
   const auto finish_timed = [&](const StepPlan& finished_plan, std::vector<PendingStep> ranks) {
-    const Tensor hidden_states = ranks.front().hidden_states;
+    std::vector<Tensor> hidden_states;
+    for (const PendingStep& rank : ranks) hidden_states.push_back(rank.hidden_states);
     std::vector<StepResult> results(runners_.size());
     model_.run_on_ranks([&](int rank) { results[rank] = runners_[rank]->finish(std::move(ranks[rank])); });
     const auto applying = Clock::now();
@@ -532,7 +538,7 @@ std::vector<RequestOutput> EngineCore::step() {
   return outputs;
 }
 
-void EngineCore::observe(const StepPlan& plan, const Tensor& hidden_states) {
+void EngineCore::observe(const StepPlan& plan, std::span<const Tensor> hidden_states) {
   std::vector<ComputedChunk> chunks;
   int32_t first_row = 0;
   for (const auto& chunk : plan.chunks) {

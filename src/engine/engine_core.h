@@ -98,7 +98,7 @@ class EngineCore {
   // Launches the plan on every rank.
   std::vector<PendingStep> launch(const StepPlan& plan);
   // Shows the proposer the applied step's chunks and the target's hidden states (DraftProposer::observe).
-  void observe(const StepPlan& plan, const Tensor& hidden_states);
+  void observe(const StepPlan& plan, std::span<const Tensor> hidden_states);
   // What the disk tier's files of a KV cache manager are for: the model, backend, KV layout and rank.
   std::string kv_identity(const EngineConfig& config, int data_parallel_rank) const;
   // Runs the tier copies decided outside a step (prefill/decode KV export and import) at once.

@@ -3,19 +3,40 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/error.h"
+
 namespace tern {
 
-MtpProposer::MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int32_t num_blocks, int32_t block_size,
-                         bool enable_prefix_cache, KvCacheDtype kv_dtype)
-    : model_(std::move(model)),
-      backend_(backend),
+MtpProposer::MtpProposer(ShardedModel& ranks, std::vector<std::unique_ptr<MtpModel>> models, int32_t num_blocks,
+                         int32_t block_size, bool enable_prefix_cache, KvCacheDtype kv_dtype)
+    : ranks_(ranks),
+      models_(std::move(models)),
       kv_(num_blocks, block_size, enable_prefix_cache, 0,
-          group_sliding_windows(kv_cache_groups(model_->kv_layers()))),
-      cache_(backend.allocate_kv_cache(model_->kv_layers(), num_blocks, block_size, kv_dtype)) {}
+          group_sliding_windows(kv_cache_groups(models_.at(0)->kv_layers()))),
+      caches_(models_.size()),
+      last_outputs_(models_.size()) {
+  if (static_cast<int>(models_.size()) != ranks.size()) {
+    fail("multi-token prediction: {} layers for {} ranks", models_.size(), ranks.size());
+  }
+  ranks.run_on_ranks([&](int rank) {
+    caches_[rank] =
+        ranks.backend(rank).allocate_kv_cache(models_[rank]->kv_layers(), num_blocks, block_size, kv_dtype);
+  });
+}
 
-std::vector<int32_t> MtpProposer::greedy_tokens(const Tensor& logits) {
-  std::vector<int32_t> ids = backend_.to_host_i32(backend_.argmax(logits));
-  for (int32_t& id : ids) id = model_->target_token_id(id);
+std::vector<int32_t> MtpProposer::forward(const ForwardBatch& batch, std::span<const Tensor> inputs,
+                                          const std::vector<int32_t>& rows, std::vector<Tensor>& outputs) {
+  std::vector<int32_t> ids;
+  outputs.assign(models_.size(), Tensor{});
+  ranks_.run_on_ranks([&](int rank) {
+    Backend& backend = ranks_.backend(rank);
+    const auto step = backend.begin_step(batch);
+    const Tensor logits =
+        models_[rank]->forward(*step, caches_[rank], backend.select_rows(inputs[rank], rows), outputs[rank]);
+    if (rank != 0 || batch.logit_rows.empty()) return;
+    ids = backend.to_host_i32(backend.argmax(logits));
+    for (int32_t& id : ids) id = models_[0]->target_token_id(id);
+  });
   return ids;
 }
 
@@ -55,7 +76,7 @@ void MtpProposer::start_at(MtpSequence& seq, int32_t position, std::span<const i
   }
 }
 
-void MtpProposer::observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) {
+void MtpProposer::observe(std::span<const ComputedChunk> chunks, std::span<const Tensor> hidden_states) {
   std::unordered_set<uint64_t> busy;
   for (const auto& chunk : chunks) busy.insert(chunk.sequence_id);
   // First drafts point into last_outputs_, which this observe replaces.
@@ -101,11 +122,9 @@ void MtpProposer::observe(std::span<const ComputedChunk> chunks, const Tensor& h
     cached_tokens.push_back(chunk.token_ids);
   }
   if (batch.token_ids.empty()) return;
-  const auto step = backend_.begin_step(batch);
-  Tensor outputs;
-  const Tensor logits = model_->forward(*step, cache_, backend_.select_rows(hidden_states, hidden_rows), outputs);
+  std::vector<Tensor> outputs;
+  const std::vector<int32_t> ids = forward(batch, hidden_states, hidden_rows, outputs);
   if (!drafting.empty()) {
-    const std::vector<int32_t> ids = greedy_tokens(logits);
     for (size_t r = 0; r < drafting.size(); ++r) {
       MtpSequence& seq = sequences_.at(drafting[r]);
       seq.first_draft = ids[r];
@@ -143,7 +162,7 @@ DraftTokens MtpProposer::propose(std::span<const DraftRequest> requests) {
   // Draft s + 1 comes from the entry of draft s at the sequence's position end_position + s - 1, which reads the
   // layer's output at the entry before it. These entries are recomputed from the target's hidden states once the
   // drafts are verified (observe starts at end_position).
-  Tensor outputs = last_outputs_;
+  std::vector<Tensor> outputs = last_outputs_;
   for (int32_t s = 1; !chains.empty(); ++s) {
     ForwardBatch batch;
     std::vector<int32_t> rows;
@@ -160,10 +179,8 @@ DraftTokens MtpProposer::propose(std::span<const DraftRequest> requests) {
       chained.push_back(chain);
     }
     if (chained.empty()) break;
-    const auto step = backend_.begin_step(batch);
-    Tensor next_outputs;
-    const Tensor logits = model_->forward(*step, cache_, backend_.select_rows(outputs, rows), next_outputs);
-    const std::vector<int32_t> ids = greedy_tokens(logits);
+    std::vector<Tensor> next_outputs;
+    const std::vector<int32_t> ids = forward(batch, outputs, rows, next_outputs);
     chains.clear();
     for (size_t i = 0; i < chained.size(); ++i) {
       std::vector<int32_t>& tokens = drafts[chained[i].request->sequence_id];

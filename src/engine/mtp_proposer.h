@@ -15,6 +15,9 @@
 // changes a draft). Where the layer lacks the entries before the target's first computed position (its cache
 // evicted them, or it dropped the sequence for room), its context starts at that position: slot s of its cache
 // holds position first_position + s, and RoPE, which sees only position differences, is run at the slots.
+// Under tensor parallelism the layer is loaded on every rank (its decoder layer sharded like the target's, the rest
+// whole), every rank runs every forward of it on its own copy of the target's hidden states, and the first rank
+// reads the drafts back (the ranks' logits are the same).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -24,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "engine/draft_proposer.h"
+#include "engine/sharded_model.h"
 #include "kvcache/kv_cache_manager.h"
 #include "model/mtp_model.h"
 
@@ -31,15 +35,15 @@ namespace tern {
 
 class MtpProposer final : public DraftProposer {
  public:
-  // `num_blocks` blocks of `block_size` tokens for the layer's cache on `backend` (where `model` lives), stored as
-  // `kv_dtype`.
-  MtpProposer(std::unique_ptr<MtpModel> model, Backend& backend, int32_t num_blocks, int32_t block_size,
-              bool enable_prefix_cache, KvCacheDtype kv_dtype = KvCacheDtype::automatic);
+  // models[r]: the layer on the backend of the target's rank r (`ranks`, whose threads run it). `num_blocks`
+  // blocks of `block_size` tokens for the layer's cache on each rank, stored as `kv_dtype`.
+  MtpProposer(ShardedModel& ranks, std::vector<std::unique_ptr<MtpModel>> models, int32_t num_blocks,
+              int32_t block_size, bool enable_prefix_cache, KvCacheDtype kv_dtype = KvCacheDtype::automatic);
   DraftTokens propose(std::span<const DraftRequest> requests) override;
   void forget(std::span<const uint64_t> sequence_ids) override;
   bool reads_hidden_states() const override { return true; }
-  std::vector<int32_t> target_layer_inputs() const override { return model_->target_layer_inputs(); }
-  void observe(std::span<const ComputedChunk> chunks, const Tensor& hidden_states) override;
+  std::vector<int32_t> target_layer_inputs() const override { return models_[0]->target_layer_inputs(); }
+  void observe(std::span<const ComputedChunk> chunks, std::span<const Tensor> hidden_states) override;
 
  private:
   struct MtpSequence {
@@ -62,15 +66,19 @@ class MtpProposer final : public DraftProposer {
   // of `token_ids` up to it, where they are all there).
   void start_at(MtpSequence& seq, int32_t position, std::span<const int32_t> token_ids);
   void drop(uint64_t sequence_id);
-  // The target's ids of the argmax of each row of the layer's logits.
-  std::vector<int32_t> greedy_tokens(const Tensor& logits);
+  // The layer's forward over `batch` on every rank, reading rows `rows` of inputs[rank] (the target's hidden
+  // states or the layer's own outputs), its outputs into outputs[rank]; the target's ids of the argmax of each
+  // logit row, from the first rank.
+  std::vector<int32_t> forward(const ForwardBatch& batch, std::span<const Tensor> inputs,
+                               const std::vector<int32_t>& rows, std::vector<Tensor>& outputs);
 
-  std::unique_ptr<MtpModel> model_;
-  Backend& backend_;
+  ShardedModel& ranks_;
+  std::vector<std::unique_ptr<MtpModel>> models_;
   KvCacheManager kv_;
-  KvCache cache_;
+  std::vector<KvCache> caches_;
   std::unordered_map<uint64_t, MtpSequence> sequences_;
-  Tensor last_outputs_;  // [R, hidden]: the layer's outputs at the first drafts' entries of the last observe
+  // Each rank's [R, hidden]: the layer's outputs at the first drafts' entries of the last observe.
+  std::vector<Tensor> last_outputs_;
 };
 
 }  // namespace tern

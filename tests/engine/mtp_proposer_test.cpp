@@ -12,6 +12,7 @@
 
 #include "engine/model_runner.h"
 #include "engine/mtp_proposer.h"
+#include "engine/sharded_model.h"
 #include "model/model.h"
 #include "model/mtp_model.h"
 #include "mtp_checkpoint.h"
@@ -123,7 +124,7 @@ class MtpProposerTest : public ::testing::TestWithParam<std::string> {
                           seq.finished ? std::span<const int32_t>() : std::span<const int32_t>(seq.tokens)});
       first_row += num_tokens;
     }
-    for (MtpProposer* proposer : proposers) proposer->observe(computed, hidden_states);
+    for (MtpProposer* proposer : proposers) proposer->observe(computed, {&hidden_states, 1});
   }
 
   // The drafts for the sequence's tokens from scratch, the MTP layer's context beginning at `context_start`.
@@ -198,6 +199,13 @@ class MtpProposerTest : public ::testing::TestWithParam<std::string> {
     return table;
   }
 
+  // The MTP layer for a proposer on the one rank.
+  std::vector<std::unique_ptr<MtpModel>> layer() {
+    std::vector<std::unique_ptr<MtpModel>> layers;
+    layers.push_back(load_mtp_model(dir_, *backend_));
+    return layers;
+  }
+
   std::filesystem::path dir_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> target_;
@@ -208,8 +216,9 @@ class MtpProposerTest : public ::testing::TestWithParam<std::string> {
 TEST_P(MtpProposerTest, DraftsEqualThoseComputedFromScratchAfterEveryKindOfStep) {
   // Two proposers watch the same steps: with a prefix cache, the sequence whose prompt the target takes from its
   // prefix cache has the layer's whole context; without one, its context begins where the target's computation did.
-  MtpProposer cached(load_mtp_model(dir_, *backend_), *backend_, 64, kBlockSize, true);
-  MtpProposer uncached(load_mtp_model(dir_, *backend_), *backend_, 64, kBlockSize, false);
+  ShardedModel one_rank(*target_, *backend_);
+  MtpProposer cached(one_rank, layer(), 64, kBlockSize, true);
+  MtpProposer uncached(one_rank, layer(), 64, kBlockSize, false);
   const std::vector<MtpProposer*> proposers = {&cached, &uncached};
 
   Script a, b, c;

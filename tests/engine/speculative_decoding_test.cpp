@@ -346,10 +346,10 @@ TEST(SpeculativeDecoding, Fp8KvCacheKeepsTheOutputsOfTheFp8Engine) {
 }
 
 // Prompt lookup on several ranks: tensor-parallel ranks all verify the drafts and the first samples; data-parallel
-// ranks (experts shared) verify their own sequences'. A draft model under tensor parallelism: sharded like the
-// target, every rank running every draft forward. Greedy outputs equal the sharded model's own without
-// speculation, at k = 1 and 4, with a small pool that preempts. A draft model under data parallelism, and an MTP
-// layer under tensor parallelism, are refused at start, naming why.
+// ranks (experts shared) verify their own sequences'. A draft model and DeepSeek-V3's MTP layer under tensor
+// parallelism: loaded on every rank like the target, every rank running every draft forward. Greedy outputs equal
+// the sharded model's own without speculation, at k = 1 and 4, with a small pool that preempts. A draft model
+// under data parallelism, and an EAGLE-3 head under tensor parallelism, are refused at start, naming why.
 void expect_drafts_kept(ShardedModel& model, const std::string& what, int32_t num_blocks,
                         const std::function<SpeculativeConfig(int32_t k)>& speculative) {
   const auto requests = greedy_requests(repetitive_prompts(6, model.config().vocab_size, 7));
@@ -377,7 +377,7 @@ void expect_refused(ShardedModel& model, const SpeculativeConfig& speculative, c
   }
 }
 
-TEST(SpeculativeDecoding, ParallelRanksVerifyPromptLookupAndDraftModelDrafts) {
+TEST(SpeculativeDecoding, ParallelRanksVerifyPromptLookupDraftModelAndMtpDrafts) {
   auto tensor_parallel = ShardedModel::load(fixtures_dir() / "models" / "llama", "cpu", {.tensor_parallel_size = 2}, 2);
   expect_drafts_kept(*tensor_parallel, "prompt lookup, tensor parallel", 12, ngram);
   expect_drafts_kept(*tensor_parallel, "draft model, tensor parallel", 8,
@@ -386,9 +386,11 @@ TEST(SpeculativeDecoding, ParallelRanksVerifyPromptLookupAndDraftModelDrafts) {
                                           {.expert_parallel_size = 2, .data_parallel_size = 2}, 2);
   expect_drafts_kept(*data_parallel, "prompt lookup, data parallel", 6, ngram);  // each rank's pool: half the sequences
   expect_refused(*data_parallel, draft_model("qwen3_moe", 2), "a draft model under data parallelism");
+  expect_refused(*tensor_parallel, eagle3(eagle3_head("llama"), 2), "an EAGLE-3 head under tensor parallelism");
   const auto mtp = deepseek_v3_with_mtp(MtpLayerKind::oracle);
   auto mtp_tensor_parallel = ShardedModel::load(mtp, "cpu", {.tensor_parallel_size = 2}, 2);
-  expect_refused(*mtp_tensor_parallel, deepseek_mtp(mtp, 2), "an MTP layer under tensor parallelism");
+  expect_drafts_kept(*mtp_tensor_parallel, "deepseek_mtp, tensor parallel", 8,
+                     [&](int32_t k) { return deepseek_mtp(mtp, k); });
 }
 
 TEST(SpeculativeDecoding, ADraftModelWithAnotherVocabularyIsRefusedAtStart) {

@@ -26,10 +26,6 @@ std::string first_present(const WeightLoader& weights, const std::vector<std::st
 
 DeepseekMtpModel::DeepseekMtpModel(const ModelConfig& config, const Checkpoint& checkpoint, Backend& backend)
     : config_(config), backend_(backend), norm_eps_(static_cast<float>(config.rms_norm_eps)) {
-  if (backend.tensor_parallel_size() != 1) {
-    fail("{}: the multi-token prediction layer runs on one rank (tensor parallel size {})", config.architecture,
-         backend.tensor_parallel_size());
-  }
   const int64_t num_nextn = config.raw.value("num_nextn_predict_layers", int64_t{0});
   // DeepSeek's loading rule: the MTP layers' ids follow the decoder's (README_WEIGHTS.md, "Loading Rules").
   const int64_t index = config.num_layers;
@@ -41,6 +37,8 @@ DeepseekMtpModel::DeepseekMtpModel(const ModelConfig& config, const Checkpoint& 
   }
   const int64_t hidden = config.hidden_size;
   const int64_t vocab = config.vocab_size;
+  // Under tensor parallelism the decoder layer is sharded as the target's (its builder's sharded loads); the
+  // embedding, the projections and the head load whole on every rank.
   WeightLoader weights(checkpoint, backend);
   embed_tokens_ = weights.load(
       first_present(weights, {prefix + ".embed_tokens.weight", "model.embed_tokens.weight"}, config), {vocab, hidden});
