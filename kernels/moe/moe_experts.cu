@@ -324,15 +324,15 @@ struct LaneWeights {
   }
 };
 
-// With Gated (MoeGemmParams::fuse_gated_activation) a warp takes gate column c and up column c + width of its rows
-// (one read of each input row for both) and writes their activation, from gate and up rounded to bf16 as the
-// unfused path stores them.
 // The local expert of pair `pair` under pair tiles (MoeGemmParams::pair_expert), -1 when another rank holds it.
 __device__ __forceinline__ int pair_local_expert(const MoeGemmParams& p, int64_t pair) {
   const int e = p.pair_expert[pair] - p.first_expert;
   return e >= 0 && e < p.num_experts ? e : -1;
 }
 
+// With Gated (MoeGemmParams::fuse_gated_activation) a warp takes gate column c and up column c + width of its rows
+// (one read of each input row for both) and writes their activation, from gate and up rounded to bf16 as the
+// unfused path stores them.
 template <bool Gated, ExpertFormat Format>
 __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmParams p) {
   constexpr int kColumns = Gated ? 2 : 1;

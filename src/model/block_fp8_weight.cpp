@@ -40,7 +40,8 @@ float quantize_block(const TensorInfo& weight, int64_t block_rows, int64_t block
   }
   // A block of zeros (or of values so small that amax / 448 underflows float32) gets scale 1: its elements
   // quantize to zero.
-  const float scale = amax / kE4m3Max > 0.0f ? amax / kE4m3Max : 1.0f;
+  const float amax_scale = amax / kE4m3Max;
+  const float scale = amax_scale > 0.0f ? amax_scale : 1.0f;
   for (int64_t r = 0; r < height; ++r) {
     uint8_t* row_codes = codes + (first_row + r) * columns + first_column;
     const float* values = block + r * width;
