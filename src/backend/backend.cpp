@@ -124,14 +124,21 @@ QkvColumns Backend::split_qkv(const Tensor& qkv, const QkvHeads& heads) {
           columns(heads.num_heads + heads.num_kv_heads, heads.num_kv_heads)};
 }
 
+void Backend::rope_store_kv(Tensor& query, Tensor& key, const Tensor& value, const HeadNormWeights& norms,
+                            const RopeTable& table, KvCache& cache, int layer, const StepContext& step) {
+  if (norms.query) {
+    query = rms_norm(query, *norms.query, norms.eps);
+    key = rms_norm(key, *norms.key, norms.eps);
+  }
+  rope(query, table, step);
+  rope(key, table, step);
+  store_kv(cache, layer, key, value, step);
+}
+
 Tensor Backend::rope_store_qkv(const Tensor& qkv, const QkvHeads& heads, const RopeTable& table, KvCache& cache,
                                int layer, const StepContext& step) {
   QkvColumns columns = split_qkv(qkv, heads);
-  if (heads.q_norm) {
-    columns.q = rms_norm(columns.q, *heads.q_norm, heads.norm_eps);
-    columns.k = rms_norm(columns.k, *heads.k_norm, heads.norm_eps);
-  }
-  rope_store_kv(columns.q, columns.k, columns.v, table, cache, layer, step);
+  rope_store_kv(columns.q, columns.k, columns.v, heads.norms, table, cache, layer, step);
   return columns.q;
 }
 

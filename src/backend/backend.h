@@ -52,15 +52,20 @@ struct PreNorm {
   float eps = 1e-6f;
 };
 
-// How a fused q/k/v projection's output columns divide into heads: q, then k, then v; and Qwen3's per-head RMSNorm
-// of q and k between the projection and RoPE (weights [head_dim], both or neither).
+// A per-head RMSNorm of queries and keys between their projection and RoPE (Qwen3's q_norm and k_norm, DeepSeek-V4's
+// unweighted query norm and kv_norm): weights [head_dim], both or neither.
+struct HeadNormWeights {
+  const Tensor* query = nullptr;
+  const Tensor* key = nullptr;
+  float eps = 1e-6f;
+};
+
+// How a fused q/k/v projection's output columns divide into heads: q, then k, then v; and their norms, if any.
 struct QkvHeads {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  const Tensor* q_norm = nullptr;
-  const Tensor* k_norm = nullptr;
-  float norm_eps = 1e-6f;
+  HeadNormWeights norms;
 };
 
 // Those columns as [T, heads, head_dim] tensors (Backend::split_qkv).
@@ -263,13 +268,10 @@ class Backend {
   virtual void store_kv(KvCache& cache, int layer, const Tensor& key, const Tensor& value,
                         const StepContext& step) = 0;
   // rope(query); rope(key); store_kv(key, value) in one op, so a backend can fuse the rotation into the cache
-  // write. Afterwards `key` may or may not be rotated: read the cache, not `key`.
-  virtual void rope_store_kv(Tensor& query, Tensor& key, const Tensor& value, const RopeTable& table, KvCache& cache,
-                             int layer, const StepContext& step) {
-    rope(query, table, step);
-    rope(key, table, step);
-    store_kv(cache, layer, key, value, step);
-  }
+  // write, with query and key normalized per head first where `norms` has weights. Afterwards `key` may or may not
+  // be rotated or normalized: read the cache, not `key`.
+  virtual void rope_store_kv(Tensor& query, Tensor& key, const Tensor& value, const HeadNormWeights& norms,
+                             const RopeTable& table, KvCache& cache, int layer, const StepContext& step);
   // A fused projection's output qkv [T, (heads + 2 kv_heads) head_dim] cut into q, k and v (slice_columns: views of
   // qkv where the backend makes them).
   QkvColumns split_qkv(const Tensor& qkv, const QkvHeads& heads);

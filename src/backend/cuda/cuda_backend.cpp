@@ -514,7 +514,7 @@ class CudaBackend final : public Backend {
     std::optional<PreNormGemv> gemv = pre_norm_gemv(input, qkv_weight, qkv_bias);
     const int64_t q_width = heads.num_heads * heads.head_dim;
     const kernels::RopeSpec spec = rope_spec(table, heads.head_dim, false);
-    const bool fits = gemv && !heads.q_norm && layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
+    const bool fits = gemv && !heads.norms.query && layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
                       cache.layers[layer].key_dim == heads.head_dim && !table.rotate_last_dims &&
                       kernels::gemv_supports_rope_kv(qkv_weight.size(0), q_width, cache.layers[layer].num_kv_heads,
                                                      heads.head_dim, cache.layers[layer].value_dim, spec);
@@ -775,8 +775,12 @@ class CudaBackend final : public Backend {
     launch("store_kv", [&] { kernels::launch_store_kv(write.params, stream_); });
   }
 
-  void rope_store_kv(Tensor& query, Tensor& key, const Tensor& value, const RopeTable& table, KvCache& cache,
-                     int layer, const StepContext& step) override {
+  // With head norms, the normalized heads go back to `query` in place: a warp holds its whole head before writing.
+  void rope_store_kv(Tensor& query, Tensor& key, const Tensor& value, const HeadNormWeights& norms,
+                     const RopeTable& table, KvCache& cache, int layer, const StepContext& step) override {
+    if (norms.query && query.size(-1) > kernels::kMaxNormedHeadDim) {
+      return Backend::rope_store_kv(query, key, value, norms, table, cache, layer, step);
+    }
     await_kv_layer(layer);
     require_bf16(query, "rope_store_kv (query)");
     if (query.shape.size() != 3 || query.size(2) != cache.layers.at(layer).key_dim) {
@@ -786,9 +790,11 @@ class CudaBackend final : public Backend {
     check_tokens(query, step, "rope_store_kv");
     const KvWrite write = kv_write(cache, layer, key, value, step);
     const kernels::RopeSpec spec = rope_spec(table, query.size(2), false);
+    const HeadNorms head_norms = this->head_norms(norms, query.size(2), "rope_store_kv");
     launch("rope_store_kv", [&] {
       kernels::launch_rope_store_kv(query.ptr<bf16>(), query.row_numel(), query.ptr<bf16>(),
-                                    checked_int(query.size(1), "heads"), write.params, spec, stream_);
+                                    checked_int(query.size(1), "heads"), write.params, spec, stream_,
+                                    head_norms.params);
     });
   }
 
@@ -804,19 +810,10 @@ class CudaBackend final : public Backend {
                       layer >= 0 && layer < static_cast<int>(cache.layers.size()) &&
                       cache.layers[layer].num_kv_heads == heads.num_kv_heads &&
                       cache.layers[layer].key_dim == heads.head_dim && cache.layers[layer].value_dim == heads.head_dim;
-    if (!fits || (heads.q_norm && heads.head_dim > kernels::kMaxNormedHeadDim)) {
+    if (!fits || (heads.norms.query && heads.head_dim > kernels::kMaxNormedHeadDim)) {
       return Backend::rope_store_qkv(qkv, heads, table, cache, layer, step);
     }
-    kernels::HeadNorms norms;
-    Tensor q_norm, k_norm;
-    if (heads.q_norm) {
-      if (!heads.k_norm || heads.q_norm->numel() != heads.head_dim || heads.k_norm->numel() != heads.head_dim) {
-        fail("rope_store_qkv: head norms need q and k weights of head_dim {} values", heads.head_dim);
-      }
-      q_norm = constant(*heads.q_norm, DType::BF16, "rope_store_qkv (q norm)");
-      k_norm = constant(*heads.k_norm, DType::BF16, "rope_store_qkv (k norm)");
-      norms = {q_norm.ptr<bf16>(), k_norm.ptr<bf16>(), heads.norm_eps};
-    }
+    const HeadNorms norms = head_norms(heads.norms, heads.head_dim, "rope_store_qkv");
     check_tokens(qkv, step, "rope_store_qkv");
     kernels::KvWriteParams p = kv_destination(cache, layer, qkv.size(0), step);
     p.key = qkv.ptr<bf16>() + q_width;
@@ -826,7 +823,7 @@ class CudaBackend final : public Backend {
     Tensor query = allocator_->allocate(DType::BF16, {qkv.size(0), heads.num_heads, heads.head_dim});
     launch("rope_store_qkv", [&] {
       kernels::launch_rope_store_kv(qkv.ptr<bf16>(), qkv.size(1), query.ptr<bf16>(),
-                                    checked_int(heads.num_heads, "heads"), p, spec, stream_, norms);
+                                    checked_int(heads.num_heads, "heads"), p, spec, stream_, norms.params);
     });
     return query;
   }
@@ -1533,6 +1530,24 @@ class CudaBackend final : public Backend {
   // float32 vectors that model code makes with from_host_f32 (norm weights of ones) and the bf16 parameters that
   // kernels read as float32 (sinks, mHC's base and scale, routers' bias) cost a conversion kernel per use otherwise,
   // tens of launches in each DeepSeek-V4 decode step.
+  // Head norm weights as the rope kernels read them (bf16, heads of up to kernels::kMaxNormedHeadDim dims), kept
+  // alive with the pointers to them.
+  struct HeadNorms {
+    Tensor query, key;
+    kernels::HeadNorms params;
+  };
+  HeadNorms head_norms(const HeadNormWeights& norms, int64_t head_dim, const char* op) {
+    HeadNorms out;
+    if (!norms.query) return out;
+    if (!norms.key || norms.query->numel() != head_dim || norms.key->numel() != head_dim) {
+      fail("{}: head norms need query and key weights of head_dim {} values", op, head_dim);
+    }
+    out.query = constant(*norms.query, DType::BF16, op);
+    out.key = constant(*norms.key, DType::BF16, op);
+    out.params = {out.query.ptr<bf16>(), out.key.ptr<bf16>(), norms.eps};
+    return out;
+  }
+
   Tensor constant(const Tensor& t, DType dtype, const char* op) {
     if (t.dtype == dtype) return t;
     if (converted_constants_.size() >= 2 * live_constants_ + 64) {  // drop conversions of weights that are gone

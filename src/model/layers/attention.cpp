@@ -85,8 +85,8 @@ Tensor GqaAttention::forward(Backend& backend, const BlockInput& input, KvCache&
   const int64_t head_dim = config_.head_dim;
   const int64_t q_width = config_.num_heads * head_dim;
   const Tensor* qkv_bias = qkv_bias_ ? &*qkv_bias_ : nullptr;
-  const QkvHeads heads{config_.num_heads, config_.num_kv_heads, head_dim, q_norm_ ? &*q_norm_ : nullptr,
-                       k_norm_ ? &*k_norm_ : nullptr, config_.norm_eps};
+  const QkvHeads heads{config_.num_heads, config_.num_kv_heads, head_dim,
+                       {q_norm_ ? &*q_norm_ : nullptr, k_norm_ ? &*k_norm_ : nullptr, config_.norm_eps}};
   const Tensor q = input.linear_rope_store_kv(qkv_weight_, qkv_bias, heads, rope_, cache, layer, step);
   AttentionParams params;
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -191,7 +191,7 @@ TEST_F(CudaBlockFp8Test, FusedPreNormGemvsReadTheCodes) {
     KvCache cpu_cache = cpu->allocate_kv_cache(layers, 2, 16);
     const auto gpu_step = gpu->begin_step(batch);
     const auto cpu_step = cpu->begin_step(batch);
-    const QkvHeads qkv{heads, kv_heads, head_dim};
+    const QkvHeads qkv{heads, kv_heads, head_dim, {}};
     PreNorm gpu_input{residual.gpu, &addend.gpu, norm.gpu, 1e-5f};
     PreNorm cpu_input{residual.cpu, &addend.cpu, norm.cpu, 1e-5f};
     const Tensor q =

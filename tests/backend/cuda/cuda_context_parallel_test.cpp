@@ -257,8 +257,8 @@ TEST_F(CudaContextParallelTest, RopeStoreKvWritesOnlyTheRanksTokens) {
     cpu_cache.context_shard = gpu_cache.context_shard = {rank, ranks};
     const auto cpu_step = cpu->begin_step(steps.fill);
     const auto gpu_step = gpu->begin_step(steps.fill);
-    cpu->rope_store_kv(q.cpu, k.cpu, v.cpu, cpu_table, cpu_cache, 0, *cpu_step);
-    gpu->rope_store_kv(q.gpu, k.gpu, v.gpu, gpu_table, gpu_cache, 0, *gpu_step);
+    cpu->rope_store_kv(q.cpu, k.cpu, v.cpu, {}, cpu_table, cpu_cache, 0, *cpu_step);
+    gpu->rope_store_kv(q.gpu, k.gpu, v.gpu, {}, gpu_table, gpu_cache, 0, *gpu_step);
     EXPECT_LE(relative_error(gpu->to_host_f32(q.gpu), cpu->to_host_f32(q.cpu)), 1e-2) << label << ", queries";
     // The CPU rotated its key input in place: the rows the cache must hold.
     const auto rotated_keys = cpu->to_host_f32(k.cpu);

@@ -193,7 +193,7 @@ TEST_F(CudaOpsTest, NormLinearRopeStoreKvMatchesTheOpsOneByOne) {
     gpu_cache.context_shard = by_ops_cache.context_shard = cpu_cache.context_shard = c.shard;
     const auto gpu_step = gpu->begin_step(batch);
     const auto cpu_step = cpu->begin_step(batch);
-    const QkvHeads heads{c.heads, c.kv_heads, c.head_dim};
+    const QkvHeads heads{c.heads, c.kv_heads, c.head_dim, {}};
     PreNorm gpu_input{residual.gpu, &addend.gpu, norm.gpu, 1e-5f};
     PreNorm by_ops_input{residual_by_ops.gpu, &addend.gpu, norm.gpu, 1e-5f};
     PreNorm cpu_input{residual.cpu, &addend.cpu, norm.cpu, 1e-5f};
@@ -258,7 +258,7 @@ TEST_F(CudaOpsTest, RopeStoreQkvReadsTheProjectionRows) {
     KvCache cpu_cache = cpu->allocate_kv_cache(layers, blocks, 16);
     const auto gpu_step = gpu->begin_step(batch);
     const auto cpu_step = cpu->begin_step(batch);
-    const QkvHeads heads{c.heads, c.kv_heads, c.head_dim};
+    const QkvHeads heads{c.heads, c.kv_heads, c.head_dim, {}};
     const Tensor q = gpu->rope_store_qkv(qkv.gpu, heads, gpu_table, gpu_cache, 0, *gpu_step);
     const Tensor q_by_copies = gpu->Backend::rope_store_qkv(qkv.gpu, heads, gpu_table, by_copies_cache, 0, *gpu_step);
     const Tensor q_cpu = cpu->rope_store_qkv(qkv.cpu, heads, cpu_table, cpu_cache, 0, *cpu_step);
@@ -311,8 +311,8 @@ TEST_F(CudaOpsTest, RopeStoreQkvNormalizesHeads) {
     KvCache cpu_cache = cpu->allocate_kv_cache(layers, blocks, 16);
     const auto gpu_step = gpu->begin_step(batch);
     const auto cpu_step = cpu->begin_step(batch);
-    const QkvHeads gpu_heads{c.heads, c.kv_heads, c.head_dim, &q_norm.gpu, &k_norm.gpu, 1e-6f};
-    const QkvHeads cpu_heads{c.heads, c.kv_heads, c.head_dim, &q_norm.cpu, &k_norm.cpu, 1e-6f};
+    const QkvHeads gpu_heads{c.heads, c.kv_heads, c.head_dim, {&q_norm.gpu, &k_norm.gpu, 1e-6f}};
+    const QkvHeads cpu_heads{c.heads, c.kv_heads, c.head_dim, {&q_norm.cpu, &k_norm.cpu, 1e-6f}};
     const Tensor q = gpu->rope_store_qkv(qkv.gpu, gpu_heads, gpu_table, gpu_cache, 0, *gpu_step);
     const Tensor q_by_ops = gpu->Backend::rope_store_qkv(qkv.gpu, gpu_heads, gpu_table, by_ops_cache, 0, *gpu_step);
     const Tensor q_cpu = cpu->rope_store_qkv(qkv.cpu, cpu_heads, cpu_table, cpu_cache, 0, *cpu_step);
@@ -341,8 +341,59 @@ TEST_F(CudaOpsTest, RopeStoreQkvNormalizesHeads) {
   KvCache cache = gpu->allocate_kv_cache({{1, 16, 16}}, 1, 16);
   const ForwardBatch batch = one_sequence_batch(2, 0, 100, 66);  // the step refers to it
   const auto step = gpu->begin_step(batch);
-  EXPECT_THROW(gpu->rope_store_qkv(qkv.gpu, {2, 1, 16, &short_norm.gpu, &short_norm.gpu, 1e-6f}, table, cache, 0, *step),
-               Error);
+  EXPECT_THROW(
+      gpu->rope_store_qkv(qkv.gpu, {2, 1, 16, {&short_norm.gpu, &short_norm.gpu, 1e-6f}}, table, cache, 0, *step),
+      Error);
+}
+
+// DeepSeek-V4's shape: queries and the shared K=V head from separate projections, each head normalized (the queries
+// by a weight of ones), interleaved RoPE on the last 64 of 512 dims, a keys-only cache.
+TEST_F(CudaOpsTest, RopeStoreKvNormalizesSeparateHeads) {
+  constexpr int kHeads = 8, kHeadDim = 512, kRotary = 64;
+  for (const int rows : {1, 5}) {
+    const std::string what = fmt::format("{} rows", rows);
+    const std::vector<float> query_values = random_bf16_values(static_cast<size_t>(rows) * kHeads * kHeadDim, 70);
+    const std::vector<float> key_values = random_bf16_values(static_cast<size_t>(rows) * kHeadDim, 71);
+    // Each op rewrites its query in place: one copy of the inputs for each.
+    auto fused = std::pair{input(query_values, {rows, kHeads, kHeadDim}), input(key_values, {rows, 1, kHeadDim})};
+    auto by_ops = std::pair{input(query_values, {rows, kHeads, kHeadDim}), input(key_values, {rows, 1, kHeadDim})};
+    const auto ones = weight(std::vector<float>(kHeadDim, 1.0f), {kHeadDim});
+    const auto key_norm = weight(random_bf16_values(kHeadDim, 72, 0.5f), {kHeadDim});
+    const std::vector<float> inv_freq = testing::rope_inv_freq(kRotary);
+    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {kRotary / 2}), kRotary, 1.0f};
+    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {kRotary / 2}), kRotary, 1.0f};
+    cpu_table.interleaved = gpu_table.interleaved = true;
+    cpu_table.rotate_last_dims = gpu_table.rotate_last_dims = true;
+    const std::vector<KvLayerSpec> layers = {{1, kHeadDim, 0}};
+    const ForwardBatch batch = one_sequence_batch(rows, 7, 100, 73);
+    KvCache gpu_cache = gpu->allocate_kv_cache(layers, 1, 16);
+    KvCache by_ops_cache = gpu->allocate_kv_cache(layers, 1, 16);
+    KvCache cpu_cache = cpu->allocate_kv_cache(layers, 1, 16);
+    const auto gpu_step = gpu->begin_step(batch);
+    const auto cpu_step = cpu->begin_step(batch);
+    Tensor& fused_query = fused.first.gpu;
+    Tensor& fused_key = fused.second.gpu;
+    Tensor& by_ops_query = by_ops.first.gpu;
+    Tensor& by_ops_key = by_ops.second.gpu;
+    Tensor& cpu_query = fused.first.cpu;
+    Tensor& cpu_key = fused.second.cpu;
+    gpu->rope_store_kv(fused_query, fused_key, fused_key, {&ones.gpu, &key_norm.gpu, 1e-6f}, gpu_table, gpu_cache, 0,
+                       *gpu_step);
+    gpu->Backend::rope_store_kv(by_ops_query, by_ops_key, by_ops_key, {&ones.gpu, &key_norm.gpu, 1e-6f}, gpu_table,
+                                by_ops_cache, 0, *gpu_step);
+    cpu->rope_store_kv(cpu_query, cpu_key, cpu_key, {&ones.cpu, &key_norm.cpu, 1e-6f}, cpu_table, cpu_cache, 0,
+                       *cpu_step);
+    ASSERT_EQ(fused_query.shape, (std::vector<int64_t>{rows, kHeads, kHeadDim})) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(fused_query), gpu->to_host_f32(by_ops_query)), 1e-2) << what;
+    EXPECT_LE(relative_error(gpu->to_host_f32(fused_query), cpu->to_host_f32(cpu_query)), 2e-2) << what;
+    const auto first = static_cast<std::ptrdiff_t>(7 * kHeadDim);
+    const auto written = [&](const std::vector<float>& all) {
+      return std::vector<float>(all.begin() + first, all.begin() + first + rows * kHeadDim);
+    };
+    const auto cached = written(gpu->to_host_f32(gpu_cache.keys[0]));
+    EXPECT_LE(relative_error(cached, written(gpu->to_host_f32(by_ops_cache.keys[0]))), 1e-2) << what << ", keys";
+    EXPECT_LE(relative_error(cached, written(cpu->to_host_f32(cpu_cache.keys[0]))), 2e-2) << what << ", keys";
+  }
 }
 
 TEST_F(CudaOpsTest, LinearRejectsMismatchedFeatures) {
@@ -389,13 +440,24 @@ TEST_F(CudaOpsTest, RopeFullAndPartialWithScaling) {
   }
 }
 
-TEST_F(CudaOpsTest, RopeRejectsRotatingTheLastDims) {
-  std::vector<float> inv_freq(4, 1.0f);
-  RopeTable table{gpu->from_host_f32(inv_freq, {4}), 8, 1.0f, false, true};
-  auto x = input(random_bf16_values(2 * 16, 1), {2, 1, 16});
-  const ForwardBatch batch = one_sequence_batch(2, 0, 10, 1);  // the step refers to it
-  const auto step = gpu->begin_step(batch);
-  EXPECT_THROW(gpu->rope(x.gpu, table, *step), Error);
+// DeepSeek-V4 rotates the last dims of a head (rotate-half or interleaved pairs), forward and back.
+TEST_F(CudaOpsTest, RopeRotatesTheLastDimsAsTheCpuDoes) {
+  for (const bool interleaved : {false, true}) {
+    const std::vector<float> inv_freq = testing::rope_inv_freq(8);
+    RopeTable cpu_table{cpu->from_host_f32(inv_freq, {4}), 8, 1.0f, interleaved, true};
+    RopeTable gpu_table{gpu->from_host_f32(inv_freq, {4}), 8, 1.0f, interleaved, true};
+    auto x = input(random_bf16_values(3 * 2 * 16, 1), {3, 2, 16});
+    const ForwardBatch batch = one_sequence_batch(3, 4, 10, 1);  // the steps refer to it
+    const auto gpu_step = gpu->begin_step(batch);
+    const auto cpu_step = cpu->begin_step(batch);
+    gpu->rope(x.gpu, gpu_table, *gpu_step);
+    cpu->rope(x.cpu, cpu_table, *cpu_step);
+    const std::string what = interleaved ? "interleaved" : "rotate-half";
+    EXPECT_LE(relative_error(gpu->to_host_f32(x.gpu), cpu->to_host_f32(x.cpu)), 1e-2) << what;
+    gpu->rope_inverse(x.gpu, gpu_table, *gpu_step);
+    cpu->rope_inverse(x.cpu, cpu_table, *cpu_step);
+    EXPECT_LE(relative_error(gpu->to_host_f32(x.gpu), cpu->to_host_f32(x.cpu)), 1e-2) << what << ", back";
+  }
 }
 
 // MLA's absorbed projections: [T, heads, K] x [heads, N, K]^T per head, the fixture's and DeepSeek-V3's shapes
@@ -445,9 +507,9 @@ TEST_F(CudaOpsTest, StoreKvAndFusedRopeStoreKvFillTheSameSlots) {
     const auto v = input(random_bf16_values(30 * kv_heads * head_dim, 18), {30, kv_heads, head_dim});
     const auto cpu_step = cpu->begin_step(batch);
     const auto gpu_step = gpu->begin_step(batch);
-    cpu->rope_store_kv(q.cpu, k.cpu, v.cpu, cpu_table, cpu_cache, 0, *cpu_step);
+    cpu->rope_store_kv(q.cpu, k.cpu, v.cpu, {}, cpu_table, cpu_cache, 0, *cpu_step);
     if (fused) {
-      gpu->rope_store_kv(q.gpu, k.gpu, v.gpu, gpu_table, gpu_cache, 0, *gpu_step);
+      gpu->rope_store_kv(q.gpu, k.gpu, v.gpu, {}, gpu_table, gpu_cache, 0, *gpu_step);
     } else {
       gpu->rope(q.gpu, gpu_table, *gpu_step);
       gpu->rope(k.gpu, gpu_table, *gpu_step);

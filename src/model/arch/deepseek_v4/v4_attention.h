@@ -5,6 +5,8 @@
 // grouped low-rank output projection.
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/arch/deepseek_v4/v4_config.h"
@@ -29,8 +31,7 @@ class V4Attention final : public AttentionBlock {
 
  private:
   struct Compressor {
-    Tensor kv_weight;      // [width, hidden]
-    Tensor gate_weight;    // [width, hidden]
+    int64_t kv_column = 0;  // where its wkv's [width] columns start in side_weight_'s output, wgate's after them
     Tensor position_bias;  // [compress_rate, width]
     Tensor norm;           // [entry_dim]
     CompressorParams params;  // its tensor pointers are filled in at each call
@@ -38,15 +39,17 @@ class V4Attention final : public AttentionBlock {
   struct Indexer {
     Compressor compressor;
     Tensor query_weight;    // [index_heads * index_head_dim, q_lora_rank]
-    Tensor weights_proj;    // [index_heads, hidden]
+    int64_t weights_column = 0;  // where weights_proj's [index_heads] columns start in side_weight_'s output
     IndexerParams params;
     int64_t num_heads = 0;
     int64_t head_dim = 0;
   };
 
+  // Appends the compressor's wkv and wgate to `stacked` (names and shapes), their columns from `column` on.
   Compressor load_compressor(WeightLoader& weights, const std::string& prefix, int64_t hidden, int64_t entry_dim,
-                             int64_t state_offset) const;
-  void compress(Backend& backend, const Compressor& compressor, const Tensor& x, KvCache& cache, int layer,
+                             int64_t state_offset, std::vector<std::pair<std::string, std::vector<int64_t>>>& stacked,
+                             int64_t& column) const;
+  void compress(Backend& backend, const Compressor& compressor, const Tensor& side, KvCache& cache, int layer,
                 const StepContext& step) const;
 
   V4AttentionKind kind_;
@@ -58,11 +61,16 @@ class V4Attention final : public AttentionBlock {
   int64_t compress_rate_ = 0;
   float norm_eps_ = 1e-6f;
   RopeTable rope_;
-  Tensor q_a_weight_;   // [q_lora_rank, hidden]
+  int64_t q_lora_rank_ = 0;
+  // The input's projections as two products of weights stacked by rows, so that a decode step reads the input once
+  // for each (on the CUDA backend at one row: a GEMV with the input's norm): [wq_a; wkv], which may be block FP8,
+  // and the unquantized rest, [compressor wkv; wgate; indexer compressor wkv; wgate; indexer weights_proj]
+  // (compressed layers only). The outputs' columns are sliced apart (views at one row).
+  Tensor q_a_kv_weight_;  // [q_lora_rank + head_dim, hidden]
+  Tensor side_weight_;    // [compressor and indexer columns, hidden]
   Tensor q_a_norm_;     // [q_lora_rank]
   Tensor q_b_weight_;   // [heads * head_dim, q_lora_rank]
   Tensor head_ones_;    // [head_dim]: the weight of the unweighted per-head query norm
-  Tensor kv_weight_;    // [head_dim, hidden]
   Tensor kv_norm_;      // [head_dim]
   Tensor o_a_weight_;   // [o_groups, o_lora_rank, heads * head_dim / o_groups]
   Tensor o_b_weight_;   // [hidden, o_groups * o_lora_rank]
