@@ -224,7 +224,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   std::vector<std::unique_ptr<MtpModel>> mtp_layers;
   if (config.speculative) {
     // Prompt lookup is host-only: every tensor-parallel rank verifies the same drafts in its forward and the first
-    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model or DeepSeek-V3's MTP
+    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model or DeepSeek's MTP
     // layer is loaded on every tensor-parallel rank like the target and runs on all of them alike
     // (DraftModelProposer, MtpProposer); data-parallel ranks would each need their own drafting of their own
     // sequences. An EAGLE-3 head loads on one rank only (its layer is not sharded yet). Decode context parallelism

@@ -391,6 +391,11 @@ TEST(SpeculativeDecoding, ParallelRanksVerifyPromptLookupDraftModelAndMtpDrafts)
   auto mtp_tensor_parallel = ShardedModel::load(mtp, "cpu", {.tensor_parallel_size = 2}, 2);
   expect_drafts_kept(*mtp_tensor_parallel, "deepseek_mtp, tensor parallel", 8,
                      [&](int32_t k) { return deepseek_mtp(mtp, k); });
+  // V4's block: attention and routed experts whole on each rank, its shared expert sharded as the target's.
+  const auto v4_mtp = deepseek_v4_with_mtp("compressed_sparse_attention", MtpLayerKind::oracle);
+  auto v4_tensor_parallel = ShardedModel::load(v4_mtp, "cpu", {.tensor_parallel_size = 2}, 2);
+  expect_drafts_kept(*v4_tensor_parallel, "deepseek_mtp (V4), tensor parallel", 8,
+                     [&](int32_t k) { return deepseek_mtp(v4_mtp, k); });
 }
 
 TEST(SpeculativeDecoding, ADraftModelWithAnotherVocabularyIsRefusedAtStart) {

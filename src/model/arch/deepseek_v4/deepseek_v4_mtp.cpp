@@ -18,10 +18,6 @@ DeepseekV4MtpModel::DeepseekV4MtpModel(const ModelConfig& config, const Checkpoi
       v4_(read_deepseek_v4_config(config)),
       backend_(backend),
       norm_eps_(static_cast<float>(config.rms_norm_eps)) {
-  if (backend.tensor_parallel_size() != 1) {
-    fail("{}: the multi-token prediction layer runs on one rank (tensor parallel size {})", config.architecture,
-         backend.tensor_parallel_size());
-  }
   const std::string prefix = kPrefix;
   const V4CheckpointNames names = v4_checkpoint_names(checkpoint);
   const int64_t num_nextn = config.raw.value("num_nextn_predict_layers", int64_t{0});
