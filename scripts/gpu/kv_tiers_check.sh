@@ -7,7 +7,8 @@
 #    `tern bench --dataset-name multi-turn` (64 conversations x 8 turns, the device KV limited to 4 GiB) without a
 #    host tier, with one, and with a small host tier over a disk tier. Results go to $OUT.
 #   [TIER_RUNS="off host write_through disk"] [CONCURRENCY="16"] [INPUT_LEN=384] [SKIP_TESTS=1] \
-#     bash scripts/gpu/kv_tiers_check.sh
+#     [TIER_FLAGS="--kv-cache-dtype fp8_e4m3"] bash scripts/gpu/kv_tiers_check.sh
+# (TIER_FLAGS go to every run, the anchor's included.)
 set -uo pipefail
 root=$(pwd)
 source scripts/gpu/device_env.sh
@@ -28,7 +29,9 @@ model_dir=/dev/shm/llama-3.1-8b
   --skip-bench 2>&1 | grep -v -i warn | tail -3
 workload=(--dataset-name multi-turn --num-prompts 64 --num-turns 8 --input-len "${INPUT_LEN:-384}" --output-len 64
           --prompt-seed 1)
-common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-memory 4GiB --max-num-batched-tokens 8192)
+# shellcheck disable=SC2206
+common=(--model "$model_dir" --backend cuda --temperature 0 --kv-cache-memory 4GiB --max-num-batched-tokens 8192
+        ${TIER_FLAGS:-})
 declare -A tiers=(
   [off]=''
   [host]='--host-kv-cache-memory 48GiB'
@@ -38,7 +41,7 @@ declare -A tiers=(
 rm -rf /tmp/tern-kv-disk
 for concurrency in ${CONCURRENCY:-16}; do
 for name in ${TIER_RUNS:-off host disk}; do
-  run="${name}_c${concurrency}_in${INPUT_LEN:-384}"
+  run="${name}_c${concurrency}_in${INPUT_LEN:-384}${TIER_FLAGS:+_$(echo "$TIER_FLAGS" | tr -c 'a-z0-9' _)}"
   echo "== tern bench multi-turn, --max-concurrency $concurrency, tiers: $name ${tiers[$name]}"
   rm -rf /tmp/tern-kv-disk
   start=$(date +%s)

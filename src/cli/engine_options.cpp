@@ -175,7 +175,8 @@ void add_kv_cache_dtype_option(CLI::App& cmd, std::string& kv_cache_dtype) {
   cmd.add_option("--kv-cache-dtype", kv_cache_dtype,
                  "What the KV cache stores: auto (the backend's activation type: float32 on the CPU, bf16 on GPUs), "
                  "fp8 or fp8_e4m3 (e4m3 codes with per-layer key and value scales, 1 unless the checkpoint has "
-                 "them: a quarter of float32's bytes per token; the CPU backend only so far)")
+                 "them: half of bf16's bytes per token; on CUDA for dense and sliding-window attention, not yet MLA or "
+                 "DeepSeek-V4 caches)")
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))->capture_default_str();
 }
 
