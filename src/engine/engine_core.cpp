@@ -224,16 +224,15 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
   std::vector<std::unique_ptr<MtpModel>> mtp_layers;
   if (config.speculative) {
     // Prompt lookup is host-only: every tensor-parallel rank verifies the same drafts in its forward and the first
-    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model or DeepSeek's MTP
-    // layer is loaded on every tensor-parallel rank like the target and runs on all of them alike
+    // samples, and a data-parallel rank verifies its own sequences' drafts. A draft model, DeepSeek's MTP layer or
+    // an EAGLE-3 head is loaded on every tensor-parallel rank like the target and runs on all of them alike
     // (DraftModelProposer, MtpProposer); data-parallel ranks would each need their own drafting of their own
-    // sequences. An EAGLE-3 head loads on one rank only (its layer is not sharded yet). Decode context parallelism
-    // splits a sequence's KV over the ranks in a way the verify bookkeeping does not follow yet.
+    // sequences. Decode context parallelism splits a sequence's KV over the ranks in a way the verify bookkeeping
+    // does not follow yet.
     const SpeculativeMethod method = config.speculative->method;
     const bool context_parallel = model_.backend(0).decode_context_parallel();
     const bool tensor_parallel = num_ranks > 1 && !model_.data_parallel() && !context_parallel;
-    const bool loads_on_every_rank =
-        method == SpeculativeMethod::kDraftModel || method == SpeculativeMethod::kDeepseekMtp;
+    const bool loads_on_every_rank = method != SpeculativeMethod::kNgram;
     const bool fits = num_ranks == 1 || (method == SpeculativeMethod::kNgram && !context_parallel) ||
                       (loads_on_every_rank && tensor_parallel);
     if (!fits) {
@@ -249,14 +248,14 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
       model_.run_on_ranks([&](int rank) {
         draft_models[rank] = load_draft_model(dir, model_.model(rank), model_.backend(rank));
       });
-    } else if (method == SpeculativeMethod::kDeepseekMtp) {
+    } else if (loads_on_every_rank) {
+      // An EAGLE-3 head runs as an MTP layer does (MtpProposer).
       mtp_layers.resize(static_cast<size_t>(num_ranks));
       model_.run_on_ranks([&](int rank) {
-        mtp_layers[rank] = load_target_mtp_layer(dir, model_.model(rank), model_.backend(rank));
+        mtp_layers[rank] = method == SpeculativeMethod::kDeepseekMtp
+                               ? load_target_mtp_layer(dir, model_.model(rank), model_.backend(rank))
+                               : load_eagle3_head(dir, model_.model(rank), model_.backend(rank));
       });
-    } else if (method == SpeculativeMethod::kEagle3) {
-      // An EAGLE-3 head runs as an MTP layer does (MtpProposer).
-      mtp_layers.push_back(load_eagle3_head(dir, model_.model(0), model_.backend(0)));
     }
   }
   std::vector<KvCacheBudget> budgets(static_cast<size_t>(num_ranks));

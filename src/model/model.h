@@ -16,6 +16,12 @@ namespace tern {
 class LoadProgress;
 class SparseMoe;
 
+// A rank's token embedding table [shard rows, hidden] and the ids its rows hold.
+struct TokenEmbedding {
+  Tensor table;
+  VocabShard shard;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -43,9 +49,10 @@ class Model {
     fail("{}: this architecture does not return its layers' inputs (EAGLE-3)", config().architecture);
   }
   virtual bool returns_layer_inputs() const { return false; }
-  // The token embedding [vocab, hidden] where this rank holds all of it, for a draft head that embeds with the
-  // target's table (EAGLE-3 heads without their own); nullopt where the model does not share it.
-  virtual std::optional<Tensor> token_embedding() const { return std::nullopt; }
+  // This rank's token embedding and the ids it holds (all of them, or a vocab-parallel shard whose embeddings are
+  // summed over the ranks), for a draft head that embeds with the target's table (EAGLE-3 heads without their own);
+  // nullopt where the model does not share it.
+  virtual std::optional<TokenEmbedding> token_embedding() const { return std::nullopt; }
   // The MoE blocks, in layer order (what an expert load balancer places).
   virtual std::vector<SparseMoe*> expert_layers() { return {}; }
 };

@@ -14,6 +14,7 @@
 #include "eagle3_checkpoint.h"
 #include "eagle3_reference.h"
 #include "fixtures.h"
+#include "engine/sharded_model.h"
 #include "model/arch/llama_eagle3.h"
 #include "model/model.h"
 
@@ -125,6 +126,42 @@ TEST_P(Eagle3Head, MatchesItsDefinitionOverTwoStepsAndAChainedDraft) {
     int64_t offset = 0;
     std::memcpy(&offset, d2t.data + d * sizeof(int64_t), sizeof(offset));
     EXPECT_EQ(head->target_token_id(d), d + offset) << d;
+  }
+}
+
+// Under tensor parallelism every rank loads the head, its layer sharded and a shared embedding the rank's
+// vocab-parallel shard of the target's: every rank's logits and outputs are still the definition's.
+TEST_P(Eagle3Head, OnTwoTensorParallelRanksMatchesItsDefinition) {
+  const bool own_embedding = GetParam();
+  const auto target_dir = fixtures_dir() / "models" / "llama";
+  const auto dir = eagle3_head("llama", {.own_embedding = own_embedding});
+  auto ranks = ShardedModel::load(target_dir, "cpu", {.tensor_parallel_size = 2}, 2);
+  std::vector<std::unique_ptr<MtpModel>> heads(2);
+  ranks->run_on_ranks([&](int rank) { heads[rank] = load_eagle3_model(dir, ranks->model(rank), ranks->backend(rank)); });
+  testing::ReferenceEagle3Head reference(dir, target_dir);
+  std::mt19937 rng(8);
+  std::normal_distribution<double> normal(0.0, 1.5);
+  const std::vector<int32_t> tokens = {22, 506, 217, 201, 137, 437, 489};
+  Matrix states(tokens.size() * 3 * kHidden);
+  for (double& v : states) v = normal(rng);
+  std::vector<std::vector<float>> logits(2), outputs(2);
+  ranks->run_on_ranks([&](int rank) {
+    Backend& backend = ranks->backend(rank);
+    KvCache cache = backend.allocate_kv_cache(heads[rank]->kv_layers(), 1, 16);
+    Tensor out;
+    const Tensor rank_logits = heads[rank]->forward(
+        *backend.begin_step(batch_of(tokens, 0, 1)), cache,
+        backend.from_host_f32(std::vector<float>(states.begin(), states.end()),
+                              {static_cast<int64_t>(tokens.size()), 3 * kHidden}),
+        out);
+    logits[rank] = backend.to_host_f32(rank_logits);
+    outputs[rank] = backend.to_host_f32(out);
+  });
+  const auto want = reference.step(tokens, 0, states);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string what = "rank " + std::to_string(rank) + (own_embedding ? ", own embedding" : "");
+    expect_near(logits[rank], want.logits, 1e-4, what + ": logits");
+    expect_near(outputs[rank], want.outputs, 1e-4, what + ": pre-norm outputs");
   }
 }
 

@@ -104,9 +104,6 @@ std::vector<int32_t> eagle3_target_layers(const nlohmann::json& config, int64_t 
 LlamaEagle3Model::LlamaEagle3Model(const ModelConfig& config, const Checkpoint& checkpoint, const Model& target,
                                    Backend& backend, const std::string& origin)
     : config_(config), backend_(backend), norm_eps_(static_cast<float>(config.rms_norm_eps)) {
-  if (backend.tensor_parallel_size() != 1) {
-    fail("{}: the EAGLE-3 head runs on one rank (tensor parallel size {})", origin, backend.tensor_parallel_size());
-  }
   refuse_variants(config, origin);
   const ModelConfig& target_config = target.config();
   if (!target.returns_layer_inputs()) {
@@ -136,9 +133,10 @@ LlamaEagle3Model::LlamaEagle3Model(const ModelConfig& config, const Checkpoint& 
 
   WeightLoader weights(checkpoint, backend);
   if (checkpoint.has("embed_tokens.weight")) {
-    embed_tokens_ = weights.load("embed_tokens.weight", {vocab, hidden});
+    embedding_ = {weights.load("embed_tokens.weight", {vocab, hidden}), {0, vocab}};
   } else if (const auto shared = target.token_embedding()) {
-    embed_tokens_ = *shared;
+    embedding_ = *shared;
+    embeds_with_target_ = true;
   } else {
     fail("{}: the head has no embed_tokens.weight and the target ({}) does not share its embedding", origin,
          target_config.architecture);
@@ -179,7 +177,8 @@ Tensor LlamaEagle3Model::forward(const StepContext& step, KvCache& cache, const 
     fail("EAGLE-3 head: hidden states of width {} (expected the target's three layers, {}, or the head's own, {})",
          width, 3 * hidden, hidden);
   }
-  const Tensor embedded = b.embedding(embed_tokens_, step, {0, config_.vocab_size});
+  Tensor embedded = b.embedding(embedding_.table, step, embedding_.shard);
+  if (embeds_with_target_) b.all_reduce_sum(embedded);  // the target's vocab-parallel shards, as it embeds
   const Tensor x =
       b.concat_columns(b.rms_norm(embedded, input_norm_, norm_eps_), b.rms_norm(residual, hidden_norm_, norm_eps_));
   const Tensor attended = attention_->forward(b, BlockInput(b, x), cache, 0, step);

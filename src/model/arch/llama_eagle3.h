@@ -23,7 +23,10 @@
 // layers config.json names (eagle_aux_hidden_state_layer_ids, at the top or in eagle_config), read as vLLM's
 // gpu_model_runner reads them, as indices of that list (SGLang's set_eagle3_layers_to_capture adds one to each).
 // The embedding is the head's embed_tokens where the checkpoint has one, else the target's table, shared. t2d, the
-// reverse map, is not read (neither engine reads it).
+// reverse map, is not read (neither engine reads it). Under tensor parallelism every rank loads the head: its
+// decoder layer sharded as the target's layers are (q/k/v and gate/up by output rows, o_proj and down by input
+// columns, each followed by an all-reduce), fc, the norms and lm_head whole; a shared embedding is the rank's
+// vocab-parallel shard of the target's, summed over the ranks as the target sums it.
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -59,7 +62,8 @@ class LlamaEagle3Model final : public MtpModel {
   Backend& backend_;
   float norm_eps_;
   std::vector<int32_t> target_layers_;  // three, ascending
-  Tensor embed_tokens_;                 // [vocab, H]: the head's or the target's
+  TokenEmbedding embedding_;            // the head's [vocab, H], or this rank's shard of the target's
+  bool embeds_with_target_ = false;
   Tensor fc_;                           // [H, 3H]
   Tensor input_norm_;                   // [H], of the embedding
   Tensor hidden_norm_;                  // [H], of g

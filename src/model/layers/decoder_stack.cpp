@@ -114,11 +114,6 @@ Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache&
   return logits(backend, BlockInput(backend, rows, std::move(output_rows), final_norm_, norm_eps_));
 }
 
-std::optional<Tensor> DecoderStack::whole_embedding() const {
-  if (vocab_shard_.first_id != 0 || embed_tokens_.size(0) != vocab_shard_.vocab_size) return std::nullopt;
-  return embed_tokens_;
-}
-
 Tensor DecoderStack::final_norm_logits(Backend& backend, const Tensor& rows) const {
   Tensor residual = rows;  // only read: no addend
   return logits(backend, BlockInput(backend, residual, std::nullopt, final_norm_, norm_eps_));

@@ -65,8 +65,7 @@ class DecoderStack {
                  std::span<const int32_t> captured_layers = {}, Tensor* layer_inputs = nullptr) const;
   // rows [R, hidden] -> logits [R, vocab], for a residual stream that ends elsewhere (DeepSeek-V4's mHC head).
   Tensor final_norm_logits(Backend& backend, const Tensor& rows) const;
-  // The embedding table where this rank holds every row (no vocab-parallel shards).
-  std::optional<Tensor> whole_embedding() const;
+  TokenEmbedding token_embedding() const { return {embed_tokens_, vocab_shard_}; }
 
  private:
   // The lm_head of the final norm's input rows [R, hidden] -> [R, vocab], gathered from the ranks' vocab shards.
@@ -98,7 +97,7 @@ class DecoderModel final : public Model {
     return stack_->forward(backend_, step, cache, nullptr, layers, &layer_inputs);
   }
   bool returns_layer_inputs() const override { return true; }
-  std::optional<Tensor> token_embedding() const override { return stack_->whole_embedding(); }
+  std::optional<TokenEmbedding> token_embedding() const override { return stack_->token_embedding(); }
   std::vector<SparseMoe*> expert_layers() override { return stack_->expert_layers(); }
 
  private:
