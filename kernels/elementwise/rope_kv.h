@@ -63,8 +63,8 @@ struct KvWriteParams {
 
 void launch_store_kv(const KvWriteParams& params, cudaStream_t stream);
 
-// Per-head RMSNorm of queries and keys before the rotation (Qwen3's q_norm and k_norm): weights [key_dim], both or
-// neither, for heads of at most kMaxNormedHeadDim dims.
+// Per-head RMSNorm of queries and keys before the rotation (Qwen3's q_norm and k_norm, DeepSeek-V4's query and kv
+// norms): weights [key_dim], both or neither, for heads of at most kMaxNormedHeadDim dims.
 struct HeadNorms {
   const __nv_bfloat16* query = nullptr;
   const __nv_bfloat16* key = nullptr;
