@@ -137,7 +137,8 @@ TEST_P(Eagle3Head, OnTwoTensorParallelRanksMatchesItsDefinition) {
   const auto dir = eagle3_head("llama", {.own_embedding = own_embedding});
   auto ranks = ShardedModel::load(target_dir, "cpu", {.tensor_parallel_size = 2}, 2);
   std::vector<std::unique_ptr<MtpModel>> heads(2);
-  ranks->run_on_ranks([&](int rank) { heads[rank] = load_eagle3_model(dir, ranks->model(rank), ranks->backend(rank)); });
+  ranks->run_on_ranks(
+      [&](int rank) { heads[rank] = load_eagle3_model(dir, ranks->model(rank), ranks->backend(rank)); });
   testing::ReferenceEagle3Head reference(dir, target_dir);
   std::mt19937 rng(8);
   std::normal_distribution<double> normal(0.0, 1.5);

@@ -1526,10 +1526,6 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  // A weight or other constant in `dtype` (bf16 or float32), converted once and kept while the weight lives: the
-  // float32 vectors that model code makes with from_host_f32 (norm weights of ones) and the bf16 parameters that
-  // kernels read as float32 (sinks, mHC's base and scale, routers' bias) cost a conversion kernel per use otherwise,
-  // tens of launches in each DeepSeek-V4 decode step.
   // Head norm weights as the rope kernels read them (bf16, heads of up to kernels::kMaxNormedHeadDim dims), kept
   // alive with the pointers to them.
   struct HeadNorms {
@@ -1548,6 +1544,10 @@ class CudaBackend final : public Backend {
     return out;
   }
 
+  // A weight or other constant in `dtype` (bf16 or float32), converted once and kept while the weight lives: the
+  // float32 vectors that model code makes with from_host_f32 (norm weights of ones) and the bf16 parameters that
+  // kernels read as float32 (sinks, mHC's base and scale, routers' bias) cost a conversion kernel per use otherwise,
+  // tens of launches in each DeepSeek-V4 decode step.
   Tensor constant(const Tensor& t, DType dtype, const char* op) {
     if (t.dtype == dtype) return t;
     if (converted_constants_.size() >= 2 * live_constants_ + 64) {  // drop conversions of weights that are gone

@@ -27,8 +27,8 @@ V4Attention::V4Attention(WeightLoader& weights, const std::string& prefix, const
   const int64_t hidden = config.hidden_size;
   const int64_t width = num_heads_ * head_dim_;
   WeightLoader linear = weights.linear_weights();
-  q_a_kv_weight_ =
-      linear.load_concat({{prefix + ".wq_a.weight", {v4.q_lora_rank, hidden}}, {prefix + ".wkv.weight", {head_dim_, hidden}}});
+  q_a_kv_weight_ = linear.load_concat(
+      {{prefix + ".wq_a.weight", {v4.q_lora_rank, hidden}}, {prefix + ".wkv.weight", {head_dim_, hidden}}});
   q_a_norm_ = weights.load(prefix + ".q_norm.weight", {v4.q_lora_rank});
   q_b_weight_ = linear.load(prefix + ".wq_b.weight", {width, v4.q_lora_rank});
   head_ones_ = weights.backend().from_host_f32(std::vector<float>(head_dim_, 1.0f), {head_dim_});
