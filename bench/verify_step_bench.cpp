@@ -3,9 +3,10 @@
 // row per token. Both run through the engine's own ModelRunner (recorded decode steps included, with the scratch
 // block past the pool as EngineCore sets it up), so the times are those of the steps the engine runs. The issue's
 // target (speculative decoding): at Llama-3.1-8B shapes a verify step of k = 3 drafts costs at most 1.15x a decode
-// step at batch 1-16. scripts/gpu/verify_step_check.sh runs it on the GPU machine.
+// step at batch 1-16. With --hidden-states both steps also return the model's hidden states, as the target's steps
+// do for an MTP layer (deepseek_mtp). scripts/gpu/verify_step_check.sh runs it on the GPU machine.
 //   verify_step_bench --model DIR [--backend cuda|cpu] [--batch-sizes 1,2,4,8,16] [--num-drafts 3] [--context 512]
-//                     [--steps 100] [--warmup 10]
+//                     [--steps 100] [--warmup 10] [--hidden-states]
 // One JSON object on stdout, a progress line per batch size on stderr. Bad flags exit 2, failures 1.
 #include <CLI/CLI.hpp>
 
@@ -55,6 +56,7 @@ struct Options {
   int32_t context = 512;
   int32_t steps = 100;
   int32_t warmup = 10;
+  bool hidden_states = false;
 };
 
 // Where the sequences' KV lives: sequence s owns, in KV cache group g, the blocks_per_table blocks starting at
@@ -167,6 +169,7 @@ nlohmann::json run_bench(const Options& options) {
   // As EngineCore on a device backend: one block past the pool pads recorded decode steps.
   ModelRunner runner(model, backend, backend.allocate_kv_cache(model.kv_layers(), num_blocks + 1, kBlockSize),
                      /*scratch_block=*/num_blocks, /*max_num_seqs=*/max_batch_size);
+  if (options.hidden_states) runner.return_hidden_states();
   const int num_recorded = runner.record_steps(1 + options.num_drafts);
 
   std::mt19937 rng(0);
@@ -211,6 +214,7 @@ nlohmann::json run_bench(const Options& options) {
       {"steps", options.steps},
       {"warmup", options.warmup},
       {"block_size", kBlockSize},
+      {"hidden_states", options.hidden_states},
       {"recorded_steps", num_recorded},
       {"results", std::move(results)},
   };
@@ -242,6 +246,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", options.warmup, "Untimed steps of each kind before them")
       ->check(at_least(0))
       ->capture_default_str();
+  app.add_flag("--hidden-states", options.hidden_states,
+               "Both steps also return the model's hidden states (the target's steps under deepseek_mtp)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -74,6 +74,10 @@ Tensor Backend::select_rows(const Tensor&, std::span<const int32_t>) {
   fail("backend {} has no select_rows op (data-parallel attention)", name());
 }
 
+void Backend::select_rows_into(const Tensor&, std::span<const int32_t>, Tensor&) {
+  fail("backend {} has no select_rows_into op (speculative decoding's recorded drafter steps)", name());
+}
+
 void Backend::add_rows(Tensor&, const Tensor&, std::span<const int32_t>) {
   fail("backend {} has no add_rows op (data-parallel attention)", name());
 }

@@ -113,8 +113,14 @@ struct RowSampling {
   float draft_uniform = 0.0f;
 };
 
-// One step's work as a recorded graph would run it: the sampled ids [R] int32, in the backend's memory.
-using StepForward = std::function<Tensor(const StepContext&)>;
+// What a recorded step gives back, in the backend's memory: the sampled ids [R] int32 and, for a caller that reads
+// them (a speculative proposer drafting from a model's hidden states), the step's hidden states.
+struct StepOutputs {
+  Tensor ids;
+  Tensor hidden_states;
+};
+// One step's work as a recorded graph would run it.
+using StepForward = std::function<StepOutputs(const StepContext&)>;
 
 // Sampled ids on their way to the host (Backend::to_host_i32_async). Destroying one waits for the copy.
 class PendingIds {
@@ -191,17 +197,18 @@ class Backend {
   // has available.
   virtual bool kv_cache_in_host_memory() const { return false; }
   // Runs a step of decode chunks (each at most max_recorded_chunk_tokens() new tokens) through a recorded graph
-  // (CUDA graphs) and returns its sampled ids [R] int32 in the backend's memory, valid until the next step of the
-  // same shape runs (read them, or copy them to the host, before): the first step of each shape (tokens, sequences,
-  // logit rows) runs `forward` eagerly and records it; later steps of that shape replay the recording with their own
-  // metadata (deferred tokens filled in first), however their tokens and logit rows fall among the sequences.
-  // `forward` must launch work only (no reads back to the host) and do the same work for every step of a shape.
+  // (CUDA graphs) and returns its outputs in the backend's memory, valid until the next step of the same shape runs
+  // (read them, or copy them elsewhere, before): the first step of each shape (tokens, sequences, logit rows) runs
+  // `forward` eagerly and records it; later steps of that shape replay the recording with their own metadata
+  // (deferred tokens filled in first), however their tokens and logit rows fall among the sequences. `forward` must
+  // launch work only (no reads back to the host) and do the same work for every step of a shape; the tensors it
+  // reads besides the step's metadata, the model and the cache are read where the recording found them.
   // Recordings are kept per `recorder` (a model runner's id): two runners on one backend, a target and its draft
   // model, never replay each other's, which read their own model and KV cache. nullopt where the backend does not
   // record steps, which then run eagerly (the CPU backend; the CUDA backend under data parallelism, whose MoE token
   // exchange reads the host).
-  virtual std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward,
-                                                  uint64_t recorder = 0) {
+  virtual std::optional<StepOutputs> run_recorded_step(const ForwardBatch& batch, const StepForward& forward,
+                                                       uint64_t recorder = 0) {
     (void)batch;
     (void)forward;
     (void)recorder;
@@ -241,6 +248,8 @@ class Backend {
   // by rounded logits flips near-ties).
   virtual Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias); }
   virtual void add_in_place(Tensor& x, const Tensor& y) = 0;
+  // A new tensor with x's values, which an op may write into without changing x.
+  virtual Tensor copy(const Tensor& x) = 0;
   // Columns [begin, begin + count) of x [T, N] as a [T, count] tensor, which may share x's storage (on CUDA a
   // one-row slice is a view): writing to it may change x.
   virtual Tensor slice_columns(const Tensor& x, int64_t begin, int64_t count) = 0;
@@ -356,6 +365,9 @@ class Backend {
   // out[targets[i]] += x[i] for i in order, in float32 (a bf16 out on CUDA is rounded once per row, after its
   // sum; x may be bf16 there).
   virtual Tensor select_rows(const Tensor& x, std::span<const int32_t> rows);
+  // The same into `out` [rows.size(), ...] of x's dtype and row width: a recorded step's input, which must stay in
+  // the memory its recording read.
+  virtual void select_rows_into(const Tensor& x, std::span<const int32_t> rows, Tensor& out);
   virtual void add_rows(Tensor& out, const Tensor& x, std::span<const int32_t> targets);
   // x <- sum of x over the group's ranks; every rank gets the same values.
   virtual void all_reduce_sum(Tensor& x);

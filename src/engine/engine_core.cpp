@@ -307,8 +307,6 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     }
   }
   overlap_schedule_ = config.overlap_schedule && !config.speculative;
-  // An MTP layer reads the hidden states of every step, which recorded steps do not return.
-  const bool records_decode_steps = mtp_layers.empty();
   if (config.speculative) {
     const SpeculativeConfig& speculative = *config.speculative;
     num_speculative_tokens_ = speculative.num_speculative_tokens;
@@ -318,7 +316,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                                                        on_device ? config.max_num_seqs : 0, config.kv_cache_dtype);
     } else if (!mtp_layers.empty()) {
       proposer_ = std::make_unique<MtpProposer>(model_, std::move(mtp_layers), budget_.num_blocks, budget_.block_size,
-                                                config.enable_prefix_cache, config.kv_cache_dtype);
+                                                config.enable_prefix_cache, num_speculative_tokens_,
+                                                on_device ? config.max_num_seqs : 0, config.kv_cache_dtype);
     } else {
       proposer_ = std::make_unique<NgramProposer>(speculative.prompt_lookup_min, speculative.prompt_lookup_max);
     }
@@ -346,15 +345,13 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     // sequences.
     const bool samples = rank == 0 || data_parallel;
     const int32_t data_parallel_rank = data_parallel ? rank : -1;
-    if (on_device && records_decode_steps) {
+    if (on_device) {
       // Device backends get one block past the scheduler's pool, which pads recorded decode steps (CUDA graphs).
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend,
           backend.allocate_kv_cache(model.kv_layers(), budget_.num_blocks + 1, budget_.block_size,
                                     config.kv_cache_dtype),
           budget_.num_blocks, config.max_num_seqs, samples, data_parallel_rank);
-      // Verify steps too: each sequence its last token and up to k drafts (n-gram and draft-model proposers).
-      recorded[rank] = runners_[rank]->record_steps(1 + num_speculative_tokens_);
     } else {
       runners_[rank] = std::make_unique<ModelRunner>(
           model, backend,
@@ -370,6 +367,8 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
         runners_[rank]->return_layer_inputs(std::move(layers));
       }
     }
+    // Verify steps too: each sequence its last token and up to k drafts.
+    if (on_device) recorded[rank] = runners_[rank]->record_steps(1 + num_speculative_tokens_);
   });
   if (config.log_kv_cache && recorded[0] > 0) {
     std::fprintf(stderr, "tern: recorded %d decode%s steps in %.2f s\n", recorded[0],

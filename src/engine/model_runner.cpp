@@ -12,11 +12,6 @@ namespace tern {
 
 namespace {
 
-// vLLM's capture sizes, thinned: padding a decode batch costs little (its GEMMs are bound by weight reads), each
-// bucket costs a recording at start.
-constexpr int32_t kDecodeBuckets[] = {1,   2,   4,   8,   16,  24,  32,  48,  64,  80,
-                                      96,  128, 160, 192, 224, 256, 320, 384, 448, 512};
-
 // Prepares the grammar masks of the constrained rows on worker threads, so that they are ready when the step's
 // logits are: the device (or the CPU backend's own threads) runs the forward meanwhile.
 std::future<void> prepare_masks_async(std::vector<SequenceSampler*> constrained) {
@@ -35,94 +30,51 @@ std::future<void> prepare_masks_async(std::vector<SequenceSampler*> constrained)
   });
 }
 
-// Each runner's recordings are its own (Backend::run_recorded_step): ids are never reused, so a runner made where a
-// destroyed one was never meets that one's recordings.
-std::atomic<uint64_t> next_recorder{1};
-
 }  // namespace
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block, int32_t max_num_seqs,
                          bool samples_tokens, int32_t data_parallel_rank)
     : model_(model),
       backend_(backend),
-      recorder_(next_recorder++),
       cache_(std::move(cache)),
-      scratch_block_(scratch_block),
+      recorded_steps_(backend, cache_, scratch_block, max_num_seqs),
       samples_tokens_(samples_tokens),
-      data_parallel_rank_(data_parallel_rank) {
-  if (scratch_block_ < 0) return;
-  if (scratch_block_ >= cache_.num_blocks) {
-    fail("model runner: scratch block {} outside the cache's {} blocks", scratch_block_, cache_.num_blocks);
-  }
-  for (int32_t bucket : kDecodeBuckets) {
-    if (bucket <= max_num_seqs) decode_buckets_.push_back(bucket);
-  }
-}
+      data_parallel_rank_(data_parallel_rank) {}
 
-// Its recordings read its KV cache, which goes with it.
-ModelRunner::~ModelRunner() { backend_.discard_recorded_steps(recorder_); }
-
-Tensor ModelRunner::forward(const StepContext& step, PendingStep& pending) {
+Tensor ModelRunner::forward(const StepContext& step, Tensor& hidden_states) {
   if (!returned_layer_inputs_.empty()) {
-    return model_.forward_with_layer_inputs(step, cache_, returned_layer_inputs_, pending.hidden_states);
+    return model_.forward_with_layer_inputs(step, cache_, returned_layer_inputs_, hidden_states);
   }
-  if (returns_hidden_states_) return model_.forward_with_hidden_states(step, cache_, pending.hidden_states);
+  if (returns_hidden_states_) return model_.forward_with_hidden_states(step, cache_, hidden_states);
   return model_.forward(step, cache_);
 }
 
-int64_t ModelRunner::longest_recorded_chunk() const {
-  return std::min<int64_t>(backend_.max_recorded_chunk_tokens(), cache_.block_size);
+StepOutputs ModelRunner::greedy_forward(const StepContext& step) {
+  StepOutputs outputs;
+  outputs.ids = backend_.argmax(forward(step, outputs.hidden_states));
+  return outputs;
 }
 
-std::optional<Tensor> ModelRunner::run_recorded(const ForwardBatch& unpadded) {
-  if (decode_buckets_.empty() || unpadded.logit_rows.empty()) return std::nullopt;
-  const int64_t longest_chunk = longest_recorded_chunk();
-  for (const auto& seq : unpadded.sequences) {
-    if (seq.num_new_tokens > longest_chunk) return std::nullopt;
-  }
-  const auto num_seqs = static_cast<int64_t>(unpadded.sequences.size());
-  const int64_t num_tokens = unpadded.num_tokens();
-  const int64_t tokens_per_seq = (num_tokens + num_seqs - 1) / num_seqs;
-  for (int32_t bucket : decode_buckets_) {
-    const int64_t num_scratch = bucket - num_seqs;
-    if (num_scratch < 0) continue;
-    const int64_t padding = bucket * tokens_per_seq - num_tokens;
-    // Every scratch sequence takes at least one token and at most a chunk's worth.
-    const bool fits = num_scratch == 0 ? padding == 0 : padding >= num_scratch && padding <= num_scratch * longest_chunk;
-    if (fits) return run_padded_recorded(unpadded, bucket, padding, logit_rows_are_tokens(unpadded));
-  }
-  return std::nullopt;
-}
-
-std::optional<Tensor> ModelRunner::run_padded_recorded(ForwardBatch batch, int32_t bucket, int64_t padding,
-                                                       bool rows_at_every_token) {
-  const int64_t num_scratch = bucket - static_cast<int64_t>(batch.sequences.size());
-  for (int64_t i = 0; i < num_scratch; ++i) {
-    const auto length = static_cast<int32_t>(padding / num_scratch + (i < padding % num_scratch ? 1 : 0));
-    const auto first = static_cast<int32_t>(batch.token_ids.size());
-    batch.token_ids.insert(batch.token_ids.end(), static_cast<size_t>(length), 0);
-    for (int32_t row = rows_at_every_token ? first : first + length - 1; row < first + length; ++row) {
-      batch.logit_rows.push_back(row);
-    }
-    batch.sequences.push_back(
-        {0, length, std::vector<std::vector<int32_t>>(cache_.groups.size(), {scratch_block_})});
-  }
-  auto ids = backend_.run_recorded_step(
-      batch, [this](const StepContext& step) { return backend_.argmax(model_.forward(step, cache_)); }, recorder_);
-  if (!ids) decode_buckets_.clear();  // the backend does not record: every step runs eagerly
-  return ids;
+std::optional<Tensor> ModelRunner::run_recorded(const ForwardBatch& batch, PendingStep& pending) {
+  auto outputs = recorded_steps_.run(batch, [this](const StepContext& step) { return greedy_forward(step); });
+  if (!outputs) return std::nullopt;
+  if (returns_hidden_states_) pending.hidden_states = outputs->hidden_states.rows(0, batch.num_tokens());
+  return outputs->ids.rows(0, static_cast<int64_t>(batch.logit_rows.size()));
 }
 
 int ModelRunner::record_steps(int32_t max_chunk_tokens, bool rows_at_last_token) {
-  const int64_t longest_chunk = std::min<int64_t>(max_chunk_tokens, longest_recorded_chunk());
-  int recorded = 0;
-  for (int32_t bucket : decode_buckets_) {
-    for (int64_t chunk_tokens = 1; chunk_tokens <= longest_chunk; ++chunk_tokens) {
-      if (!run_padded_recorded(ForwardBatch{}, bucket, bucket * chunk_tokens, !rows_at_last_token)) return 0;
-      ++recorded;
-    }
-  }
-  return recorded;
+  return recorded_steps_.record(max_chunk_tokens, rows_at_last_token,
+                                [this](const StepContext& step) { return greedy_forward(step); });
+}
+
+void ModelRunner::return_hidden_states() {
+  returns_hidden_states_ = true;
+  recorded_steps_.discard();  // recorded without them
+}
+
+void ModelRunner::return_layer_inputs(std::vector<int32_t> layers) {
+  returned_layer_inputs_ = std::move(layers);
+  return_hidden_states();
 }
 
 void ModelRunner::apply_sequence_changes(const StepPlan& plan) {
@@ -147,11 +99,9 @@ bool ModelRunner::samples_on_device(const StepPlan& plan) {
 }
 
 Tensor ModelRunner::greedy_ids(const ForwardBatch& batch, PendingStep& pending) {
-  if (!returns_hidden_states_) {
-    if (auto ids = run_recorded(batch)) return ids->rows(0, static_cast<int64_t>(batch.logit_rows.size()));
-  }
+  if (auto ids = run_recorded(batch, pending)) return *ids;
   const auto step = backend_.begin_step(batch);
-  return backend_.argmax(forward(*step, pending));
+  return backend_.argmax(forward(*step, pending.hidden_states));
 }
 
 PendingStep ModelRunner::launch_device_verify(const StepPlan& plan, const ForwardBatch& batch,
@@ -180,7 +130,7 @@ PendingStep ModelRunner::launch_device_verify(const StepPlan& plan, const Forwar
     ids = greedy_ids(batch, pending);
   } else {
     const auto step = backend_.begin_step(batch);
-    ids = *backend_.sample(forward(*step, pending), rows);
+    ids = *backend_.sample(forward(*step, pending.hidden_states), rows);
   }
   if (!samples_tokens_) return pending;
   pending.device_verify = std::move(chunks);
@@ -211,7 +161,7 @@ PendingStep ModelRunner::launch_verify(const StepPlan& plan, const ForwardBatch&
   previous_rows_.clear();
   const auto step = backend_.begin_step(batch);
   PendingStep pending;
-  const Tensor logits = forward(*step, pending);
+  const Tensor logits = forward(*step, pending.hidden_states);
   if (!samples_tokens_) return pending;
   std::vector<float> host = backend_.to_host_f32(logits);
   const size_t vocab = host.size() / batch.logit_rows.size();
@@ -336,10 +286,8 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
   }
 
   // Greedy steps of short chunks (decode steps): a recorded graph per shape; only the ids come back.
-  if (all_plain_greedy && !returns_hidden_states_) {
-    if (auto ids = run_recorded(batch)) {
-      return finish_launch(ids->rows(0, static_cast<int64_t>(num_rows)), std::vector<bool>(num_rows, true));
-    }
+  if (all_plain_greedy) {
+    if (auto ids = run_recorded(batch, pending)) return finish_launch(*ids, std::vector<bool>(num_rows, true));
   }
 
   std::vector<SequenceSampler*> constrained;
@@ -349,7 +297,7 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
   std::future<void> masks = prepare_masks_async(std::move(constrained));
 
   const auto step = backend_.begin_step(batch);
-  const Tensor logits = forward(*step, pending);
+  const Tensor logits = forward(*step, pending.hidden_states);
   if (masks.valid()) masks.get();
   if (row_samplers.empty()) return finish_launch(Tensor{}, {});
 

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "engine/sampler.h"
 #include "engine/step_plan.h"
+#include "engine/step_recorder.h"
 #include "model/model.h"
 
 namespace tern {
@@ -53,7 +54,6 @@ class ModelRunner {
   // still serves the other ranks' tokens in every MoE layer (serve_expert_peers). -1: every chunk.
   ModelRunner(Model& model, Backend& backend, KvCache cache, int32_t scratch_block = -1, int32_t max_num_seqs = 0,
               bool samples_tokens = true, int32_t data_parallel_rank = -1);
-  ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
@@ -89,14 +89,11 @@ class ModelRunner {
   void wait_kv_copies() { backend_.wait_kv_copies(); }
   double kv_copy_seconds() { return backend_.kv_copy_seconds(); }
   // From now on every step also returns the model's hidden states (PendingStep::hidden_states), for a proposer
-  // that drafts from them (MTP); decode steps then run eagerly.
-  void return_hidden_states() { returns_hidden_states_ = true; }
+  // that drafts from them (MTP); recorded steps return them too, so call this before record_steps.
+  void return_hidden_states();
   // The same with the inputs of the target's `layers` side by side in place of its hidden states
   // (Model::forward_with_layer_inputs), for a proposer that drafts from them (EAGLE-3).
-  void return_layer_inputs(std::vector<int32_t> layers) {
-    returns_hidden_states_ = true;
-    returned_layer_inputs_ = std::move(layers);
-  }
+  void return_layer_inputs(std::vector<int32_t> layers);
   // Records the steps of every batch-size bucket now (at start), so that no step pays for a recording later:
   // decode steps, and with `max_chunk_tokens` > 1 the steps whose chunks take up to that many tokens on average,
   // with a logit row at every token (verify steps of up to max_chunk_tokens - 1 drafts) or, with
@@ -105,20 +102,13 @@ class ModelRunner {
   int record_steps(int32_t max_chunk_tokens = 1, bool rows_at_last_token = false);
 
  private:
-  // The model's forward over the step, with its hidden states into `pending` where they are asked for.
-  Tensor forward(const StepContext& step, PendingStep& pending);
-  // Runs a greedy step of short chunks recorded: padded with scratch sequences to a batch-size bucket and to a
-  // token count of the bucket times the chunks' mean length rounded up, so that steps of one bucket and mean
-  // length (decode steps; verify steps of k drafts each) replay one recording. nullopt where it does not fit a
-  // bucket or the backend does not record.
-  std::optional<Tensor> run_recorded(const ForwardBatch& unpadded);
-  // The most new tokens a sequence of a recorded step may have: the backend's bound, and a scratch sequence's
-  // tokens fit the scratch block.
-  int64_t longest_recorded_chunk() const;
-  // Pads `batch` to `bucket` sequences whose `padding` tokens write only the scratch block, with logit rows at
-  // every token or at the last of each, and runs it recorded.
-  std::optional<Tensor> run_padded_recorded(ForwardBatch batch, int32_t bucket, int64_t padding,
-                                            bool rows_at_every_token);
+  // The model's forward over the step, with its hidden states into `hidden_states` where they are asked for.
+  Tensor forward(const StepContext& step, Tensor& hidden_states);
+  // The forward a recorded greedy step runs: the argmax ids, and the hidden states where they are asked for.
+  StepOutputs greedy_forward(const StepContext& step);
+  // A greedy step of short chunks recorded (StepRecorder): the ids of its logit rows, its hidden states into
+  // `pending` where they are asked for. nullopt where it does not fit a bucket or the backend does not record.
+  std::optional<Tensor> run_recorded(const ForwardBatch& batch, PendingStep& pending);
   // The target's ids at every row of the steps's logits: recorded where the step fits, else eagerly.
   Tensor greedy_ids(const ForwardBatch& batch, PendingStep& pending);
   // A step with drafts to verify whose rows all sample on the device (`chunk_samplers`: one per sampled chunk, in
@@ -138,15 +128,13 @@ class ModelRunner {
 
   Model& model_;
   Backend& backend_;
-  const uint64_t recorder_;  // this runner's recordings on the backend (Backend::run_recorded_step)
   KvCache cache_;
+  StepRecorder recorded_steps_;  // reads cache_
   KvCache host_cache_;  // the host tier's twin of cache_ (no blocks without one)
-  int32_t scratch_block_ = -1;
   bool samples_tokens_ = true;
   bool returns_hidden_states_ = false;
   std::vector<int32_t> returned_layer_inputs_;  // with returns_hidden_states_: these layers' inputs instead
   int32_t data_parallel_rank_ = -1;
-  std::vector<int32_t> decode_buckets_;  // ascending
   std::unordered_map<uint64_t, SequenceSampler> samplers_;
   // The last launched step's sampled ids [R] int32 in the backend's memory, and the row of each sequence it sampled
   // on the device: where the next step's in-flight tokens come from.

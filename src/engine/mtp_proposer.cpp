@@ -8,7 +8,8 @@
 namespace tern {
 
 MtpProposer::MtpProposer(ShardedModel& ranks, std::vector<std::unique_ptr<MtpModel>> models, int32_t num_blocks,
-                         int32_t block_size, bool enable_prefix_cache, KvCacheDtype kv_dtype)
+                         int32_t block_size, bool enable_prefix_cache, int32_t num_speculative_tokens,
+                         int32_t max_num_seqs, KvCacheDtype kv_dtype)
     : ranks_(ranks),
       models_(std::move(models)),
       kv_(num_blocks, block_size, enable_prefix_cache, 0,
@@ -18,23 +19,70 @@ MtpProposer::MtpProposer(ShardedModel& ranks, std::vector<std::unique_ptr<MtpMod
   if (static_cast<int>(models_.size()) != ranks.size()) {
     fail("multi-token prediction: {} layers for {} ranks", models_.size(), ranks.size());
   }
+  const int32_t scratch_block = max_num_seqs > 0 ? num_blocks : -1;
+  for (RecordedSteps* recorded : {&observe_steps_, &draft_steps_}) {
+    recorded->recorders.resize(models_.size());
+    recorded->inputs.resize(models_.size());
+  }
   ranks.run_on_ranks([&](int rank) {
-    caches_[rank] =
-        ranks.backend(rank).allocate_kv_cache(models_[rank]->kv_layers(), num_blocks, block_size, kv_dtype);
+    Backend& backend = ranks.backend(rank);
+    caches_[rank] = backend.allocate_kv_cache(models_[rank]->kv_layers(), num_blocks + (scratch_block >= 0 ? 1 : 0),
+                                              block_size, kv_dtype);
+    for (RecordedSteps* recorded : {&observe_steps_, &draft_steps_}) {
+      recorded->recorders[rank] = std::make_unique<StepRecorder>(backend, caches_[rank], scratch_block, max_num_seqs);
+    }
+  });
+  // After a target step a sequence's chunk takes up to 1 + k entries; a chained draft one.
+  observe_steps_.capacity = int64_t{observe_steps_.recorders[0]->max_sequences()} * (num_speculative_tokens + 1);
+  draft_steps_.capacity = draft_steps_.recorders[0]->max_sequences();
+}
+
+int64_t MtpProposer::num_recorded_steps() const {
+  return observe_steps_.recorders[0]->num_recorded_runs() + draft_steps_.recorders[0]->num_recorded_runs();
+}
+
+std::optional<StepOutputs> MtpProposer::run_recorded(int rank, const ForwardBatch& batch, const Tensor& input,
+                                                     const std::vector<int32_t>& rows, RecordedSteps& recorded) {
+  StepRecorder& recorder = *recorded.recorders[rank];
+  const auto num_tokens = recorder.padded_tokens(batch);
+  if (!num_tokens || *num_tokens > recorded.capacity) return std::nullopt;
+  Backend& backend = ranks_.backend(rank);
+  Tensor& buffer = recorded.inputs[rank];
+  if (!buffer.data || buffer.dtype != input.dtype || buffer.row_numel() != input.row_numel()) {
+    // Every row a copy of a real one, so that the padding's rows hold finite values.
+    buffer = backend.select_rows(input, std::vector<int32_t>(static_cast<size_t>(recorded.capacity), rows[0]));
+    recorder.discard();
+  }
+  Tensor step_input = buffer.rows(0, static_cast<int64_t>(rows.size()));
+  backend.select_rows_into(input, rows, step_input);
+  return recorder.run(batch, [&](const StepContext& step) {
+    StepOutputs outputs;
+    const Tensor padded_input = buffer.rows(0, step.batch().num_tokens());
+    outputs.ids = backend.argmax(models_[rank]->forward(step, caches_[rank], padded_input, outputs.hidden_states));
+    return outputs;
   });
 }
 
 std::vector<int32_t> MtpProposer::forward(const ForwardBatch& batch, std::span<const Tensor> inputs,
-                                          const std::vector<int32_t>& rows, std::vector<Tensor>& outputs) {
+                                          const std::vector<int32_t>& rows, std::vector<Tensor>& outputs,
+                                          RecordedSteps& recorded) {
   std::vector<int32_t> ids;
   outputs.assign(models_.size(), Tensor{});
+  const auto num_rows = static_cast<int64_t>(batch.logit_rows.size());
   ranks_.run_on_ranks([&](int rank) {
     Backend& backend = ranks_.backend(rank);
-    const auto step = backend.begin_step(batch);
-    const Tensor logits =
-        models_[rank]->forward(*step, caches_[rank], backend.select_rows(inputs[rank], rows), outputs[rank]);
-    if (rank != 0 || batch.logit_rows.empty()) return;
-    ids = backend.to_host_i32(backend.argmax(logits));
+    Tensor row_ids;
+    if (auto step_outputs = run_recorded(rank, batch, inputs[rank], rows, recorded)) {
+      row_ids = step_outputs->ids.rows(0, num_rows);
+      outputs[rank] = step_outputs->hidden_states.rows(0, num_rows);
+    } else {
+      const auto step = backend.begin_step(batch);
+      const Tensor logits =
+          models_[rank]->forward(*step, caches_[rank], backend.select_rows(inputs[rank], rows), outputs[rank]);
+      if (rank == 0 && num_rows > 0) row_ids = backend.argmax(logits);
+    }
+    if (rank != 0 || num_rows == 0) return;
+    ids = backend.to_host_i32(row_ids);
     for (int32_t& id : ids) id = models_[0]->target_token_id(id);
   });
   return ids;
@@ -123,7 +171,7 @@ void MtpProposer::observe(std::span<const ComputedChunk> chunks, std::span<const
   }
   if (batch.token_ids.empty()) return;
   std::vector<Tensor> outputs;
-  const std::vector<int32_t> ids = forward(batch, hidden_states, hidden_rows, outputs);
+  const std::vector<int32_t> ids = forward(batch, hidden_states, hidden_rows, outputs, observe_steps_);
   if (!drafting.empty()) {
     for (size_t r = 0; r < drafting.size(); ++r) {
       MtpSequence& seq = sequences_.at(drafting[r]);
@@ -180,7 +228,7 @@ DraftTokens MtpProposer::propose(std::span<const DraftRequest> requests) {
     }
     if (chained.empty()) break;
     std::vector<Tensor> next_outputs;
-    const std::vector<int32_t> ids = forward(batch, outputs, rows, next_outputs);
+    const std::vector<int32_t> ids = forward(batch, outputs, rows, next_outputs, draft_steps_);
     chains.clear();
     for (size_t i = 0; i < chained.size(); ++i) {
       std::vector<int32_t>& tokens = drafts[chained[i].request->sequence_id];

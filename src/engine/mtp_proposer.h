@@ -18,8 +18,14 @@
 // Under tensor parallelism the layer is loaded on every rank (its decoder layer sharded like the target's, the rest
 // whole), every rank runs every forward of it on its own copy of the target's hidden states, and the first rank
 // reads the drafts back (the ranks' logits are the same).
+// On a device backend the layer's steps of short chunks replay recorded graphs (StepRecorder, padded with a scratch
+// block past its pool): the steps after a target step and the chained draft steps apart, as their inputs may differ
+// in width (EAGLE-3 reads three target layers, then its own output). A recording reads its input where it found it,
+// so each kind of step gathers its input rows into a buffer of its own first (allocated at the first recorded step,
+// when the inputs' dtype and width are known).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -28,6 +34,7 @@
 #include "backend/backend.h"
 #include "engine/draft_proposer.h"
 #include "engine/sharded_model.h"
+#include "engine/step_recorder.h"
 #include "kvcache/kv_cache_manager.h"
 #include "model/mtp_model.h"
 
@@ -36,14 +43,19 @@ namespace tern {
 class MtpProposer final : public DraftProposer {
  public:
   // models[r]: the layer on the backend of the target's rank r (`ranks`, whose threads run it). `num_blocks`
-  // blocks of `block_size` tokens for the layer's cache on each rank, stored as `kv_dtype`.
+  // blocks of `block_size` tokens for the layer's cache on each rank, stored as `kv_dtype`, up to
+  // `num_speculative_tokens` drafts a sequence. With `max_num_seqs` > 0, one more block pads its steps to recorded
+  // batch sizes.
   MtpProposer(ShardedModel& ranks, std::vector<std::unique_ptr<MtpModel>> models, int32_t num_blocks,
-              int32_t block_size, bool enable_prefix_cache, KvCacheDtype kv_dtype = KvCacheDtype::automatic);
+              int32_t block_size, bool enable_prefix_cache, int32_t num_speculative_tokens, int32_t max_num_seqs = 0,
+              KvCacheDtype kv_dtype = KvCacheDtype::automatic);
   DraftTokens propose(std::span<const DraftRequest> requests) override;
   void forget(std::span<const uint64_t> sequence_ids) override;
   bool reads_hidden_states() const override { return true; }
   std::vector<int32_t> target_layer_inputs() const override { return models_[0]->target_layer_inputs(); }
   void observe(std::span<const ComputedChunk> chunks, std::span<const Tensor> hidden_states) override;
+  // The layer's steps that ran through recordings (the first rank's).
+  int64_t num_recorded_steps() const;
 
  private:
   struct MtpSequence {
@@ -66,16 +78,30 @@ class MtpProposer final : public DraftProposer {
   // of `token_ids` up to it, where they are all there).
   void start_at(MtpSequence& seq, int32_t position, std::span<const int32_t> token_ids);
   void drop(uint64_t sequence_id);
+  // One kind of the layer's steps as recordings, on each rank: its recorder, and the input its recordings read
+  // ([capacity, width], empty until the first recorded step).
+  struct RecordedSteps {
+    std::vector<std::unique_ptr<StepRecorder>> recorders;
+    std::vector<Tensor> inputs;
+    int64_t capacity = 0;
+  };
+
   // The layer's forward over `batch` on every rank, reading rows `rows` of inputs[rank] (the target's hidden
-  // states or the layer's own outputs), its outputs into outputs[rank]; the target's ids of the argmax of each
-  // logit row, from the first rank.
+  // states or the layer's own outputs), its outputs into outputs[rank], through `recorded` where the step fits;
+  // the target's ids of the argmax of each logit row, from the first rank.
   std::vector<int32_t> forward(const ForwardBatch& batch, std::span<const Tensor> inputs,
-                               const std::vector<int32_t>& rows, std::vector<Tensor>& outputs);
+                               const std::vector<int32_t>& rows, std::vector<Tensor>& outputs,
+                               RecordedSteps& recorded);
+  // forward on `rank` through a recording; nullopt where the step does not fit one.
+  std::optional<StepOutputs> run_recorded(int rank, const ForwardBatch& batch, const Tensor& input,
+                                          const std::vector<int32_t>& rows, RecordedSteps& recorded);
 
   ShardedModel& ranks_;
   std::vector<std::unique_ptr<MtpModel>> models_;
   KvCacheManager kv_;
   std::vector<KvCache> caches_;
+  RecordedSteps observe_steps_;  // the entries a target step made final
+  RecordedSteps draft_steps_;    // chained drafts
   std::unordered_map<uint64_t, MtpSequence> sequences_;
   // Each rank's [R, hidden]: the layer's outputs at the first drafts' entries of the last observe.
   std::vector<Tensor> last_outputs_;

@@ -305,6 +305,23 @@ TEST_F(CpuOpsTest, SelectRowsGathersAndAddRowsAddsIntoTargets) {
   EXPECT_EQ(backend->to_host_f32(backend->select_rows(x, std::vector<int32_t>{2, 0, 2})), (Floats{5, 6, 1, 2, 5, 6}));
   EXPECT_EQ(backend->select_rows(x, {}).shape, (std::vector<int64_t>{0, 2}));
   EXPECT_THROW(backend->select_rows(x, std::vector<int32_t>{3}), Error);
+  // Into rows of a buffer (a recorded step's input), the rows after them untouched; a buffer of another width,
+  // dtype or row count refused.
+  Tensor buffer = backend->from_host_f32(Floats(8, 0.0f), {4, 2});
+  Tensor first_rows = buffer.rows(0, 2);
+  backend->select_rows_into(x, std::vector<int32_t>{1, 2}, first_rows);
+  EXPECT_EQ(backend->to_host_f32(buffer), (Floats{3, 4, 5, 6, 0, 0, 0, 0}));
+  EXPECT_THROW(backend->select_rows_into(x, std::vector<int32_t>{1}, first_rows), Error);
+  Tensor narrow = backend->from_host_f32(Floats(3, 0.0f), {3, 1});
+  EXPECT_THROW(backend->select_rows_into(x, std::vector<int32_t>{0, 1, 2}, narrow), Error);
+  Tensor ids = backend->from_host_i32(std::vector<int32_t>(4, 0), {2, 2});
+  EXPECT_THROW(backend->select_rows_into(x, std::vector<int32_t>{0, 1}, ids), Error);
+  EXPECT_THROW(backend->select_rows_into(x, std::vector<int32_t>{0, 3}, first_rows), Error);
+  // A copy takes writes without changing x.
+  Tensor copied = backend->copy(x);
+  backend->add_in_place(copied, x);
+  EXPECT_EQ(backend->to_host_f32(copied), (Floats{2, 4, 6, 8, 10, 12}));
+  EXPECT_EQ(backend->to_host_f32(x), (Floats{1, 2, 3, 4, 5, 6}));
   Tensor out = backend->from_host_f32(Floats{10, 20, 30, 40}, {2, 2});
   backend->add_rows(out, x, std::vector<int32_t>{1, 0, 1});
   EXPECT_EQ(backend->to_host_f32(out), (Floats{13, 24, 36, 48}));  // row 1 gets x[0] + x[2]

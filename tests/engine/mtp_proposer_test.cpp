@@ -217,8 +217,8 @@ TEST_P(MtpProposerTest, DraftsEqualThoseComputedFromScratchAfterEveryKindOfStep)
   // Two proposers watch the same steps: with a prefix cache, the sequence whose prompt the target takes from its
   // prefix cache has the layer's whole context; without one, its context begins where the target's computation did.
   ShardedModel one_rank(*target_, *backend_);
-  MtpProposer cached(one_rank, layer(), 64, kBlockSize, true);
-  MtpProposer uncached(one_rank, layer(), 64, kBlockSize, false);
+  MtpProposer cached(one_rank, layer(), 64, kBlockSize, true, kNumDrafts);
+  MtpProposer uncached(one_rank, layer(), 64, kBlockSize, false, kNumDrafts);
   const std::vector<MtpProposer*> proposers = {&cached, &uncached};
 
   Script a, b, c;

@@ -369,8 +369,8 @@ class CudaBackend final : public Backend {
 
   // Data-parallel steps run eagerly: their MoE layers read the routed ids and the all-to-all counts back to the
   // host (row_exchange.h), which a recorded graph cannot do, and a graph would replay one step's dispatch.
-  std::optional<Tensor> run_recorded_step(const ForwardBatch& batch, const StepForward& forward,
-                                          uint64_t recorder = 0) override {
+  std::optional<StepOutputs> run_recorded_step(const ForwardBatch& batch, const StepForward& forward,
+                                               uint64_t recorder = 0) override {
     if (data_parallel()) return std::nullopt;
     // A capture cannot wait for events recorded outside it.
     if (tier_copier_) tier_copier_->await_all();
@@ -454,6 +454,10 @@ class CudaBackend final : public Backend {
 
   Tensor select_rows(const Tensor& x, std::span<const int32_t> rows) override {
     return cuda::select_rows(rank_stream(), x, rows);
+  }
+
+  void select_rows_into(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override {
+    cuda::select_rows_into(rank_stream(), x, rows, out);
   }
 
   void add_rows(Tensor& out, const Tensor& x, std::span<const int32_t> targets) override {
@@ -554,6 +558,18 @@ class CudaBackend final : public Backend {
     if (x.numel() != y.numel()) fail("add: {} vs {} elements", x.numel(), y.numel());
     const Tensor other = activation(y, "add");
     launch("add", [&] { kernels::launch_add(x.ptr<bf16>(), other.ptr<bf16>(), x.numel(), stream_); });
+  }
+
+  Tensor copy(const Tensor& x) override {
+    Tensor out = allocator_->allocate(x.dtype, x.shape);
+    const int64_t width = x.shape.empty() ? 1 : x.size(-1);
+    const size_t row_bytes = static_cast<size_t>(width) * dtype_size(x.dtype);
+    if (out.numel() == 0) return out;
+    // A kernel rather than a device-to-device memcpy, which a recorded graph runs on the copy engine more slowly.
+    launch("copy", [&] {
+      kernels::launch_copy_2d(out.data, row_bytes, x.data, row_bytes, row_bytes, x.numel() / width, stream_);
+    });
+    return out;
   }
 
   Tensor slice_columns(const Tensor& x, int64_t begin, int64_t count) override {

@@ -30,6 +30,8 @@ Tensor all_to_all_rows(const RankStream& on, const NcclGroup& group, int rank, c
                        std::span<const int64_t> send_counts, std::vector<int64_t>& received_counts);
 // Backend::select_rows: x [T, ...] of any dtype -> [rows.size(), ...].
 Tensor select_rows(const RankStream& on, const Tensor& x, std::span<const int32_t> rows);
+// Backend::select_rows_into.
+void select_rows_into(const RankStream& on, const Tensor& x, std::span<const int32_t> rows, Tensor& out);
 // Backend::add_rows: out[targets[i]] += x[i] in index order, summed in float32 (kernels/moe/add_rows.h); out and x
 // are float32 or bf16. A float32 out gets exactly the CPU backend's sums; a bf16 out is rounded once per row.
 void add_rows(const RankStream& on, Tensor& out, const Tensor& x, std::span<const int32_t> targets);

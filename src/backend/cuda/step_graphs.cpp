@@ -54,8 +54,8 @@ void StepGraphs::reserve(size_t values) {
   fixed_ = {buffer_.ptr<int32_t>(), capacity};
 }
 
-Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward,
-                       uint64_t recorder) {
+StepOutputs StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward,
+                            uint64_t recorder) {
   reserve(metadata_values(batch));
   // The metadata upload runs before the graph on the same stream, so the previous replay has finished reading
   // the buffer when it is overwritten.
@@ -71,18 +71,18 @@ Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_contex
                     .whole_context = plan.whole_context};
   if (const auto it = graphs_.find(shape); it != graphs_.end()) {
     check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
-    return it->second.ids;
+    return it->second.outputs;
   }
 
   // An eager run computes this step (and makes every lazy choice, such as GEMM algorithms, outside the recording);
-  // the recording that follows launches nothing, so the eager run's ids are the step's.
-  Tensor ids = forward(*step);
+  // the recording that follows launches nothing, so the eager run's outputs are the step's.
+  StepOutputs outputs = forward(*step);
   Recorded recorded;
   cudaGraph_t graph = nullptr;
   allocator_.set_recording(true);
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   try {
-    recorded.ids = forward(*step);
+    recorded.outputs = forward(*step);
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
     if (graph) cudaGraphDestroy(graph);
@@ -95,13 +95,14 @@ Tensor StepGraphs::run(const ForwardBatch& batch, const MakeContext& make_contex
   const cudaError_t instantiated = cudaGraphInstantiate(&recorded.exec, graph, 0);
   cudaGraphDestroy(graph);
   check(instantiated, "cudaGraphInstantiate");
-  if (recorded.ids.dtype != DType::I32 || recorded.ids.numel() != static_cast<int64_t>(batch.logit_rows.size())) {
+  const Tensor& ids = recorded.outputs.ids;
+  if (ids.dtype != DType::I32 || ids.numel() != static_cast<int64_t>(batch.logit_rows.size())) {
     cudaGraphExecDestroy(recorded.exec);
-    fail("recorded step: the forward returned {} values of {} for {} logit rows", recorded.ids.numel(),
-         dtype_name(recorded.ids.dtype), batch.logit_rows.size());
+    fail("recorded step: the forward returned {} values of {} for {} logit rows", ids.numel(), dtype_name(ids.dtype),
+         batch.logit_rows.size());
   }
   graphs_.emplace(shape, std::move(recorded));
-  return ids;
+  return outputs;
 }
 
 }  // namespace tern::cuda

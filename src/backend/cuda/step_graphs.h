@@ -27,10 +27,10 @@ class StepGraphs {
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
 
-  // The step's sampled ids [R] int32 on the device, from a replay (the graph's output buffer, which the next
-  // replay of the shape overwrites) or, for a new shape, an eager run that is then recorded.
-  Tensor run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward,
-             uint64_t recorder);
+  // The step's outputs on the device, from a replay (the graph's output buffers, which the next replay of the shape
+  // overwrites) or, for a new shape, an eager run that is then recorded.
+  StepOutputs run(const ForwardBatch& batch, const MakeContext& make_context, const StepForward& forward,
+                  uint64_t recorder);
   // Drops the recordings of `recorder`.
   void discard(uint64_t recorder);
   size_t num_recorded() const { return graphs_.size(); }
@@ -38,7 +38,7 @@ class StepGraphs {
  private:
   struct Recorded {
     cudaGraphExec_t exec = nullptr;
-    Tensor ids;  // the graph's output, kept allocated between replays
+    StepOutputs outputs;  // the graph's, kept allocated between replays
   };
   // What a recording depends on besides the metadata's values.
   struct Shape {

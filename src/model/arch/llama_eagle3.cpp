@@ -170,9 +170,7 @@ Tensor LlamaEagle3Model::forward(const StepContext& step, KvCache& cache, const 
   if (width == 3 * hidden) {
     residual = b.linear(previous_hidden_states, fc_, nullptr);
   } else if (width == hidden) {
-    std::vector<int32_t> rows(static_cast<size_t>(previous_hidden_states.size(0)));
-    for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int32_t>(r);
-    residual = b.select_rows(previous_hidden_states, rows);
+    residual = b.copy(previous_hidden_states);
   } else {
     fail("EAGLE-3 head: hidden states of width {} (expected the target's three layers, {}, or the head's own, {})",
          width, 3 * hidden, hidden);

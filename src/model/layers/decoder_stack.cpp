@@ -65,13 +65,12 @@ Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache&
   std::optional<Tensor> output;
   // A captured layer's input is a copy of the stream with the pending output added, so that the stream itself goes
   // on through the same ops (the fused add and norm) as in a forward without captures.
-  std::vector<int32_t> all_rows;
   std::optional<Tensor> captured;
   size_t next_capture = 0;  // into captured_layers
   const auto capture_inputs_of = [&](size_t index) {
     if (next_capture == captured_layers.size() || static_cast<size_t>(captured_layers[next_capture]) != index) return;
     ++next_capture;
-    Tensor input = backend.select_rows(residual, all_rows);
+    Tensor input = backend.copy(residual);
     if (output) backend.add_in_place(input, *output);
     captured = captured ? backend.concat_columns(*captured, input) : input;
   };
@@ -83,8 +82,6 @@ Tensor DecoderStack::forward(Backend& backend, const StepContext& step, KvCache&
              captured_layers[i], i);
       }
     }
-    all_rows.resize(static_cast<size_t>(residual.size(0)));
-    for (size_t r = 0; r < all_rows.size(); ++r) all_rows[r] = static_cast<int32_t>(r);
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layer_inputs) capture_inputs_of(i);

@@ -97,14 +97,16 @@ TEST(CudaDeferredTokensRecordedTest, RecordedStepsChainedOnTheDeviceMatchHostDri
   std::vector<std::vector<int32_t>> a_ids;
   Tensor previous = a.backend->argmax(a.model->forward(*a.backend->begin_step(prefill), a.cache));
   std::unique_ptr<PendingIds> pending = a.backend->to_host_i32_async(previous);
-  const StepForward a_forward = [&](const StepContext& step) { return a.backend->argmax(a.model->forward(step, a.cache)); };
+  const StepForward a_forward = [&](const StepContext& step) {
+    return StepOutputs{a.backend->argmax(a.model->forward(step, a.cache))};
+  };
   for (int step = 0; step < kSteps; ++step) {
     ForwardBatch batch = decode_batch(step);
     for (int32_t s = 0; s < 3; ++s) batch.deferred_tokens.push_back({s, s});
     batch.previous_sampled_ids = previous;
     auto ids = a.backend->run_recorded_step(batch, a_forward);
     ASSERT_TRUE(ids.has_value());
-    previous = *ids;
+    previous = ids->ids;
     std::unique_ptr<PendingIds> next = a.backend->to_host_i32_async(previous);
     a_ids.push_back(pending->wait());
     pending = std::move(next);

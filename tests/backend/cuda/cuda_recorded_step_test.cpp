@@ -72,7 +72,9 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
   const auto first = eager_ids(*gpu, *model, cache, prefill);
   for (size_t s = 0; s < seqs.size(); ++s) seqs[s].tokens.push_back(first[s]);
 
-  const StepForward forward = [&](const StepContext& step) { return gpu->argmax(model->forward(step, cache)); };
+  const StepForward forward = [&](const StepContext& step) {
+    return StepOutputs{gpu->argmax(model->forward(step, cache))};
+  };
   for (int step = 1; step < kNewTokens; ++step) {
     // Three shapes in turn: all sequences, the first two, the last one.
     const size_t begin = step % 3 == 2 ? 2 : 0;
@@ -88,7 +90,7 @@ TEST_P(CudaRecordedStepTest, ReplaysMatchEagerStepsAndCpuGreedy) {
     const auto eager = eager_ids(*gpu, *model, cache, batch);
     const auto recorded = gpu->run_recorded_step(batch, forward);
     ASSERT_TRUE(recorded.has_value());
-    ASSERT_EQ(gpu->to_host_i32(*recorded), eager) << "step " << step;
+    ASSERT_EQ(gpu->to_host_i32(recorded->ids), eager) << "step " << step;
     for (size_t s = begin; s < end; ++s) seqs[s].tokens.push_back(eager[s - begin]);
   }
 

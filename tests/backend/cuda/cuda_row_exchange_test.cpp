@@ -66,6 +66,39 @@ TEST_F(CudaRowExchangeTest, SelectRowsRejectsRowsOutsideTheTensor) {
   EXPECT_THROW(gpu->select_rows(x, std::vector<int32_t>{-1}), Error);
 }
 
+// Into the first rows of a buffer (a recorded step's input): the rows after them keep their values; a buffer of
+// another dtype or width is refused.
+TEST_F(CudaRowExchangeTest, SelectRowsIntoWritesTheFirstRowsOfABuffer) {
+  const auto values = random_bf16_values(24, 3);
+  const auto x = input(values, {6, 4});
+  const std::vector<int32_t> rows = {5, 0, 5};
+  Tensor buffer = gpu->select_rows(x.gpu, std::vector<int32_t>{1, 1, 1, 1, 1});
+  Tensor first_rows = buffer.rows(0, 3);
+  gpu->select_rows_into(x.gpu, rows, first_rows);
+  std::vector<float> expected = cpu->to_host_f32(cpu->select_rows(x.cpu, rows));
+  const std::vector<float> row_one(values.begin() + 4, values.begin() + 8);
+  for (int r = 0; r < 2; ++r) expected.insert(expected.end(), row_one.begin(), row_one.end());
+  EXPECT_EQ(gpu->to_host_f32(buffer), expected);
+  Tensor float_rows = gpu->from_host_f32(std::vector<float>(12, 0.0f), {3, 4});
+  EXPECT_THROW(gpu->select_rows_into(x.gpu, rows, float_rows), Error);
+  Tensor narrow = buffer.reshape({10, 2}).rows(0, 3);
+  EXPECT_THROW(gpu->select_rows_into(x.gpu, rows, narrow), Error);
+}
+
+// A copy (what a recorded step copies with: select_rows reads host values) takes writes without changing x.
+TEST_F(CudaRowExchangeTest, CopyTakesWritesWithoutChangingItsSource) {
+  const auto values = random_bf16_values(24, 5);
+  const auto x = input(values, {2, 3, 4});
+  Tensor copied = gpu->copy(x.gpu);
+  EXPECT_EQ(copied.shape, x.gpu.shape);
+  EXPECT_EQ(gpu->to_host_f32(copied), values);
+  gpu->add_in_place(copied, x.gpu);
+  std::vector<float> doubled = values;
+  for (float& v : doubled) v *= 2.0f;
+  EXPECT_EQ(gpu->to_host_f32(copied), doubled);
+  EXPECT_EQ(gpu->to_host_f32(x.gpu), values);
+}
+
 // Rows of mixed magnitudes, so that adding them in another order than the CPU's changes the float32 sums.
 std::vector<float> mixed_magnitudes(size_t n, uint32_t seed) {
   auto values = random_bf16_values(n, seed);
@@ -140,7 +173,7 @@ TEST_F(CudaRowExchangeTest, RowOpsRefuseToBeRecorded) {
   int eager_runs = 0;
   const StepForward select = [&](const StepContext&) {
     ++eager_runs;
-    return gpu->select_rows(ids, std::vector<int32_t>{1});
+    return StepOutputs{gpu->select_rows(ids, std::vector<int32_t>{1})};
   };
   try {
     gpu->run_recorded_step(batch, select);
@@ -153,7 +186,7 @@ TEST_F(CudaRowExchangeTest, RowOpsRefuseToBeRecorded) {
   const Tensor one = gpu->from_host_f32(std::vector<float>{1.0f}, {1, 1});
   const StepForward add = [&](const StepContext&) {
     gpu->add_rows(sums, one, std::vector<int32_t>{1});
-    return ids.rows(0, 1);
+    return StepOutputs{ids.rows(0, 1)};
   };
   try {
     gpu->run_recorded_step(batch, add);

@@ -214,7 +214,7 @@ TEST(CudaTensorParallelTest, DataParallelStepsAreNotRecorded) {
     const Tensor logits = backend.from_host_f32(std::vector<float>{0, 1, 2, 3, 4, 9, 0, 0}, {1, 8});
     const StepForward forward = [&](const StepContext&) {
       ++runs;
-      return backend.argmax(logits);
+      return StepOutputs{backend.argmax(logits)};
     };
     backend.set_data_parallel(true);
     EXPECT_FALSE(backend.run_recorded_step(batch, forward).has_value()) << "rank " << rank;
@@ -223,7 +223,7 @@ TEST(CudaTensorParallelTest, DataParallelStepsAreNotRecorded) {
     backend.set_data_parallel(false);
     const auto recorded = backend.run_recorded_step(batch, forward);
     ASSERT_TRUE(recorded.has_value()) << "rank " << rank;
-    EXPECT_EQ(backend.to_host_i32(*recorded), (std::vector<int32_t>{5}));
+    EXPECT_EQ(backend.to_host_i32(recorded->ids), (std::vector<int32_t>{5}));
   });
 }
 
