@@ -27,7 +27,8 @@ constexpr int kMlaDecodeSplitHeads = kDecodeBlocksPerSm;
 struct MlaAttentionParams {
   const __nv_bfloat16* query = nullptr;  // [num_tokens, num_heads, key_dim]
   __nv_bfloat16* out = nullptr;          // [num_tokens, num_heads, value_dim]
-  // keys: [num_slots, key_dim] (one KV head); values are the keys' first value_dim dims, `values` is unused.
+  // keys: [num_slots, key_dim] (one KV head), or an FP8 cache's key_codes and key_scale; values are the keys'
+  // first value_dim dims, `values` and `value_codes` are unused.
   PagedKv kv;
   AttentionBatch batch;
   int num_heads = 0;

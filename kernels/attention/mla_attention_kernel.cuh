@@ -2,7 +2,9 @@
 // One block of 8 warps per 64 query rows ((token, head) pairs) and a range of keys, in the layout of
 // attention/shared_kv_tile.cuh (warps split keys for S and value dims for O). Keys stream through two shared-memory
 // stages (cp.async, gathered through the block table); the value tile is the key tile's first value_dim columns.
-// Dims that are not multiples of 16 are zero-padded in shared memory.
+// Dims that are not multiples of 16 are zero-padded in shared memory. An FP8 cache's codes are loaded through
+// registers and stored as bf16 times the key scale (the values are the keys' first dims, so the same scale): the
+// stages hold bf16 either way, and a 576-dim key's two stages leave no shared memory for staging codes.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -27,7 +29,7 @@ constexpr size_t shared_bytes(int key_dim) {
   return static_cast<size_t>((kRows + 2 * kKeys) * row_stride(key_dim) + kRows * kPStride) * sizeof(__nv_bfloat16);
 }
 
-template <int MaxValueDim, bool Split>
+template <int MaxValueDim, bool Split, bool Fp8>
 __global__ void __launch_bounds__(shared_kv::kThreads, 1) tile_kernel(const MlaAttentionParams p) {
   constexpr int kChunksPerWarp = (MaxValueDim / 16 + 1) / 2;  // 16-column value chunks of a warp's half
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -104,7 +106,12 @@ __global__ void __launch_bounds__(shared_kv::kThreads, 1) tile_kernel(const MlaA
     __nv_bfloat16* dst = k_smem + (stage * kKeys + r) * stride;
     for (int c = threadIdx.x % kThreadsPerKey; c < chunks_per_row; c += kThreadsPerKey) {
       const bool in_row = valid && c * 8 < p.key_dim;
-      cp_async_16(dst + c * 8, p.kv.keys + row + (in_row ? c * 8 : 0), in_row ? 16 : 0);
+      if constexpr (Fp8) {
+        const uint2 codes = in_row ? *reinterpret_cast<const uint2*>(p.kv.key_codes + row + c * 8) : make_uint2(0, 0);
+        store_dequantized8(codes, p.kv.key_scale, dst + c * 8);
+      } else {
+        cp_async_16(dst + c * 8, p.kv.keys + row + (in_row ? c * 8 : 0), in_row ? 16 : 0);
+      }
     }
   };
   if (num_tiles > 0) load_tile(0, 0);
@@ -145,9 +152,9 @@ __global__ void __launch_bounds__(shared_kv::kThreads, 1) tile_kernel(const MlaA
       });
 }
 
-template <int MaxValueDim, bool Split>
+template <int MaxValueDim, bool Split, bool Fp8>
 void launch_tiles(const MlaAttentionParams& params, cudaStream_t stream) {
-  auto kernel = tile_kernel<MaxValueDim, Split>;
+  auto kernel = tile_kernel<MaxValueDim, Split, Fp8>;
   // The largest key dim's bytes, so that the attribute never has to change between launches (nor graph replays).
   constexpr size_t kMaxShared = shared_bytes(kMlaMaxKeyDim);
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxShared);
@@ -161,10 +168,13 @@ void launch_tiles(const MlaAttentionParams& params, cudaStream_t stream) {
 
 template <int MaxValueDim>
 void launch_mla_attention_tiles(const MlaAttentionParams& params, bool split, cudaStream_t stream) {
+  const bool fp8 = params.kv.fp8();
   if (split) {
-    mla::launch_tiles<MaxValueDim, true>(params, stream);
+    fp8 ? mla::launch_tiles<MaxValueDim, true, true>(params, stream)
+        : mla::launch_tiles<MaxValueDim, true, false>(params, stream);
   } else {
-    mla::launch_tiles<MaxValueDim, false>(params, stream);
+    fp8 ? mla::launch_tiles<MaxValueDim, false, true>(params, stream)
+        : mla::launch_tiles<MaxValueDim, false, false>(params, stream);
   }
 }
 

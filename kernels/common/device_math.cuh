@@ -42,20 +42,23 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(__nv_fp8x2_storage_t codes) {
   return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(codes, __NV_E4M3)));
 }
 
-// 16 e4m3 codes (one 16-byte access) times `scale`, rounded to bf16 into dst[16] (16-byte aligned).
-__device__ __forceinline__ void store_dequantized16(const uint4& codes, float scale, __nv_bfloat16* dst) {
+// 8 e4m3 codes (one 8-byte access) times `scale`, rounded to bf16 into dst[8] (16-byte aligned).
+__device__ __forceinline__ void store_dequantized8(const uint2& codes, float scale, __nv_bfloat16* dst) {
   const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&codes);
+  float values[8];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float values[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = e4m3x2_to_float2(pairs[4 * half + i]);
-      values[2 * i] = f.x * scale;
-      values[2 * i + 1] = f.y * scale;
-    }
-    store_f32x8(dst + 8 * half, values);
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = e4m3x2_to_float2(pairs[i]);
+    values[2 * i] = f.x * scale;
+    values[2 * i + 1] = f.y * scale;
   }
+  store_f32x8(dst, values);
+}
+
+// 16 e4m3 codes (one 16-byte access) likewise into dst[16].
+__device__ __forceinline__ void store_dequantized16(const uint4& codes, float scale, __nv_bfloat16* dst) {
+  store_dequantized8(make_uint2(codes.x, codes.y), scale, dst);
+  store_dequantized8(make_uint2(codes.z, codes.w), scale, dst + 8);
 }
 
 // An e8m0 scale (OCP MX: 2^(bits - 127), 0xff NaN) as float32; 2^-127 is a float32 subnormal.

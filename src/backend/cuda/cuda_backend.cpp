@@ -248,9 +248,9 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& t) override { return pinned_ids_->copy(t, stream_); }
 
-  // bf16, or for --kv-cache-dtype fp8_e4m3 e4m3 codes, which the GQA attention kernels (prefill and split-KV)
-  // convert as they read them: dense and sliding-window layers in blocks of a multiple of 16 tokens (the
-  // tensor-core split-KV kernel's pages). MLA and DeepSeek-V4 caches are bf16 only so far.
+  // bf16, or for --kv-cache-dtype fp8_e4m3 e4m3 codes, which the attention kernels (GQA prefill and split-KV, MLA)
+  // convert as they read them: dense, sliding-window and MLA latent layers in blocks of a multiple of 16 tokens (the
+  // tensor-core split-KV kernel's pages). DeepSeek-V4 caches are bf16 only so far.
   static DType kv_element_type(const std::vector<KvLayerSpec>& layers, int64_t block_size, KvCacheDtype dtype) {
     if (dtype == KvCacheDtype::automatic) return DType::BF16;
     const char* flag = kv_cache_dtype_name(dtype);
@@ -260,12 +260,11 @@ class CudaBackend final : public Backend {
     }
     for (size_t i = 0; i < layers.size(); ++i) {
       const KvLayerSpec& layer = layers[i];
-      if (layer.kind != KvLayerKind::full && layer.kind != KvLayerKind::sliding_window) {
-        fail("--kv-cache-dtype {}: layer {} caches {} attention, which the CUDA backend reads from bf16 caches only "
-             "so far; use --kv-cache-dtype auto", flag, i,
-             layer.kind == KvLayerKind::mla_latent ? "MLA latent" : "DeepSeek-V4 compressed");
+      if (layer.kind == KvLayerKind::compressed) {
+        fail("--kv-cache-dtype {}: layer {} caches DeepSeek-V4 compressed attention, which the CUDA backend reads "
+             "from bf16 caches only so far; use --kv-cache-dtype auto", flag, i);
       }
-      if (layer.key_dim != layer.value_dim) {
+      if (layer.kind != KvLayerKind::mla_latent && layer.key_dim != layer.value_dim) {
         fail("--kv-cache-dtype {}: layer {} has keys of {} and values of {} dims; the CUDA backend's FP8 attention "
              "reads values as wide as keys; use --kv-cache-dtype auto", flag, i, layer.key_dim, layer.value_dim);
       }

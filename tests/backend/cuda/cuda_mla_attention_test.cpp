@@ -2,7 +2,8 @@
 // kv_lora_rank dims) against the CPU reference: prefill tiles over cached context and split-KV decode in one step,
 // several sequences, block sizes from 1 to 64, DeepSeek-V3's 128 heads of 512 + 64, a tensor-parallel rank's 16,
 // the fixture's 4 heads of 32 + 8, head counts that leave partial 64-row blocks, dims that are multiples of 8 but
-// not of 16, and a value as wide as the largest key.
+// not of 16, and a value as wide as the largest key; with a bf16 cache, and with an FP8 one (--kv-cache-dtype
+// fp8_e4m3) of a per-tensor scale of 2, whose codes the two backends take of the same bf16 latents.
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -29,18 +30,22 @@ KvLayerSpec latent_layer(int key_dim) {
   return spec;
 }
 
-class CudaMlaAttentionTest : public testing::CudaVsCpuTest, public ::testing::WithParamInterface<MlaCase> {};
+class CudaMlaAttentionTest : public testing::CudaVsCpuTest, public ::testing::WithParamInterface<MlaCase> {
+ protected:
+  void expect_matches_cpu(KvCacheDtype kv_dtype);
+};
 
-TEST_P(CudaMlaAttentionTest, MatchesCpu) {
+void CudaMlaAttentionTest::expect_matches_cpu(KvCacheDtype kv_dtype) {
   const MlaCase& c = GetParam();
   const int key_dim = c.kv_lora_rank + c.rope_dim;
   const int block_size = c.block_size;
   const testing::PagedSteps steps = testing::paged_steps(c.sequences, block_size);
   const ForwardBatch& fill = steps.fill;
   const ForwardBatch& step_batch = steps.step;
-  const std::vector<KvLayerSpec> layers = {latent_layer(key_dim)};
-  KvCache cpu_cache = cpu->allocate_kv_cache(layers, steps.num_blocks, block_size);
-  KvCache gpu_cache = gpu->allocate_kv_cache(layers, steps.num_blocks, block_size);
+  std::vector<KvLayerSpec> layers = {latent_layer(key_dim)};
+  layers[0].key_scale = 2.0f;  // read only by an FP8 cache
+  KvCache cpu_cache = cpu->allocate_kv_cache(layers, steps.num_blocks, block_size, kv_dtype);
+  KvCache gpu_cache = gpu->allocate_kv_cache(layers, steps.num_blocks, block_size, kv_dtype);
   const int64_t fill_tokens = fill.num_tokens();
   const auto latents = input(random_bf16_values(fill_tokens * key_dim, 1), {fill_tokens, 1, key_dim});
   {
@@ -71,6 +76,14 @@ TEST_P(CudaMlaAttentionTest, MatchesCpu) {
     const std::vector<float> b(expected.begin() + r * row, expected.begin() + (r + 1) * row);
     ASSERT_LE(relative_error(a, b), 5e-2) << describe(c) << ": token " << r / c.heads << " head " << r % c.heads;
   }
+}
+
+TEST_P(CudaMlaAttentionTest, MatchesCpu) { expect_matches_cpu(KvCacheDtype::automatic); }
+
+// Both backends cache the codes of latent / 2 and read code x 2, which is a bf16 value: the same keys.
+TEST_P(CudaMlaAttentionTest, Fp8CacheMatchesCpu) {
+  if (GetParam().block_size % 16 != 0) GTEST_SKIP() << "FP8 caches take blocks of multiples of 16 tokens";
+  expect_matches_cpu(KvCacheDtype::fp8_e4m3);
 }
 
 // Mixed batches: prefills (tiles of 128 tokens and a partial one) with and without cached context, decodes with
