@@ -1,8 +1,9 @@
 // DeepSeek-V4's attention over a sliding window of keys plus compressed entries on bf16 tensor cores. Every query
 // head of a token attends over the same candidates (one shared K = V head), so a block takes 64 heads of one token
 // as the rows of mma.m16n8k16 and reads each candidate once for all of them (FlashMLA's idea), in the tile layout
-// of attention/shared_kv_tile.cuh. Window keys (bf16) come by cp.async into their tile row; entries (float32 state
-// rows) come by cp.async into a staging tile and are rounded to bf16 into their row before the tile is used. Blocks
+// of attention/shared_kv_tile.cuh. Window keys (bf16) come by cp.async into their tile row (an FP8 cache's codes
+// through registers, as code x scale); entries (float32 state rows) come by cp.async into a staging tile and are
+// rounded to bf16 into their row before the tile is used. Blocks
 // of one token may split its candidates (decode steps, few tokens); their partial results are merged with the
 // attention sinks by compressed_attention_merge_kernel.
 #include <algorithm>
@@ -59,13 +60,14 @@ struct Candidates {
 };
 
 // Candidate c's vector, or null where it names none (an index of -1 or past the closed windows: the indexer found
-// fewer); `entry` tells a float32 entry from a bf16 key.
+// fewer); `entry` tells a float32 entry from a key (bf16, or e4m3 codes in an FP8 cache).
 __device__ __forceinline__ const void* candidate_source(const CompressedAttentionParams& p, const Candidates& cands,
                                                        int token, int c, bool& entry) {
   entry = false;
   if (c >= cands.count) return nullptr;
   if (c < cands.num_window) {
-    return p.keys + v4::token_slot(p.tokens, token, cands.first_window_position + c) * p.head_dim;
+    const int64_t key = v4::token_slot(p.tokens, token, cands.first_window_position + c) * p.head_dim;
+    return p.key_codes ? static_cast<const void*>(p.key_codes + key) : static_cast<const void*>(p.keys + key);
   }
   const int k = c - cands.num_window;
   const int e = p.selected ? p.selected[static_cast<int64_t>(token) * p.top_k + k] : k;
@@ -74,7 +76,7 @@ __device__ __forceinline__ const void* candidate_source(const CompressedAttentio
   return p.states + v4::token_slot(p.tokens, token, (e + 1) * p.compress_rate - 1) * p.state_dim + p.entry_offset;
 }
 
-template <int MaxDim, bool Split>
+template <int MaxDim, bool Split, bool Fp8>
 __global__ void __launch_bounds__(kThreads, 1) compressed_attention_kernel(const CompressedAttentionParams p) {
   constexpr int kChunksPerWarp = (MaxDim / 16 + 1) / 2;  // 16-column chunks of a warp's half of the dims
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -130,8 +132,14 @@ __global__ void __launch_bounds__(kThreads, 1) compressed_attention_kernel(const
     const bool key = src && !entry;
     for (int chunk = sub; chunk < chunks_per_row; chunk += kThreadsPerKey) {
       const bool in_row = key && chunk * 8 < dim;
-      const __nv_bfloat16* from = in_row ? static_cast<const __nv_bfloat16*>(src) + chunk * 8 : p.keys;
-      cp_async_16(row + chunk * 8, from, in_row ? 16 : 0);
+      if constexpr (Fp8) {
+        const uint2 codes = in_row ? *reinterpret_cast<const uint2*>(static_cast<const __nv_fp8_e4m3*>(src) + chunk * 8)
+                                   : make_uint2(0, 0);
+        store_dequantized8(codes, p.key_scale, row + chunk * 8);
+      } else {
+        const __nv_bfloat16* from = in_row ? static_cast<const __nv_bfloat16*>(src) + chunk * 8 : p.keys;
+        cp_async_16(row + chunk * 8, from, in_row ? 16 : 0);
+      }
     }
     if (entry) {
       for (int chunk = sub; chunk < dim / 4; chunk += kThreadsPerKey) {
@@ -246,15 +254,27 @@ __global__ void __launch_bounds__(kMergeThreads)
   p.out[(static_cast<int64_t>(token) * p.num_heads + head) * p.head_dim + d] = __float2bfloat16(sum * scale);
 }
 
-template <int MaxDim, bool Split>
+template <int MaxDim, bool Split, bool Fp8>
 void launch_tiles(const CompressedAttentionParams& p, int num_splits, cudaStream_t stream) {
-  auto kernel = compressed_attention_kernel<MaxDim, Split>;
+  auto kernel = compressed_attention_kernel<MaxDim, Split, Fp8>;
   // The largest dim's bytes, so that the attribute never changes between launches (nor graph replays).
   constexpr size_t kMaxShared = shared_bytes(kMaxCompressedHeadDim);
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxShared);
   if (err != cudaSuccess) throw std::runtime_error(std::string("compressed_attention: ") + cudaGetErrorString(err));
   const dim3 grid(p.tokens.num_tokens, (p.num_heads + kRows - 1) / kRows, num_splits);
   launch_dependent("compressed_attention", kernel, grid, kThreads, shared_bytes(p.head_dim), stream, p);
+}
+
+// The tile kernel of the head dim and the cache's dtype.
+template <bool Split>
+void launch_tiles_of(const CompressedAttentionParams& p, int num_splits, cudaStream_t stream) {
+  if (p.key_codes) {
+    p.head_dim <= 128 ? launch_tiles<128, Split, true>(p, num_splits, stream)
+                      : launch_tiles<512, Split, true>(p, num_splits, stream);
+  } else {
+    p.head_dim <= 128 ? launch_tiles<128, Split, false>(p, num_splits, stream)
+                      : launch_tiles<512, Split, false>(p, num_splits, stream);
+  }
 }
 
 }  // namespace
@@ -282,12 +302,15 @@ void launch_compressed_attention(const CompressedAttentionParams& p, cudaStream_
   if (num_splits > 1 && (!p.partial_out || !p.partial_lse)) {
     throw std::invalid_argument("compressed_attention: split candidates need the partial-result workspace");
   }
+  if (!p.keys == !p.key_codes) {
+    throw std::invalid_argument("compressed_attention: bf16 keys or FP8 key codes, one of the two");
+  }
   if (p.tokens.num_tokens == 0) return;
   if (num_splits == 1) {
-    p.head_dim <= 128 ? launch_tiles<128, false>(p, 1, stream) : launch_tiles<512, false>(p, 1, stream);
+    launch_tiles_of<false>(p, 1, stream);
     return;
   }
-  p.head_dim <= 128 ? launch_tiles<128, true>(p, num_splits, stream) : launch_tiles<512, true>(p, num_splits, stream);
+  launch_tiles_of<true>(p, num_splits, stream);
   const dim3 merge_grid(p.tokens.num_tokens, p.num_heads, (p.head_dim + kMergeThreads - 1) / kMergeThreads);
   launch_dependent("compressed_attention (merge)", compressed_attention_merge_kernel, merge_grid, kMergeThreads, 0,
                    stream, p, num_splits);

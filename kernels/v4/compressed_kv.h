@@ -45,6 +45,9 @@ void launch_compress_kv(const CompressKvParams& params, cudaStream_t stream);
 struct CompressedAttentionParams {
   const __nv_bfloat16* query = nullptr;  // [num_tokens, num_heads, head_dim]
   const __nv_bfloat16* keys = nullptr;   // [num_slots, head_dim]: K = V
+  // An FP8 cache (--kv-cache-dtype fp8_e4m3) instead: e4m3 codes of key / key_scale; `keys` is null.
+  const __nv_fp8_e4m3* key_codes = nullptr;
+  float key_scale = 1.0f;
   const float* states = nullptr;         // [num_slots, state_dim]; null without compressed entries
   int state_dim = 0;
   int entry_offset = 0;

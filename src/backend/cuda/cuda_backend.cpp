@@ -248,9 +248,9 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<PendingIds> to_host_i32_async(const Tensor& t) override { return pinned_ids_->copy(t, stream_); }
 
-  // bf16, or for --kv-cache-dtype fp8_e4m3 e4m3 codes, which the attention kernels (GQA prefill and split-KV, MLA)
-  // convert as they read them: dense, sliding-window and MLA latent layers in blocks of a multiple of 16 tokens (the
-  // tensor-core split-KV kernel's pages). DeepSeek-V4 caches are bf16 only so far.
+  // bf16, or for --kv-cache-dtype fp8_e4m3 e4m3 codes, which the attention kernels (GQA prefill and split-KV, MLA,
+  // DeepSeek-V4's compressed attention) convert as they read them, in blocks of a multiple of 16 tokens (the
+  // tensor-core split-KV kernel's pages). DeepSeek-V4's compressed entries stay float32 layer state.
   static DType kv_element_type(const std::vector<KvLayerSpec>& layers, int64_t block_size, KvCacheDtype dtype) {
     if (dtype == KvCacheDtype::automatic) return DType::BF16;
     const char* flag = kv_cache_dtype_name(dtype);
@@ -260,11 +260,8 @@ class CudaBackend final : public Backend {
     }
     for (size_t i = 0; i < layers.size(); ++i) {
       const KvLayerSpec& layer = layers[i];
-      if (layer.kind == KvLayerKind::compressed) {
-        fail("--kv-cache-dtype {}: layer {} caches DeepSeek-V4 compressed attention, which the CUDA backend reads "
-             "from bf16 caches only so far; use --kv-cache-dtype auto", flag, i);
-      }
-      if (layer.kind != KvLayerKind::mla_latent && layer.key_dim != layer.value_dim) {
+      // Keys only (MLA's latent, DeepSeek-V4's K = V) or values as wide as keys.
+      if (layer.value_dim != 0 && layer.key_dim != layer.value_dim) {
         fail("--kv-cache-dtype {}: layer {} has keys of {} and values of {} dims; the CUDA backend's FP8 attention "
              "reads values as wide as keys; use --kv-cache-dtype auto", flag, i, layer.key_dim, layer.value_dim);
       }
@@ -1154,7 +1151,12 @@ class CudaBackend final : public Backend {
     Tensor out = allocator_->allocate(DType::BF16, {num_tokens, num_heads, dim});
     kernels::CompressedAttentionParams p;
     p.query = q.ptr<bf16>();
-    p.keys = cache.keys[layer].ptr<bf16>();
+    if (cache.keys[layer].dtype == DType::F8_E4M3) {
+      p.key_codes = static_cast<const __nv_fp8_e4m3*>(cache.keys[layer].data);
+      p.key_scale = cache.layers[layer].key_scale;
+    } else {
+      p.keys = cache.keys[layer].ptr<bf16>();
+    }
     if (params.compress_rate > 0) {
       const Tensor& states =
           compressed_layer_states(cache, layer, params.entry_offset + dim, "compressed_attention");

@@ -77,9 +77,9 @@ class CudaAttentionTest : public testing::CudaVsCpuTest, public ::testing::WithP
   }
 };
 
-// --kv-cache-dtype fp8_e4m3 on CUDA: dense, sliding-window and MLA latent layers in blocks of 16-token multiples
-// hold e4m3 codes; other caches (DeepSeek-V4's compressed layers, values narrower than keys, blocks of 7) are refused
-// at allocation, and so at the engine's start, naming the flag.
+// --kv-cache-dtype fp8_e4m3 on CUDA: dense, sliding-window, MLA latent and DeepSeek-V4 compressed layers in blocks
+// of 16-token multiples hold e4m3 codes; other caches (values narrower than keys, blocks of 7) are refused at
+// allocation, and so at the engine's start, naming the flag.
 TEST(CudaKvCacheDtypeTest, Fp8CachesTheKernelsCannotReadAreRefusedNamingTheFlag) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   auto gpu = make_cuda_backend(0);
@@ -89,9 +89,11 @@ TEST(CudaKvCacheDtypeTest, Fp8CachesTheKernelsCannotReadAreRefusedNamingTheFlag)
   EXPECT_EQ(cache.keys[1].dtype, DType::F8_E4M3);
   EXPECT_EQ(cache.values[0].dtype, DType::F8_E4M3);
   KvLayerSpec latent{1, 576, 0, KvLayerKind::mla_latent};
-  EXPECT_EQ(gpu->allocate_kv_cache({latent}, 4, 16, KvCacheDtype::fp8_e4m3).keys[0].dtype, DType::F8_E4M3);
   KvLayerSpec compressed{1, 512, 0, KvLayerKind::compressed, 128, 4};
-  const std::vector<std::vector<KvLayerSpec>> refused = {{compressed}, {{2, 128, 64}}};
+  for (const KvLayerSpec& keys_only : {latent, compressed}) {
+    EXPECT_EQ(gpu->allocate_kv_cache({keys_only}, 4, 16, KvCacheDtype::fp8_e4m3).keys[0].dtype, DType::F8_E4M3);
+  }
+  const std::vector<std::vector<KvLayerSpec>> refused = {{{2, 128, 64}}};
   for (const auto& layers : refused) {
     try {
       gpu->allocate_kv_cache(layers, 4, 16, KvCacheDtype::fp8_e4m3);

@@ -154,14 +154,18 @@ TEST_P(CudaMoeModelTest, EveryExpertRoutedMatchesCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Moe, CudaMoeModelTest, ::testing::Values("qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"));
 
-// An MLA latent cache in FP8 on both backends, every expert routed. Each latent dim is a key and a value at once,
-// so a code the two backends take apart (the bf16-rounded latent against the float32 one, as above) moves both: on
-// an H100 a 1-token prompt, whose attention returns its own latent, departed by 6.1e-2, over the dense bound.
+// Keys-only caches in FP8 on both backends (MLA's latent, DeepSeek-V4's K = V): each cached dim is a key and a value
+// at once, so a code the two backends take apart (the bf16-rounded value against the float32 one, as above) moves an
+// attention output by one e4m3 step, up to 1/8 of it; where attention returns little more than one key (a 1-token
+// prompt), that reaches the logits. On an H100: deepseek_v3 6.2e-2, deepseek_v4 1.07e-1. Same codes on both
+// backends, the kernels agree within 2e-2 (CudaMlaAttentionTest, CudaV4LayerTest).
+constexpr double kKeysOnlyFp8Tolerance = 0.13;
+
 class CudaMlaModelTest : public CudaModelTest {};
 
 TEST_P(CudaMlaModelTest, Fp8KvCacheEveryExpertRoutedMatchesCpuBackend) {
   const auto every = testing::every_expert_routed(dir, GetParam() + "_fp8_kv");
-  expect_teacher_forced_decode_matches_cpu(every, 8e-2, KvCacheDtype::fp8_e4m3);
+  expect_teacher_forced_decode_matches_cpu(every, kKeysOnlyFp8Tolerance, KvCacheDtype::fp8_e4m3);
   std::filesystem::remove_all(every);
 }
 
@@ -187,6 +191,13 @@ TEST_P(CudaV4ModelTest, LogitsWithinTwiceTransformersBf16Error) {
 TEST_P(CudaV4ModelTest, WithoutChoicesTeacherForcedDecodeMatchesCpuBackend) {
   const auto without_choices = testing::v4_without_choices(dir);
   expect_teacher_forced_decode_matches_cpu(without_choices, 4.9e-2);
+  std::filesystem::remove_all(without_choices);
+}
+
+// The window's keys in FP8 on both backends (the compressed entries stay float32), within the keys-only bound above.
+TEST_P(CudaV4ModelTest, Fp8KvCacheWithoutChoicesTeacherForcedDecodeMatchesCpuBackend) {
+  const auto without_choices = testing::v4_without_choices(dir);
+  expect_teacher_forced_decode_matches_cpu(without_choices, kKeysOnlyFp8Tolerance, KvCacheDtype::fp8_e4m3);
   std::filesystem::remove_all(without_choices);
 }
 

@@ -173,13 +173,16 @@ class CudaV4LayerTest : public testing::CudaVsCpuTest, public ::testing::WithPar
     if (indexer) compress(*indexer, tokens, seed + 20);
   }
 
+  // The compressors, the indexer's choice and attention on both backends, keys cached as `kv_dtype`.
+  void expect_compressed_path_matches_cpu(KvCacheDtype kv_dtype);
+
   RopeTable cpu_rope, gpu_rope;
   KvCache cpu_cache, gpu_cache;
   std::unique_ptr<StepContext> cpu_step, gpu_step;
   std::optional<Compressor> attention, indexer;
 };
 
-TEST_P(CudaV4LayerTest, CompressedPathMatchesCpu) {
+void CudaV4LayerTest::expect_compressed_path_matches_cpu(KvCacheDtype kv_dtype) {
   const LayerCase& c = GetParam();
   cpu_rope = v4_rope(*cpu, c.rotary_dim, 160000.0f);
   gpu_rope = v4_rope(*gpu, c.rotary_dim, 160000.0f);
@@ -192,9 +195,10 @@ TEST_P(CudaV4LayerTest, CompressedPathMatchesCpu) {
   spec.sliding_window_tokens = c.window;
   spec.compress_rate = c.rate;
   spec.state_dim = attention->params.state_dim() + (indexer ? indexer->params.state_dim() : 0);
+  spec.key_scale = 2.0f;  // read only by an FP8 cache
   const testing::PagedSteps steps = testing::paged_steps(c.sequences, c.block_size);
-  cpu_cache = cpu->allocate_kv_cache({spec}, steps.num_blocks, c.block_size);
-  gpu_cache = gpu->allocate_kv_cache({spec}, steps.num_blocks, c.block_size);
+  cpu_cache = cpu->allocate_kv_cache({spec}, steps.num_blocks, c.block_size, kv_dtype);
+  gpu_cache = gpu->allocate_kv_cache({spec}, steps.num_blocks, c.block_size, kv_dtype);
 
   // The cached tokens as one step, then the step under test: windows close in both, across the two.
   ForwardBatch prefix;
@@ -321,6 +325,15 @@ TEST_P(CudaV4LayerTest, CompressedPathMatchesCpu) {
     const auto ours = gpu->to_host_f32(gpu->compressed_attention(query.gpu, gpu_cache, 0, params, *gpu_step));
     EXPECT_LE(relative_error(ours, reference), 2e-2) << (compressed ? "compressed" : "sliding window only");
   }
+}
+
+TEST_P(CudaV4LayerTest, CompressedPathMatchesCpu) { expect_compressed_path_matches_cpu(KvCacheDtype::automatic); }
+
+// The window's keys as FP8 codes on both backends (the compressed entries stay float32): both cache the codes of
+// key / 2 and read code x 2, a bf16 value, so the GPU attends over the CPU's keys.
+TEST_P(CudaV4LayerTest, Fp8CacheCompressedPathMatchesCpu) {
+  if (GetParam().block_size % 16 != 0) GTEST_SKIP() << "FP8 caches take blocks of multiples of 16 tokens";
+  expect_compressed_path_matches_cpu(KvCacheDtype::fp8_e4m3);
 }
 
 // The fixture's dims (config.json of fixtures/models/deepseek_v4), then larger heads, windows and top-k with
