@@ -255,6 +255,47 @@ TEST(DeepseekV4ReleasedTest, MtpTensorsInTheFileAreKept) {
   EXPECT_EQ(golden_logits(dir), golden_logits(source));
 }
 
+// A source in several shards (model.safetensors.index.json), which convert on threads of their own: each released
+// shard holds the released tensors of its source shard, the index names the shard of every tensor, and the logits
+// are the one-shard conversion's.
+TEST(DeepseekV4ReleasedTest, ShardedSourceConvertsShardByShard) {
+  const fs::path base = temp_dir("sharded");
+  fs::remove_all(base);
+  const fs::path source = base / "source";
+  fs::create_directories(source);
+  std::vector<std::vector<TensorInfo>> shards(3);
+  nlohmann::json weight_map = nlohmann::json::object();
+  size_t next = 0;
+  for (const auto& [name, tensor] : tensors_of(fixture() / "model.safetensors")) {
+    const size_t shard = next++ % shards.size();
+    shards[shard].push_back(tensor);
+    weight_map[name] = "model-0000" + std::to_string(shard + 1) + "-of-00003.safetensors";
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    write_safetensors(source / ("model-0000" + std::to_string(i + 1) + "-of-00003.safetensors"), shards[i]);
+  }
+  std::ofstream(source / "model.safetensors.index.json") << nlohmann::json{{"weight_map", weight_map}}.dump();
+  for (const auto& entry : fs::directory_iterator(fixture())) {
+    const std::string name = entry.path().filename().string();
+    if (name != "model.safetensors") fs::copy_file(entry.path(), source / name);
+  }
+  V4ReleasedConversion conversion;
+  write_v4_released_checkpoint(source, base / "released", conversion);
+
+  const nlohmann::json index = read_json(base / "released" / "model.safetensors.index.json");
+  size_t num_released = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string shard = "model-0000" + std::to_string(i + 1) + "-of-00003.safetensors";
+    for (const auto& [name, tensor] : tensors_of(base / "released" / shard)) {
+      EXPECT_EQ(index["weight_map"].value(name, ""), shard) << name;
+      ++num_released;
+    }
+  }
+  EXPECT_EQ(index["weight_map"].size(), num_released);
+  EXPECT_EQ(tensors_of(fp4_conversion().released / "model.safetensors").size(), num_released);
+  EXPECT_EQ(golden_logits(base / "released"), golden_logits(fp4_conversion().released));
+}
+
 // As any block-FP8 checkpoint, the released one loads as it is under --quantization fp8.
 TEST(DeepseekV4ReleasedTest, OnlineFp8LoadsItAsItIs) {
   const fs::path released = fp4_conversion().released;

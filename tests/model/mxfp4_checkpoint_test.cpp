@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "fixtures.h"
+#include "golden_logits.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
@@ -157,6 +158,24 @@ TEST(Mxfp4TwinTest, EveryExpertRoutedStaysNearTheBf16Original) {
   // e2m1 keeps 1 mantissa bit: this random model lands at 13% (max |diff| over max |logit|), where a weight given
   // another group's scale, another expert's rows or gate and up swapped would be off by the whole logits.
   EXPECT_LE(quantization_error, 0.3f);
+}
+
+// transformers' reading of the format (tests/data/README.md): its float64 forward over the experts it dequantized
+// from an MXFP4 gpt-oss checkpoint, which the CPU backend (W4A16 in float32) meets to summation order.
+TEST(TransformersMxfp4CheckpointTest, CpuMatchesItsFloat64ForwardOverTheDequantizedExperts) {
+  const fs::path dir = testing::test_data_dir() / "gpt_oss_mxfp4";
+  const auto golden = read_json(dir / "golden.json");
+  const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
+  auto backend = make_cpu_backend(2);
+  auto model = load_model(dir, *backend);
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
+    SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
+    EXPECT_LE(relative_error(backend->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p)),
+              1e-5f)
+        << "prompt " << p;
+    EXPECT_EQ(nlohmann::json(greedy_generate(*model, *backend, prompt, 24)), golden["greedy_24"][p]) << "prompt " << p;
+  }
 }
 
 // ---- Malformed checkpoints: each fails at load, naming what is wrong and where. ----

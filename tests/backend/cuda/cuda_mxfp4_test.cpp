@@ -7,8 +7,10 @@
 
 #include "cuda_test_util.h"
 #include "fixtures.h"
+#include "golden_logits.h"
 #include "model/arch/deepseek_v4/v4_released_checkpoint.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 #include "model/sequence_runner.h"
 #include "model/ue8m0_quantization.h"
 #include "v4_without_choices.h"
@@ -160,6 +162,28 @@ TEST(CudaMxfp4ModelTest, DeepseekV4ReleasedLogitsMatchTheCpuBackend) {
         << "decode step";
   }
   std::filesystem::remove_all(dir);
+}
+
+// transformers' reading of an MXFP4 gpt-oss checkpoint (tests/data/README.md): CUDA's logits (bf16 activations over
+// the MXFP4 experts) within twice the error of transformers' bf16 forward over the experts it dequantized, both
+// against its float64 forward.
+TEST(CudaTransformersMxfp4Test, LogitsWithinTwiceTheErrorOfTransformersBf16Forward) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const std::filesystem::path dir = testing::test_data_dir() / "gpt_oss_mxfp4";
+  const auto golden = testing::read_json(dir / "golden.json");
+  const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
+  const double bound = 2 * golden["bf16_relative_error"].get<double>();
+  auto gpu = make_cuda_backend(0);
+  auto model = load_model(dir, *gpu);
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
+    SequenceRunner runner(*model, *gpu, static_cast<int64_t>(prompt.size()));
+    const double error =
+        relative_error(gpu->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p));
+    std::printf("transformers' gpt-oss MXFP4, %zu tokens: CUDA vs float64 reference %.2e (bound %.2e)\n",
+                prompt.size(), error, bound);
+    EXPECT_LE(error, bound) << "prompt " << p;
+  }
 }
 
 }  // namespace
