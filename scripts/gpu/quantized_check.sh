@@ -28,7 +28,7 @@ if [ "$mode" != "--only-e2e" ]; then
     2>&1 | grep -v -i "warn" | tail -3
   echo "== tests"
   "$bin/cuda_backend_test" \
-    --gtest_filter='CudaBlockFp8Test.*:CudaTransformersFp8Test.*:Fixtures/CudaOnlineFp8ModelTest.*:CudaMxfp4Test.*:CudaMxfp4ModelTest.*:CudaKvCacheDtypeTest.*:*CudaFp8AttentionTest.*:*Fp8KvCache*' 2>&1 |
+    --gtest_filter='CudaBlockFp8Test.*:CudaTransformersFp8Test.*:Fixtures/CudaOnlineFp8ModelTest.*:CudaMxfp4Test.*:CudaMxfp4ModelTest.*:CudaTransformersMxfp4Test.*:CudaKvCacheDtypeTest.*:*CudaFp8AttentionTest.*:*Fp8KvCache*' 2>&1 |
     grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |Failure|relative logit error|tern: |Which is|Expected|actual" |
     tee "$out/quantized_tests.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
