@@ -25,11 +25,13 @@ it stops. Beside the checkpoint:
 With --tern, also `tern logits` of the checkpoint on the CPU and on CUDA against those bounds; exits 1 where one is
 not met. Needs CUDA.
 """
-import argparse, json, os, shutil, subprocess, tempfile
+import argparse, json, os, shutil, tempfile
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, Mxfp4Config
+
+from transformers_fixtures import check_tern, greedy_24, logits, random_model, relative_error
 
 CONFIG = dict(vocab_size=512, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
@@ -60,30 +62,6 @@ def quantize(weight):
     packed = (codes[..., 0::2] | codes[..., 1::2] << 4).to(torch.uint8)
     dequantized = values.reshape(experts, rows, columns).transpose(1, 2).contiguous()
     return packed, (exponent + 127).to(torch.uint8), dequantized
-
-
-def random_model(config, seed):
-    torch.manual_seed(seed)
-    with torch.device('cuda'):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for name, p in model.named_parameters():  # non-trivial norms, so that a skipped weight shows
-            if name.endswith('norm.weight'):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-    return model.to(torch.bfloat16)
-
-
-def logits(model, prompts):
-    result = {}
-    with torch.no_grad():
-        for i, prompt in enumerate(prompts):
-            ids = torch.tensor([prompt], device='cuda')
-            result[f'logits_{i}'] = model(input_ids=ids).logits[0].float().cpu().contiguous()
-    return result
-
-
-def relative_error(a, b):
-    return max(float((a[k] - b[k]).abs().max() / b[k].abs().max()) for k in b)
 
 
 def make(out, seed):
@@ -124,13 +102,7 @@ def make(out, seed):
     yardstick = logits(model, prompts)
     reference_model = model.to(torch.float64)
     reference = logits(reference_model, prompts)
-    greedy = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([prompt], device='cuda')
-            generated = reference_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24,
-                                                 do_sample=False, pad_token_id=0, eos_token_id=None)
-            greedy.append(generated[0, len(prompt):].tolist())
+    greedy = greedy_24(reference_model, prompts)
     save_file(reference, os.path.join(target, 'golden_logits.safetensors'))
     save_file(yardstick, os.path.join(target, 'hf_bf16_logits.safetensors'))
     error = relative_error(yardstick, reference)
@@ -146,23 +118,6 @@ def make(out, seed):
     return target, prompts, reference, error
 
 
-def check_tern(tern, target, prompts, reference, hf_error):
-    """tern's logits of the checkpoint on both backends against the reference; True where within the bounds."""
-    ok = True
-    for backend, bound in (('cpu', 1e-5), ('cuda', 2 * hf_error)):
-        ours = {}
-        for i, prompt in enumerate(prompts):
-            path = os.path.join(tempfile.gettempdir(), f'tern_mxfp4_{backend}_{i}.safetensors')
-            subprocess.run([tern, 'logits', '--model', target, '--backend', backend, '--prompt-ids',
-                            ','.join(map(str, prompt)), '--out', path], check=True, capture_output=True)
-            ours[f'logits_{i}'] = load_file(path)['logits']
-        error = relative_error(ours, reference)
-        verdict = 'ok' if error <= bound else 'OVER'
-        print(f'gpt_oss_mxfp4: tern {backend} vs float64 reference {error:.3e} (bound {bound:.3e}: {verdict})')
-        ok = ok and error <= bound
-    return ok
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--out', required=True)
@@ -171,7 +126,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     target, prompts, reference, error = make(args.out, args.seed)
-    ok = check_tern(args.tern, target, prompts, reference, error) if args.tern else True
+    ok = check_tern(args.tern, 'gpt_oss_mxfp4', target, prompts, reference, 2 * error) if args.tern else True
     raise SystemExit(0 if ok else 1)
 
 

@@ -116,19 +116,7 @@ TEST(Fp8GenerateTest, CliGeneratesFromAnFp8Checkpoint) {
 // A block-FP8 checkpoint written by transformers itself (tests/data/README.md): the CPU's logits equal transformers'
 // float64 forward over the dequantized weights to float32 rounding (2.8e-7 measured), and so do the greedy tokens.
 TEST(TransformersFp8CheckpointTest, CpuMatchesItsFloat64ForwardOverTheDequantizedWeights) {
-  const fs::path dir = testing::test_data_dir() / "qwen3_fp8";
-  const auto golden = read_json(dir / "golden.json");
-  const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
-  auto backend = make_cpu_backend(2);
-  auto model = load_model(dir, *backend);
-  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
-    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
-    SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
-    EXPECT_LE(relative_error(backend->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p)),
-              1e-5f)
-        << "prompt " << p;
-    EXPECT_EQ(nlohmann::json(greedy_generate(*model, *backend, prompt, 24)), golden["greedy_24"][p]) << "prompt " << p;
-  }
+  testing::expect_cpu_meets_float64_goldens(testing::test_data_dir() / "qwen3_fp8");
 }
 
 // ---- Malformed checkpoints: each fails at load, naming what is wrong and where. ----

@@ -163,19 +163,7 @@ TEST(Mxfp4TwinTest, EveryExpertRoutedStaysNearTheBf16Original) {
 // transformers' reading of the format (tests/data/README.md): its float64 forward over the experts it dequantized
 // from an MXFP4 gpt-oss checkpoint, which the CPU backend (W4A16 in float32) meets to summation order.
 TEST(TransformersMxfp4CheckpointTest, CpuMatchesItsFloat64ForwardOverTheDequantizedExperts) {
-  const fs::path dir = testing::test_data_dir() / "gpt_oss_mxfp4";
-  const auto golden = read_json(dir / "golden.json");
-  const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
-  auto backend = make_cpu_backend(2);
-  auto model = load_model(dir, *backend);
-  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
-    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
-    SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
-    EXPECT_LE(relative_error(backend->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p)),
-              1e-5f)
-        << "prompt " << p;
-    EXPECT_EQ(nlohmann::json(greedy_generate(*model, *backend, prompt, 24)), golden["greedy_24"][p]) << "prompt " << p;
-  }
+  testing::expect_cpu_meets_float64_goldens(testing::test_data_dir() / "gpt_oss_mxfp4");
 }
 
 // ---- Malformed checkpoints: each fails at load, naming what is wrong and where. ----

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers of the quantized-checkpoint tests (fp8_checkpoint_test, mxfp4_checkpoint_test): writing a quantized twin
-// of a fixture model, its CPU logits, and the error a malformed one fails to load with.
+// of a fixture model, its CPU logits, the check of a transformers-made checkpoint against its goldens, and the error
+// a malformed one fails to load with.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "golden_logits.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
@@ -38,6 +40,20 @@ inline std::vector<float> cpu_logits(const std::filesystem::path& dir, const std
   auto model = load_model(dir, *backend);
   SequenceRunner runner(*model, *backend, static_cast<int64_t>(ids.size()));
   return backend->to_host_f32(runner.append(ids, true));
+}
+
+// A quantized checkpoint of tests/data, made by transformers (tests/data/README.md): on the CPU backend its logits
+// meet transformers' float64 forward over the dequantized weights within 1e-5, and its greedy tokens are equal.
+inline void expect_cpu_meets_float64_goldens(const std::filesystem::path& dir) {
+  const auto golden = read_json(dir / "golden.json");
+  auto backend = make_cpu_backend(2);
+  auto model = load_model(dir, *backend);
+  const std::vector<double> errors = prompt_logit_errors(*model, *backend, dir);
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    EXPECT_LE(errors[p], 1e-5) << "prompt " << p;
+    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
+    EXPECT_EQ(nlohmann::json(greedy_generate(*model, *backend, prompt, 24)), golden["greedy_24"][p]) << "prompt " << p;
+  }
 }
 
 // The largest absolute difference over the largest absolute reference value.

@@ -304,18 +304,14 @@ TEST(CudaTransformersFp8Test, LogitsWithinTwiceTheErrorOfTransformersOwnForward)
     GTEST_SKIP() << "the fixture's yardstick is \"" << yardstick << "\", not W8A8; make it again on a GPU: "
                  << "python3 scripts/gpu/make_fp8_fixtures.py --out DIR --yardstick-of tests/data/qwen3_fp8";
   }
-  const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
   const double bound = 2 * golden["fp8_relative_error"].get<double>();
   auto gpu = make_cuda_backend(0);
   auto model = load_model(dir, *gpu);
-  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
-    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
-    SequenceRunner runner(*model, *gpu, static_cast<int64_t>(prompt.size()));
-    const double error =
-        relative_error(gpu->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p));
-    std::printf("transformers' qwen3 FP8, %zu tokens: CUDA vs float64 reference %.2e (bound %.2e)\n", prompt.size(),
-                error, bound);
-    EXPECT_LE(error, bound) << "prompt " << p;
+  const std::vector<double> errors = testing::prompt_logit_errors(*model, *gpu, dir);
+  for (size_t p = 0; p < errors.size(); ++p) {
+    std::printf("transformers' qwen3 FP8, prompt %zu: CUDA vs float64 reference %.2e (bound %.2e)\n", p, errors[p],
+                bound);
+    EXPECT_LE(errors[p], bound) << "prompt " << p;
   }
 }
 

@@ -8,7 +8,6 @@
 #include "fixtures.h"
 #include "golden_logits.h"
 #include "model/model.h"
-#include "model/safetensors.h"
 #include "model/sequence_runner.h"
 #include "v4_without_choices.h"
 
@@ -33,17 +32,9 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
   std::vector<double> golden_logit_errors() {
     auto backend = make_cuda_backend(0);
     auto model = load_model(dir, *backend);
-    const auto golden = read_json(dir / "golden.json");
-    const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
-    std::vector<double> errors;
-    for (size_t p = 0; p < golden["prompts"].size(); ++p) {
-      const auto prompt = ids(golden["prompts"][p]);
-      SequenceRunner runner(*model, *backend, static_cast<int64_t>(prompt.size()));
-      const auto logits = backend->to_host_f32(runner.append(prompt, true));
-      const std::vector<float> expected = testing::golden_logits(*reference, p);
-      if (logits.size() != expected.size()) fail("prompt {}: {} logits, golden {}", p, logits.size(), expected.size());
-      errors.push_back(relative_error(logits, expected));
-      std::printf("%s prompt %zu: relative logit error %.2e\n", GetParam().c_str(), p, errors.back());
+    const std::vector<double> errors = testing::prompt_logit_errors(*model, *backend, dir);
+    for (size_t p = 0; p < errors.size(); ++p) {
+      std::printf("%s prompt %zu: relative logit error %.2e\n", GetParam().c_str(), p, errors[p]);
     }
     return errors;
   }

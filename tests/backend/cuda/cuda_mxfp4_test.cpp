@@ -10,7 +10,6 @@
 #include "golden_logits.h"
 #include "model/arch/deepseek_v4/v4_released_checkpoint.h"
 #include "model/model.h"
-#include "model/safetensors.h"
 #include "model/sequence_runner.h"
 #include "model/ue8m0_quantization.h"
 #include "v4_without_choices.h"
@@ -171,18 +170,14 @@ TEST(CudaTransformersMxfp4Test, LogitsWithinTwiceTheErrorOfTransformersBf16Forwa
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   const std::filesystem::path dir = testing::test_data_dir() / "gpt_oss_mxfp4";
   const auto golden = testing::read_json(dir / "golden.json");
-  const auto reference = SafetensorsFile::open(dir / "golden_logits.safetensors");
   const double bound = 2 * golden["bf16_relative_error"].get<double>();
   auto gpu = make_cuda_backend(0);
   auto model = load_model(dir, *gpu);
-  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
-    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
-    SequenceRunner runner(*model, *gpu, static_cast<int64_t>(prompt.size()));
-    const double error =
-        relative_error(gpu->to_host_f32(runner.append(prompt, true)), testing::golden_logits(*reference, p));
-    std::printf("transformers' gpt-oss MXFP4, %zu tokens: CUDA vs float64 reference %.2e (bound %.2e)\n",
-                prompt.size(), error, bound);
-    EXPECT_LE(error, bound) << "prompt " << p;
+  const std::vector<double> errors = testing::prompt_logit_errors(*model, *gpu, dir);
+  for (size_t p = 0; p < errors.size(); ++p) {
+    std::printf("transformers' gpt-oss MXFP4, prompt %zu: CUDA vs float64 reference %.2e (bound %.2e)\n", p,
+                errors[p], bound);
+    EXPECT_LE(errors[p], bound) << "prompt " << p;
   }
 }
 
