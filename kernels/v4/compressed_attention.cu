@@ -3,9 +3,8 @@
 // as the rows of mma.m16n8k16 and reads each candidate once for all of them (FlashMLA's idea), in the tile layout
 // of attention/shared_kv_tile.cuh. Window keys (bf16) come by cp.async into their tile row (an FP8 cache's codes
 // through registers, as code x scale); entries (float32 state rows) come by cp.async into a staging tile and are
-// rounded to bf16 into their row before the tile is used. Blocks
-// of one token may split its candidates (decode steps, few tokens); their partial results are merged with the
-// attention sinks by compressed_attention_merge_kernel.
+// rounded to bf16 into their row before the tile is used. Blocks of one token may split its candidates (decode
+// steps, few tokens); their partial results are merged with the attention sinks by compressed_attention_merge_kernel.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>

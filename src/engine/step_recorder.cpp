@@ -95,7 +95,7 @@ std::optional<StepOutputs> StepRecorder::run_padded(ForwardBatch batch, int32_t 
 int StepRecorder::record(int32_t max_chunk_tokens, bool rows_at_last_token, const StepForward& forward) {
   const int64_t longest = std::min<int64_t>(max_chunk_tokens, longest_chunk());
   int recorded = 0;
-  for (int32_t bucket : std::vector<int32_t>(buckets_)) {
+  for (int32_t bucket : buckets_) {
     for (int64_t chunk_tokens = 1; chunk_tokens <= longest; ++chunk_tokens) {
       if (!run_padded(ForwardBatch{}, bucket, bucket * chunk_tokens, !rows_at_last_token, forward)) return 0;
       ++recorded;
