@@ -1,10 +1,11 @@
 // DeepSeek-V4 Lightning Indexer top-k benchmark on random data (v4/indexer_topk.h): V4-Flash's indexer (64 heads
 // of 128, top 512 of entries compressed 4:1) for 1, 16 and 128 decode tokens, each of its own sequence, at 8K, 32K
-// and 256K entries (candidates) per token, and a prefill step of 8,192 tokens; the whole op (scoring and exact
-// selection) in microseconds per call and per query row, with the scoring's float32 TFLOP/s and the time the
-// entries take to read at the device-to-device copy bandwidth measured in the same run (medians of graph replays).
-// Then the top-k alone (elementwise/row_topk.h) on float32 rows of normal values, the rows of
-// scripts/gpu/topk_reference.py's torch.topk: timed like it, one launch between CUDA events, and as graph replays.
+// and 256K entries (candidates) per token, and prefill steps of 8,192 tokens (at up to 2K and at 123K-131K
+// context); the whole op (scoring and exact selection) in microseconds per call and per query row, with the
+// scoring's float32 TFLOP/s and the time the entries take to read at the device-to-device copy bandwidth measured
+// in the same run (medians of graph replays). Then the top-k alone (elementwise/row_topk.h) on float32 rows of
+// normal values, the rows of scripts/gpu/topk_reference.py's torch.topk: timed like it, one launch between CUDA
+// events, and as graph replays.
 // Fixed seeds. Usage: indexer_topk_bench [--quick]
 #include <cuda_runtime.h>
 
@@ -170,6 +171,9 @@ int main(int argc, char** argv) {
   // A prefill step as the kernel trace saw it: 8,192 tokens of one sequence, up to 2,048 entries each.
   std::vector<int32_t> prefill(max_tokens);
   std::iota(prefill.begin(), prefill.end(), 0);
+  bench("prefill", cache, prefill, true, 64, 128, num_sms, copy_tbs, quick ? 3 : reps);
+  // The last 8,192-token chunk of a 131,072-token prompt: each token scores about 32K entries.
+  std::iota(prefill.begin(), prefill.end(), 131072 - max_tokens);
   bench("prefill", cache, prefill, true, 64, 128, num_sms, copy_tbs, quick ? 3 : reps);
   for (const int candidates : {8192, 32768, 262144}) {
     for (const int rows : {1, 16, 128}) bench_row_topk(rows, candidates, reps);

@@ -15,44 +15,47 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
 // A tile of 128 entries, 16 to a warp (two mma columns of 8), against every head of the token (mma rows of 16),
-// chunks of 64 heads at a time.
+// chunks of 64 heads at a time, 16 dims an mma.
 constexpr int kTileEntries = 128;
 constexpr int kWarpEntries = kTileEntries / kWarps;
 constexpr int kHeadChunk = 64;
 constexpr int kChunkTiles = kHeadChunk / 16;
+constexpr int kMmaDims = 16;
 
 __host__ __device__ inline int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
 
-// Byte offsets of the scoring block's shared memory: the query split into tf32 halves (heads padded to chunks of
-// 64, dims to a multiple of 8, with zeros), head weights, a tile of entries. Rows are 4 floats past a multiple of
-// 32, so that the 8 rows x 4 columns an mma fragment reads fall in distinct banks. (Loading the next tile into a
-// second one while this one is scored measured no faster: the scoring, not the loads, takes the time.)
+// Byte offsets of the scoring block's shared memory: the bf16 query (heads padded to chunks of 64, dims to a
+// multiple of 16, with zeros), head weights, a tile of float32 entries. A query row is 4 words past a multiple of
+// 32, so that the 8 rows x 4 words an mma's A fragment reads fall in distinct banks; an entry row is 8 floats past a
+// multiple of 32, so that the 4 rows x 4 float pairs a half-warp reads for its B fragments do. V4's 64 heads x 128
+// take 87 KB: two blocks to an SM, one loading its tile while the other scores.
 struct ScoreLayout {
-  int width = 0;   // head_dim rounded up to a multiple of 8
-  int stride = 0;  // floats between rows of the query and of the tile
+  int width = 0;         // head_dim rounded up to a multiple of 16
+  int query_stride = 0;  // bf16 values between query rows
+  int key_stride = 0;    // floats between entry rows
   int num_head_chunks = 0;
-  int query_big = 0, query_small = 0, weights = 0, keys = 0, bytes = 0;
+  int query = 0, weights = 0, keys = 0, bytes = 0;
 
   ScoreLayout(int num_heads, int head_dim) {
-    width = round_up(head_dim, 8);
-    stride = round_up(width, 32) + 4;
+    width = round_up(head_dim, kMmaDims);
+    query_stride = 2 * (round_up(width / 2, 32) + 4);
+    key_stride = round_up(width, 32) + 8;
     num_head_chunks = (num_heads + kHeadChunk - 1) / kHeadChunk;
     const int padded_heads = num_head_chunks * kHeadChunk;
-    query_small = query_big + padded_heads * stride * 4;
-    weights = query_small + padded_heads * stride * 4;
+    weights = round_up(query + padded_heads * query_stride * 2, 16);
     keys = round_up(weights + padded_heads * 4, 16);
-    bytes = keys + kTileEntries * stride * 4;
+    bytes = keys + kTileEntries * key_stride * 4;
   }
 };
 
 struct ScoreArgs {
   SelectCompressedParams p;
   ScoreLayout layout;
-  bool vector_loads;  // entries 16-byte aligned in the state rows
+  bool vector_loads;  // entries 16-byte aligned in the state rows, head_dim the layout's width
 };
 
-// The tile's entries [base, base + tile) from the paged cache into keys[e * stride + d], dims past head_dim 0 (with
-// vector loads head_dim is the width). Entries past the tile keep what they held: their scores are not written.
+// The tile's entries [base, base + tile) from the paged cache into keys[e * key_stride + d], dims past head_dim 0
+// (with vector loads head_dim is the width). Entries past the tile keep what they held: their scores are not written.
 __device__ void load_keys(const SelectCompressedParams& p, const ScoreLayout& layout, bool vector_loads,
                           int table_offset, int base, int tile, float* keys) {
   const auto entry_row = [&](int e) {
@@ -64,50 +67,64 @@ __device__ void load_keys(const SelectCompressedParams& p, const ScoreLayout& la
     const int chunks = p.head_dim / 4;
     for (int i = threadIdx.x; i < tile * chunks; i += kThreads) {
       const int e = i / chunks, c = i % chunks;
-      *reinterpret_cast<float4*>(keys + e * layout.stride + 4 * c) =
+      *reinterpret_cast<float4*>(keys + e * layout.key_stride + 4 * c) =
           *reinterpret_cast<const float4*>(entry_row(e) + 4 * c);
     }
   } else {
     for (int i = threadIdx.x; i < tile * layout.width; i += kThreads) {
       const int e = i / layout.width, d = i % layout.width;
-      keys[e * layout.stride + d] = d < p.head_dim ? entry_row(e)[d] : 0.0f;
+      keys[e * layout.key_stride + d] = d < p.head_dim ? entry_row(e)[d] : 0.0f;
     }
   }
 }
 
+// Two float32 values as three bf16 pairs whose sum is exactly the values: the high part is each rounded to bf16, the
+// middle part the rest rounded, the low part what is left (8 + 8 + 8 significant bits cover float32's 24; the two
+// subtractions are exact). The query is bf16 already, so q * hi + q * mid + q * lo is q * k with every product exact
+// in the float32 accumulators: float32 accuracy, as the CPU reference scores, at three bf16 products a pair.
+__device__ __forceinline__ void split_bf16x3(float2 v, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(v.x, v.y);
+  const float2 hf = __bfloat1622float2(h);
+  const float2 r = make_float2(v.x - hf.x, v.y - hf.y);
+  const __nv_bfloat162 m = __floats2bfloat162_rn(r.x, r.y);
+  const float2 mf = __bfloat1622float2(m);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(r.x - mf.x, r.y - mf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  mid = *reinterpret_cast<const uint32_t*>(&m);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
 // The scores of the warp's 16 entries of a tile, summed over all heads: per chunk of 64 heads the dot products
-// q_h . k_e on tensor cores in 3xTF32 (float32 accuracy: the query is split in shared memory, each key as it is
-// read), then relu, times the head's weight (softmax_scale and weights_scale in it). A lane ends with the sums of
+// q_h . k_e on tensor cores (mma.m16n8k16, each key split into three bf16 parts as it is read, smallest products
+// first), then relu, times the head's weight (softmax_scale and weights_scale in it). A lane ends with the sums of
 // entries 2 * (lane % 4) + {0, 1} of each of its two mma columns, summed over the lanes of its column.
-__device__ void score_tile(const uint32_t* query_big, const uint32_t* query_small, const float* weights,
-                           const float* keys, const ScoreLayout& layout, float (&sums)[2][2]) {
+__device__ void score_tile(const uint32_t* query, const float* weights, const float* keys, const ScoreLayout& layout,
+                           float (&sums)[2][2]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = lane / 4, column = lane % 4;
-  const float* warp_keys = keys + warp * kWarpEntries * layout.stride;
+  const int query_words = layout.query_stride / 2;
+  const float* warp_keys = keys + warp * kWarpEntries * layout.key_stride;
   for (int n = 0; n < 2; ++n) sums[n][0] = sums[n][1] = 0.0f;
   for (int chunk = 0; chunk < layout.num_head_chunks; ++chunk) {
     float acc[kChunkTiles][2][4] = {};
     const int row0 = chunk * kHeadChunk;
-    for (int k0 = 0; k0 < layout.width; k0 += 8) {
-      uint32_t b_big[2][2], b_small[2][2];
+    for (int k0 = 0; k0 < layout.width; k0 += kMmaDims) {
+      uint32_t b_hi[2][2], b_mid[2][2], b_lo[2][2];  // [mma column][fragment register]
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
-        const float* key = warp_keys + (8 * n + group) * layout.stride + k0 + column;
-        split_tf32(key[0], b_big[n][0], b_small[n][0]);
-        split_tf32(key[4], b_big[n][1], b_small[n][1]);
+        const float* key = warp_keys + (8 * n + group) * layout.key_stride + k0 + 2 * column;
+        split_bf16x3(*reinterpret_cast<const float2*>(key), b_hi[n][0], b_mid[n][0], b_lo[n][0]);
+        split_bf16x3(*reinterpret_cast<const float2*>(key + 8), b_hi[n][1], b_mid[n][1], b_lo[n][1]);
       }
 #pragma unroll
       for (int m = 0; m < kChunkTiles; ++m) {
-        const int at = (row0 + 16 * m + group) * layout.stride + k0 + column;
-        const uint32_t a_big[4] = {query_big[at], query_big[at + 8 * layout.stride], query_big[at + 4],
-                                   query_big[at + 8 * layout.stride + 4]};
-        const uint32_t a_small[4] = {query_small[at], query_small[at + 8 * layout.stride], query_small[at + 4],
-                                     query_small[at + 8 * layout.stride + 4]};
+        const uint32_t* row = query + (row0 + 16 * m + group) * query_words + k0 / 2 + column;
+        const uint32_t a[4] = {row[0], row[8 * query_words], row[4], row[8 * query_words + 4]};
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          mma_tf32_1688(acc[m][n], a_small, b_big[n][0], b_big[n][1]);
-          mma_tf32_1688(acc[m][n], a_big, b_small[n][0], b_small[n][1]);
-          mma_tf32_1688(acc[m][n], a_big, b_big[n][0], b_big[n][1]);
+          mma_bf16_16816(acc[m][n], a, b_lo[n][0], b_lo[n][1]);
+          mma_bf16_16816(acc[m][n], a, b_mid[n][0], b_mid[n][1]);
+          mma_bf16_16816(acc[m][n], a, b_hi[n][0], b_hi[n][1]);
         }
       }
     }
@@ -144,16 +161,15 @@ __global__ void __launch_bounds__(kThreads) score_entries_kernel(ScoreArgs args)
   if (split == 0 && threadIdx.x == 0) p.row_lengths[t] = num_visible;
   if (split * kTileEntries >= num_visible) return;
 
-  uint32_t* query_big = reinterpret_cast<uint32_t*>(smem + layout.query_big);      // [padded heads, stride]
-  uint32_t* query_small = reinterpret_cast<uint32_t*>(smem + layout.query_small);  // [padded heads, stride]
-  float* weights = reinterpret_cast<float*>(smem + layout.weights);                 // [padded heads]
-  float* keys = reinterpret_cast<float*>(smem + layout.keys);                       // [kTileEntries, stride]
+  __nv_bfloat16* query = reinterpret_cast<__nv_bfloat16*>(smem + layout.query);  // [padded heads, query_stride]
+  float* weights = reinterpret_cast<float*>(smem + layout.weights);                // [padded heads]
+  float* keys = reinterpret_cast<float*>(smem + layout.keys);                      // [kTileEntries, key_stride]
   const int padded_heads = layout.num_head_chunks * kHeadChunk;
   const __nv_bfloat16* query_row = p.query + static_cast<int64_t>(t) * p.num_heads * p.head_dim;
   for (int i = threadIdx.x; i < padded_heads * layout.width; i += kThreads) {
     const int h = i / layout.width, d = i % layout.width;
-    const float q = h < p.num_heads && d < p.head_dim ? __bfloat162float(query_row[h * p.head_dim + d]) : 0.0f;
-    split_tf32(q, query_big[h * layout.stride + d], query_small[h * layout.stride + d]);
+    query[h * layout.query_stride + d] =
+        h < p.num_heads && d < p.head_dim ? query_row[h * p.head_dim + d] : __float2bfloat16(0.0f);
   }
   for (int h = threadIdx.x; h < padded_heads; h += kThreads) {
     weights[h] = h < p.num_heads ? __bfloat162float(p.head_weights[static_cast<int64_t>(t) * p.num_heads + h]) *
@@ -169,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) score_entries_kernel(ScoreArgs args)
     load_keys(p, layout, args.vector_loads, table_offset, base, tile, keys);
     __syncthreads();  // this tile's keys (and at first the query) are in shared memory
     float sums[2][2];
-    score_tile(query_big, query_small, weights, keys, layout, sums);
+    score_tile(reinterpret_cast<const uint32_t*>(query), weights, keys, layout, sums);
     if (lane < 4) {
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
@@ -207,7 +223,7 @@ void launch_select_compressed(const SelectCompressedParams& p, cudaStream_t stre
     throw std::invalid_argument("select_compressed: a query of " + std::to_string(p.num_heads) + " heads x " +
                                 std::to_string(p.head_dim) + " dims needs more shared memory than a block has");
   }
-  const bool vector_loads = p.head_dim % 8 == 0 && p.state_dim % 4 == 0 && p.entry_offset % 4 == 0 &&
+  const bool vector_loads = p.head_dim == layout.width && p.state_dim % 4 == 0 && p.entry_offset % 4 == 0 &&
                             reinterpret_cast<uintptr_t>(p.states) % 16 == 0;
   const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(score_entries_kernel),
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, layout.bytes);

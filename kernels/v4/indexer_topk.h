@@ -1,14 +1,15 @@
 #pragma once
 // DeepSeek-V4's Lightning Indexer top-k over the compressed entries of the paged cache (layout in
 // src/backend/compressed_kv.h): per token, score(e) = sum_h relu(q_h . k_e) * softmax_scale * w_h * weights_scale
-// in float32 arithmetic (up to summation order) for every closed window e < (position + 1) / compress_rate, and the top_k entries by that score, best
-// first, equal scores to the lower entry, -1 past the closed windows.
+// in float32 arithmetic (up to summation order) for every closed window e < (position + 1) / compress_rate, and
+// the top_k entries by that score, best first, equal scores to the lower entry, -1 past the closed windows.
 //
 // Two kernels. Scoring spreads a token's entries over num_splits blocks (grid tokens x splits); each block holds the
-// token's query in shared memory and scores tiles of 128 entries on tensor cores (3xTF32: float32 accuracy; a warp
-// per 16 entries against all heads) into the token's row of a workspace. Then an exact radix select per
-// row (elementwise/row_topk.h). The grids depend on the step's tokens only, and the workspace on the tokens and the
-// longest context it must hold, so a recorded CUDA graph replays at any length up to the one it was sized for.
+// token's query in shared memory and scores tiles of 128 entries on tensor cores (bf16 products of the query with
+// each key split exactly into three bf16 parts: float32 accuracy; a warp per 16 entries against all heads) into the
+// token's row of a workspace. Then an exact radix select per row (elementwise/row_topk.h). The grids depend on the
+// step's tokens only, and the workspace on the tokens and the longest context it must hold, so a recorded CUDA
+// graph replays at any length up to the one it was sized for.
 #include <cstdint>
 
 #include "elementwise/row_topk.h"
