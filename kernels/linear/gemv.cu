@@ -218,10 +218,13 @@ constexpr int kSkinnyThreads = 256;
 constexpr int kSkinnyUnroll = 4;  // 16-byte weight loads in flight per thread
 
 // A block per weight row; the row's weight chunks (constants) are loaded before waiting for the kernel that writes
-// x, as gemv_kernel does.
+// x, as gemv_kernel does. With Norm the block also sums the squares of x as it reads it and multiplies x by the norm
+// weight: the dot product of the normalized x is the block's sum times x's reciprocal RMS, applied once.
+template <bool Norm>
 __global__ void __launch_bounds__(kSkinnyThreads) skinny_gemv_f32_kernel(const __nv_bfloat16* x,
                                                                          const __nv_bfloat16* weight, float* out,
-                                                                         int k) {
+                                                                         int k, const __nv_bfloat16* norm_weight,
+                                                                         float eps) {
   const int chunks = k / 8;
   const uint4* w = reinterpret_cast<const uint4*>(weight + static_cast<int64_t>(blockIdx.x) * k);
   uint4 loaded[kSkinnyUnroll];
@@ -232,7 +235,7 @@ __global__ void __launch_bounds__(kSkinnyThreads) skinny_gemv_f32_kernel(const _
   }
   wait_for_prior_grids();
   allow_dependent_grids();
-  float acc = 0.0f;
+  float acc = 0.0f, squares = 0.0f;
   for (int c0 = threadIdx.x; c0 < chunks; c0 += kSkinnyThreads * kSkinnyUnroll) {
 #pragma unroll
     for (int u = 0; u < kSkinnyUnroll; ++u) {
@@ -241,14 +244,40 @@ __global__ void __launch_bounds__(kSkinnyThreads) skinny_gemv_f32_kernel(const _
       float wf[8], xf[8];
       load_f32x8(reinterpret_cast<const __nv_bfloat16*>(&loaded[u]), wf);
       load_f32x8(x + 8 * c, xf);
+      if constexpr (Norm) {
+        float gf[8];
+        load_f32x8(norm_weight + 8 * c, gf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          squares += xf[j] * xf[j];
+          xf[j] *= gf[j];
+        }
+      }
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc += wf[j] * xf[j];
       const int ahead = c + kSkinnyThreads * kSkinnyUnroll;
       loaded[u] = ahead < chunks ? __ldg(w + ahead) : make_uint4(0, 0, 0, 0);
     }
   }
-  acc = block_sum<kSkinnyThreads / 32>(acc);
-  if (threadIdx.x == 0) out[blockIdx.x] = acc;
+  if constexpr (Norm) {
+    // Two sums, so the partials go through a shared pair at once (block_sum's memory serves one call).
+    __shared__ float2 partial[kSkinnyThreads / 32];
+    const float2 mine = make_float2(warp_sum(acc), warp_sum(squares));
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float dot = 0.0f, sum_squares = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kSkinnyThreads / 32; ++i) {
+        dot += partial[i].x;
+        sum_squares += partial[i].y;
+      }
+      out[blockIdx.x] = dot * rsqrtf(sum_squares / static_cast<float>(k) + eps);
+    }
+  } else {
+    acc = block_sum<kSkinnyThreads / 32>(acc);
+    if (threadIdx.x == 0) out[blockIdx.x] = acc;
+  }
 }
 
 template <bool Norm, bool Fp8>
@@ -330,12 +359,18 @@ bool skinny_gemv_f32_supports(int64_t m, int64_t n, int64_t k) {
 }
 
 void launch_skinny_gemv_f32(const __nv_bfloat16* x, const __nv_bfloat16* weight, float* out, int n, int k,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const __nv_bfloat16* norm_weight, float eps) {
   if (!skinny_gemv_f32_supports(1, n, k)) {
     throw std::invalid_argument("skinny_gemv_f32: " + std::to_string(n) + " rows of " + std::to_string(k) +
                                 " (up to 256 rows, a multiple of 8 long)");
   }
-  launch_dependent("skinny_gemv_f32", skinny_gemv_f32_kernel, n, kSkinnyThreads, 0, stream, x, weight, out, k);
+  if (norm_weight) {
+    launch_dependent("skinny_gemv_f32", skinny_gemv_f32_kernel<true>, n, kSkinnyThreads, 0, stream, x, weight, out, k,
+                     norm_weight, eps);
+  } else {
+    launch_dependent("skinny_gemv_f32", skinny_gemv_f32_kernel<false>, n, kSkinnyThreads, 0, stream, x, weight, out,
+                     k, norm_weight, eps);
+  }
 }
 
 }  // namespace tern::kernels

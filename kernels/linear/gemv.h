@@ -73,8 +73,10 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream);
 // out [1, N] in float32 = x [1, K] * weight [N, K]^T for few long rows: a block per weight row, its threads along K.
 // A warp per row (launch_gemv) keeps most SMs idle when N is tens and K long, as in DeepSeek-V4's hyper-connection
 // mixes (24 rows of 16,384) and routers (64 of 4,096), where cuBLAS splits K over two kernels.
+// With norm_weight [K], x is RMS-normalized first: out = weight * (x * norm_weight) / sqrt(mean(x^2) + eps), in
+// float32 throughout (the mixes of the streams' norm in DeepSeek-V4's hyper-connections).
 bool skinny_gemv_f32_supports(int64_t m, int64_t n, int64_t k);
 void launch_skinny_gemv_f32(const __nv_bfloat16* x, const __nv_bfloat16* weight, float* out, int n, int k,
-                            cudaStream_t stream);
+                            cudaStream_t stream, const __nv_bfloat16* norm_weight = nullptr, float eps = 0.0f);
 
 }  // namespace tern::kernels

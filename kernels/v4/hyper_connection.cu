@@ -34,19 +34,17 @@ __device__ __forceinline__ float sum_over_lanes(float v, int first_mask, int sec
   return v + __shfl_xor_sync(0xffffffffu, v, second_mask);
 }
 
-__global__ void hyper_mix_lanes_kernel(HyperMixParams p) {
-  wait_for_prior_grids();
-  allow_dependent_grids();
-  const int t = (blockIdx.x * blockDim.x + threadIdx.x) / kLanesPerToken;
-  const int lane = threadIdx.x % kLanesPerToken;
+// Token t's weights on lane `lane` of its 16 (every lane of the warp takes part in the shuffles; write only where
+// t is a token).
+__device__ void hyper_mix_lanes(const HyperMixParams& p, int t, int lane, bool write) {
   constexpr int n = kWarpStreams;
   constexpr int width = (2 + n) * n;
-  // Lanes past the last token compute on its row (every lane takes part in the shuffles) and write nothing.
-  const int64_t row = static_cast<int64_t>(min(t, p.num_tokens - 1)) * width;
+  const int64_t row = static_cast<int64_t>(t) * width;
   if (lane < 2 * n) {
-    const float x = p.mixes[row + lane] * p.scale[lane < n ? 0 : 1] + p.base[lane];
-    const float w = lane < n ? v4::sigmoid(x) + p.eps : 2.0f * v4::sigmoid(x);
-    if (t < p.num_tokens) p.out[row + lane] = w;
+    const float x = p.mixes[row + lane];
+    const float w = lane < n ? v4::hyper_collapse_weight(x, p.scale[0], p.base[lane], p.eps)
+                             : 2.0f * v4::sigmoid(x * p.scale[1] + p.base[lane]);
+    if (write) p.out[row + lane] = w;
   }
   float m = p.mixes[row + 2 * n + lane] * p.scale[2] + p.base[2 * n + lane];
   float row_max = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
@@ -58,7 +56,49 @@ __global__ void hyper_mix_lanes_kernel(HyperMixParams p) {
     m /= sum_over_lanes(m, 1, 2) + p.eps;
     m /= sum_over_lanes(m, 4, 8) + p.eps;
   }
-  if (t < p.num_tokens) p.out[row + 2 * n + lane] = m;
+  if (write) p.out[row + 2 * n + lane] = m;
+}
+
+bool mixes_on_lanes(const HyperMixParams& p) {
+  return p.num_streams == kWarpStreams && p.width == (2 + kWarpStreams) * kWarpStreams;
+}
+
+__global__ void hyper_mix_lanes_kernel(HyperMixParams p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int t = (blockIdx.x * blockDim.x + threadIdx.x) / kLanesPerToken;
+  // Lanes past the last token compute on its row and write nothing.
+  hyper_mix_lanes(p, min(t, p.num_tokens - 1), threadIdx.x % kLanesPerToken, t < p.num_tokens);
+}
+
+// hyper_mix and hyper_collapse in one launch, grid (hidden / threads, tokens): every block computes its token's
+// collapse weights from the raw mixes (Sinkhorn's rounds touch only the stream mix), and the first block of each
+// token also writes the token's whole mix row for hyper_expand.
+__global__ void hyper_mix_collapse_kernel(HyperMixParams p, bool on_lanes, const __nv_bfloat16* streams,
+                                          __nv_bfloat16* out, int hidden) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  __shared__ float weights[kMaxStreams];
+  const int t = blockIdx.y;
+  const float* mixes = p.mixes + static_cast<int64_t>(t) * p.width;
+  if (threadIdx.x < p.num_streams) {
+    weights[threadIdx.x] = v4::hyper_collapse_weight(mixes[threadIdx.x], p.scale[0], p.base[threadIdx.x], p.eps);
+  }
+  if (blockIdx.x == 0) {
+    if (on_lanes) {
+      if (threadIdx.x < 32) hyper_mix_lanes(p, t, threadIdx.x % kLanesPerToken, threadIdx.x < kLanesPerToken);
+    } else if (threadIdx.x == 0) {
+      v4::hyper_mix_row(mixes, p.base, p.scale, p.num_streams, p.width, p.sinkhorn_iters, p.eps,
+                        p.out + static_cast<int64_t>(t) * p.width);
+    }
+  }
+  __syncthreads();
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= hidden) return;
+  const __nv_bfloat16* x = streams + static_cast<int64_t>(t) * p.num_streams * hidden;
+  float sum = 0.0f;
+  for (int i = 0; i < p.num_streams; ++i) sum += weights[i] * __bfloat162float(x[static_cast<int64_t>(i) * hidden + d]);
+  out[static_cast<int64_t>(t) * hidden + d] = __float2bfloat16(sum);
 }
 
 // Grid (hidden / threads, tokens): a thread per hidden dim of a token.
@@ -113,15 +153,19 @@ dim3 stream_grid(int num_tokens, int hidden) {
   return dim3((hidden + kStreamThreads - 1) / kStreamThreads, num_tokens);
 }
 
+void check_mix_params(const HyperMixParams& p, const char* what) {
+  const int n = p.num_streams;
+  if (n <= 0 || (p.width != n && p.width != (2 + n) * n) || p.sinkhorn_iters < 0) {
+    throw std::invalid_argument(std::string(what) + ": width must be num_streams or (2 + num_streams) * num_streams");
+  }
+}
+
 }  // namespace
 
 void launch_hyper_mix(const HyperMixParams& p, cudaStream_t stream) {
-  const int n = p.num_streams;
-  if (n <= 0 || (p.width != n && p.width != (2 + n) * n) || p.sinkhorn_iters < 0) {
-    throw std::invalid_argument("hyper_mix: width must be num_streams or (2 + num_streams) * num_streams");
-  }
+  check_mix_params(p, "hyper_mix");
   if (p.num_tokens <= 0) return;
-  if (n == kWarpStreams && p.width == (2 + n) * n) {
+  if (mixes_on_lanes(p)) {
     const int64_t threads = static_cast<int64_t>(p.num_tokens) * kLanesPerToken;
     launch_dependent("hyper_mix", hyper_mix_lanes_kernel, (threads + kMixThreads - 1) / kMixThreads, kMixThreads, 0,
                      stream, p);
@@ -138,6 +182,15 @@ void launch_hyper_collapse(const __nv_bfloat16* streams, const float* mix, __nv_
   if (num_tokens == 0) return;
   launch_dependent("hyper_collapse", hyper_collapse_kernel, stream_grid(num_tokens, hidden), kStreamThreads, 0, stream,
                    streams, mix, out, num_streams, hidden, mix_width);
+}
+
+void launch_hyper_mix_collapse(const HyperMixParams& p, const __nv_bfloat16* streams, __nv_bfloat16* out, int hidden,
+                               cudaStream_t stream) {
+  check_mix_params(p, "hyper_mix_collapse");
+  check_streams(p.num_tokens, p.num_streams, hidden, "hyper_mix_collapse");
+  if (p.num_tokens == 0) return;
+  launch_dependent("hyper_mix_collapse", hyper_mix_collapse_kernel, stream_grid(p.num_tokens, hidden), kStreamThreads,
+                   0, stream, p, mixes_on_lanes(p), streams, out, hidden);
 }
 
 void launch_hyper_expand(const __nv_bfloat16* streams, const __nv_bfloat16* block_out, const float* mix,

@@ -27,6 +27,11 @@ void launch_hyper_mix(const HyperMixParams& params, cudaStream_t stream);
 void launch_hyper_collapse(const __nv_bfloat16* streams, const float* mix, __nv_bfloat16* out, int num_tokens,
                            int num_streams, int hidden, int mix_width, cudaStream_t stream);
 
+// launch_hyper_mix, then launch_hyper_collapse of streams [T, N, hidden] by its weights into out [T, hidden], in one
+// launch.
+void launch_hyper_mix_collapse(const HyperMixParams& params, const __nv_bfloat16* streams, __nv_bfloat16* out,
+                               int hidden, cudaStream_t stream);
+
 // out [T, N, hidden]: stream k = post[k] * block_out + sum_j comb[j][k] * streams[j], with post = mix[t, N:2N] and
 // comb = mix[t, 2N:] (row j: input stream j), mix [T, (2 + N) * N].
 void launch_hyper_expand(const __nv_bfloat16* streams, const __nv_bfloat16* block_out, const float* mix,

@@ -37,12 +37,18 @@ TERN_HOST_DEVICE inline void normalize_columns(float* m, int n, float eps) {
   }
 }
 
+// A collapse weight (streams -> block input) from its mix: hyper_mix_row's first n outputs, which collapse kernels
+// also compute themselves.
+TERN_HOST_DEVICE inline float hyper_collapse_weight(float mix, float scale, float base, float eps) {
+  return sigmoid(mix * scale + base) + eps;
+}
+
 // One token's mHC weights from its mixes [width] (width = n: the final head's collapse weights; width = (2 + n) * n:
 // collapse weights, expand weights and the n x n stream mix made doubly stochastic), in the CPU reference's order
 // of operations: softmax rows plus eps, columns, then (iters - 1) rounds of rows and columns.
 TERN_HOST_DEVICE inline void hyper_mix_row(const float* mixes, const float* base, const float* scale, int n,
                                            int width, int sinkhorn_iters, float eps, float* out) {
-  for (int i = 0; i < n; ++i) out[i] = sigmoid(mixes[i] * scale[0] + base[i]) + eps;
+  for (int i = 0; i < n; ++i) out[i] = hyper_collapse_weight(mixes[i], scale[0], base[i], eps);
   if (width == n) return;
   for (int i = n; i < 2 * n; ++i) out[i] = 2.0f * sigmoid(mixes[i] * scale[1] + base[i]);
   for (int i = 2 * n; i < width; ++i) out[i] = mixes[i] * scale[2] + base[i];

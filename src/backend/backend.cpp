@@ -108,6 +108,10 @@ Tensor Backend::norm_linear(PreNorm& input, const Tensor& weight, const Tensor* 
   return linear(x, weight, bias);
 }
 
+Tensor Backend::rms_norm_linear_f32(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& weight) {
+  return linear_f32(rms_norm(x, norm_weight, eps), weight, nullptr);
+}
+
 Tensor Backend::norm_linear_silu_mul(PreNorm& input, const Tensor& gate_up_weight) {
   return silu_mul(norm_linear(input, gate_up_weight, nullptr));
 }
@@ -169,6 +173,13 @@ Tensor Backend::hyper_mix(const Tensor&, const Tensor&, const Tensor&, const Hyp
 }
 
 Tensor Backend::hyper_collapse(const Tensor&, const Tensor&) { fail("backend {} has no hyper_collapse op", name()); }
+
+HyperMixed Backend::hyper_mix_collapse(const Tensor& streams, const Tensor& mixes, const Tensor& base,
+                                       const Tensor& scale, const HyperMixParams& params) {
+  HyperMixed out{hyper_mix(mixes, base, scale, params), {}};
+  out.collapsed = hyper_collapse(streams, out.mix);
+  return out;
+}
 
 Tensor Backend::hyper_expand(const Tensor&, const Tensor&, const Tensor&) {
   fail("backend {} has no hyper_expand op", name());

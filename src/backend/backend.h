@@ -247,6 +247,9 @@ class Backend {
   // The same with float32 outputs where the backend's activations are narrower (router logits: choosing experts
   // by rounded logits flips near-ties).
   virtual Tensor linear_f32(const Tensor& x, const Tensor& weight, const Tensor* bias) { return linear(x, weight, bias); }
+  // linear_f32 of rms_norm(x, norm_weight, eps), as one op so that a backend can run it as one kernel (CUDA's GEMV of
+  // few long rows sums the squares of x as it reads x and scales each dot product once; DeepSeek-V4's mHC mixes).
+  virtual Tensor rms_norm_linear_f32(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& weight);
   virtual void add_in_place(Tensor& x, const Tensor& y) = 0;
   // A new tensor with x's values, which an op may write into without changing x.
   virtual Tensor copy(const Tensor& x) = 0;
@@ -309,6 +312,10 @@ class Backend {
   virtual Tensor hyper_collapse(const Tensor& streams, const Tensor& mix);
   // -> [T, N, H]: stream k = post[k] * block_out + sum_j comb[j][k] * streams[j].
   virtual Tensor hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix);
+  // hyper_mix of the mixes, then hyper_collapse of the streams by its weights, as one op for a backend that runs
+  // them as one kernel (the collapse weights need none of Sinkhorn's rounds).
+  virtual HyperMixed hyper_mix_collapse(const Tensor& streams, const Tensor& mixes, const Tensor& base,
+                                        const Tensor& scale, const HyperMixParams& params);
   // Writes this step's compressor projections kv, gate [T, width] into layer `layer`'s state rows and the
   // compressed entry of every window a new token closes.
   virtual void compress_kv(KvCache& cache, int layer, const Tensor& kv, const Tensor& gate,

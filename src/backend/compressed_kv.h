@@ -61,6 +61,12 @@ struct HyperMixParams {
   float eps = 1e-6f;  // hc_eps
 };
 
+// A block's mHC weights (Backend::hyper_mix) and its input, the streams collapsed by them (Backend::hyper_collapse).
+struct HyperMixed {
+  Tensor mix;
+  Tensor collapsed;
+};
+
 // The shape checks every backend runs before these ops, so that each reports a misfit in the same words (the
 // backends check dtypes and the step's token count themselves).
 // The layer's state rows, checked to hold `end` floats per token.

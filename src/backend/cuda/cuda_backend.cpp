@@ -536,6 +536,28 @@ class CudaBackend final : public Backend {
     return linear_to(x, weight, bias, DType::F32);
   }
 
+  // One token: the GEMV of few long rows normalizes as it reads (kernels/linear/gemv.h); more take the ops apart.
+  Tensor rms_norm_linear_f32(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& weight) override {
+    const int64_t k = x.shape.empty() ? 0 : x.size(-1);
+    const bool fits = weight.shape.size() == 2 && weight.size(1) == k && !weight.block_scales &&
+                      norm_weight.numel() == k && x.numel() == k &&
+                      kernels::skinny_gemv_f32_supports(1, weight.size(0), k);
+    if (!fits) return Backend::rms_norm_linear_f32(x, norm_weight, eps, weight);
+    const Tensor in = activation(x, "rms_norm_linear_f32");
+    const Tensor w = constant(weight, DType::BF16, "rms_norm_linear_f32 (weight)");
+    const Tensor g = constant(norm_weight, DType::BF16, "rms_norm_linear_f32 (norm)");
+    if (!aligned16(in.data) || !aligned16(w.data) || !aligned16(g.data)) {
+      return Backend::rms_norm_linear_f32(x, norm_weight, eps, weight);
+    }
+    Tensor out = allocator_->allocate(DType::F32, {1, weight.size(0)});
+    launch("rms_norm_linear_f32", [&] {
+      kernels::launch_skinny_gemv_f32(in.ptr<bf16>(), w.ptr<bf16>(), out.ptr<float>(),
+                                      static_cast<int>(weight.size(0)), static_cast<int>(k), stream_, g.ptr<bf16>(),
+                                      eps);
+    });
+    return out;
+  }
+
   // Partial products are summed in float32 and rounded to bf16 once, as one GPU's GEMM would round them: summing
   // bf16 partials would round three times and drift from the unsharded model.
   Tensor linear_all_reduce(const Tensor& x, const Tensor& weight, const Tensor* bias) override {
@@ -1001,24 +1023,10 @@ class CudaBackend final : public Backend {
   Tensor hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale,
                    const HyperMixParams& params) override {
     check_hyper_mix(mixes, base, scale, params);
-    const int64_t n = params.num_streams;
     const int64_t width = mixes.size(-1);
-    const Tensor m = f32(mixes, "hyper_mix");
-    const Tensor b = constant(base, DType::F32, "hyper_mix (base)");
-    const Tensor s = constant(scale, DType::F32, "hyper_mix (scale)");
-    const int64_t num_rows = mixes.numel() / width;
-    Tensor out = allocator_->allocate(DType::F32, {num_rows, width});
-    kernels::HyperMixParams p;
-    p.mixes = m.ptr<float>();
-    p.base = b.ptr<float>();
-    p.scale = s.ptr<float>();
-    p.out = out.ptr<float>();
-    p.num_tokens = checked_int(num_rows, "tokens");
-    p.num_streams = checked_int(n, "streams");
-    p.width = checked_int(width, "mixes");
-    p.sinkhorn_iters = checked_int(params.sinkhorn_iters, "Sinkhorn iterations");
-    p.eps = params.eps;
-    launch("hyper_mix", [&] { kernels::launch_hyper_mix(p, stream_); });
+    Tensor out = allocator_->allocate(DType::F32, {mixes.numel() / width, width});
+    const MixOperands operands = mix_operands(mixes, base, scale, params, out, "hyper_mix");
+    launch("hyper_mix", [&] { kernels::launch_hyper_mix(operands.params, stream_); });
     return out;
   }
 
@@ -1033,6 +1041,25 @@ class CudaBackend final : public Backend {
       kernels::launch_hyper_collapse(x.ptr<bf16>(), w.ptr<float>(), out.ptr<bf16>(), checked_int(num_tokens, "tokens"),
                                      checked_int(n, "streams"), checked_int(hidden, "hidden size"),
                                      checked_int(mix_width, "mix width"), stream_);
+    });
+    return out;
+  }
+
+  HyperMixed hyper_mix_collapse(const Tensor& streams, const Tensor& mixes, const Tensor& base, const Tensor& scale,
+                                const HyperMixParams& params) override {
+    check_hyper_mix(mixes, base, scale, params);
+    if (streams.shape.size() != 3 || streams.size(1) != params.num_streams ||
+        mixes.numel() != streams.size(0) * mixes.size(-1)) {
+      fail("hyper_mix_collapse: mixes {} do not fit streams {}", shape_string(mixes.shape), shape_string(streams.shape));
+    }
+    const int64_t num_tokens = streams.size(0), hidden = streams.size(2);
+    const Tensor x = activation(streams, "hyper_mix_collapse");
+    HyperMixed out{allocator_->allocate(DType::F32, {num_tokens, mixes.size(-1)}),
+                   allocator_->allocate(DType::BF16, {num_tokens, hidden})};
+    const MixOperands operands = mix_operands(mixes, base, scale, params, out.mix, "hyper_mix_collapse");
+    launch("hyper_mix_collapse", [&] {
+      kernels::launch_hyper_mix_collapse(operands.params, x.ptr<bf16>(), out.collapsed.ptr<bf16>(),
+                                         checked_int(hidden, "hidden size"), stream_);
     });
     return out;
   }
@@ -1541,6 +1568,28 @@ class CudaBackend final : public Backend {
     Tensor out = allocator_->allocate(DType::F32, t.shape);
     launch(op, [&] { kernels::launch_bf16_to_f32(t.ptr<bf16>(), out.ptr<float>(), t.numel(), stream_); });
     return out;
+  }
+
+  // hyper_mix's operands in float32 as its kernels read them, kept alive with the kernels' view of them (out [T,
+  // width] float32).
+  struct MixOperands {
+    Tensor mixes, base, scale;
+    kernels::HyperMixParams params;
+  };
+  MixOperands mix_operands(const Tensor& mixes, const Tensor& base, const Tensor& scale, const HyperMixParams& params,
+                           Tensor& out, const char* op) {
+    MixOperands operands{f32(mixes, op), constant(base, DType::F32, op), constant(scale, DType::F32, op), {}};
+    kernels::HyperMixParams& p = operands.params;
+    p.mixes = operands.mixes.ptr<float>();
+    p.base = operands.base.ptr<float>();
+    p.scale = operands.scale.ptr<float>();
+    p.out = out.ptr<float>();
+    p.num_tokens = checked_int(out.size(0), "tokens");
+    p.num_streams = checked_int(params.num_streams, "streams");
+    p.width = checked_int(out.size(1), "mixes");
+    p.sinkhorn_iters = checked_int(params.sinkhorn_iters, "Sinkhorn iterations");
+    p.eps = params.eps;
+    return operands;
   }
 
   // Head norm weights as the rope kernels read them (bf16, heads of up to kernels::kMaxNormedHeadDim dims), kept

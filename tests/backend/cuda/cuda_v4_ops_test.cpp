@@ -1,11 +1,13 @@
 // DeepSeek-V4's ops on the CUDA backend against the CPU reference on the same bf16 inputs: the mHC weights,
-// collapse and expand; rotation of a head's trailing dims (forward, inverse, at host positions); and one
+// collapse and expand, and the fused mix-and-collapse and normalized mix GEMV; rotation of a head's trailing dims (forward, inverse, at host positions); and one
 // compressed layer's path over a paged cache with shuffled blocks: the compressors' state rows and entries, the
 // Lightning Indexer's top-k and attention over the sliding window plus compressed entries (HCA, CSA and
 // sliding-only), at the fixture's dims and at larger ones that take several rounds of each kernel's loops.
+#include <array>
 #include <cmath>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "backend/attention_reference.h"
 #include "cuda_test_util.h"
@@ -57,6 +59,58 @@ TEST_F(CudaV4OpsTest, HyperCollapseAndExpandMatchCpu) {
                                cpu->to_host_f32(cpu->hyper_expand(streams.cpu, block_out.cpu, mix_cpu))),
                 1e-2)
           << hidden << " hidden, " << tokens << " tokens";
+    }
+  }
+}
+
+// The mix and collapse in one kernel: the mix row as hyper_mix writes it, the collapse as hyper_collapse of it, for
+// V4's 4 streams (Sinkhorn on lanes), another count (one thread a token) and the head's collapse-only weights; the
+// hidden sizes span one block and several, the last one partial.
+TEST_F(CudaV4OpsTest, HyperMixCollapseMatchesCpuOpByOp) {
+  for (const int64_t n : {4, 3}) {
+    for (const int64_t width : {n, (2 + n) * n}) {
+      for (const int64_t hidden : {64, 4096 + 40}) {
+        for (const int64_t tokens : {1, 9}) {
+          const auto streams = input(testing::random_bf16_values(tokens * n * hidden, 41), {tokens, n, hidden});
+          const auto mixes = random_values(tokens * width, 42 + tokens, 2.0f);
+          const auto base = random_values(width, 43);
+          const std::vector<float> scale =
+              width == n ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 1.3f, 2.0f};
+          const HyperMixParams params{n, 20, 1e-6f};
+          const auto operands = [&](Backend& b) {
+            return std::array<Tensor, 3>{b.from_host_f32(mixes, {tokens, width}), b.from_host_f32(base, {width}),
+                                         b.from_host_f32(scale, {static_cast<int64_t>(scale.size())})};
+          };
+          const auto g = operands(*gpu), c = operands(*cpu);
+          const HyperMixed fused = gpu->hyper_mix_collapse(streams.gpu, g[0], g[1], g[2], params);
+          const Tensor mix = cpu->hyper_mix(c[0], c[1], c[2], params);
+          const Tensor collapsed = cpu->hyper_collapse(streams.cpu, mix);
+          const std::string what = std::to_string(n) + " streams, " + std::to_string(width) + " mixes, " +
+                                   std::to_string(hidden) + " hidden, " + std::to_string(tokens) + " tokens";
+          EXPECT_LE(relative_error(gpu->to_host_f32(fused.mix), cpu->to_host_f32(mix)), 1e-5) << what;
+          EXPECT_LE(relative_error(gpu->to_host_f32(fused.collapsed), cpu->to_host_f32(collapsed)), 1e-2) << what;
+          // Bit for bit what the two kernels give on the GPU.
+          const Tensor gpu_mix = gpu->hyper_mix(g[0], g[1], g[2], params);
+          EXPECT_EQ(gpu->to_host_f32(fused.mix), gpu->to_host_f32(gpu_mix)) << what;
+          EXPECT_EQ(gpu->to_host_f32(fused.collapsed), gpu->to_host_f32(gpu->hyper_collapse(streams.gpu, gpu_mix)))
+              << what;
+        }
+      }
+    }
+  }
+}
+
+// The mixes' normalized GEMV: one token in the kernel that normalizes as it reads (V4's 24 x 16,384), more through
+// the ops one by one; against the CPU's float32 norm and product.
+TEST_F(CudaV4OpsTest, RmsNormLinearF32MatchesCpu) {
+  for (const int64_t tokens : {1, 3}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{24, 16384}, {4, 16384}, {7, 2056}}) {
+      const auto x = input(testing::random_bf16_values(tokens * k, 51, 3.0f), {tokens, k});
+      const auto norm = weight(testing::random_bf16_values(k, 52, 1.0f), {k});
+      const auto w = weight(testing::random_bf16_values(n * k, 53, 0.05f), {n, k});
+      const auto ours = gpu->to_host_f32(gpu->rms_norm_linear_f32(x.gpu, norm.gpu, 1e-6f, w.gpu));
+      const auto reference = cpu->to_host_f32(cpu->rms_norm_linear_f32(x.cpu, norm.cpu, 1e-6f, w.cpu));
+      EXPECT_LE(relative_error(ours, reference), 1e-2) << tokens << " tokens, " << n << " x " << k;
     }
   }
 }

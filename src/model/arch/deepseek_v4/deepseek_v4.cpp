@@ -73,7 +73,7 @@ class DeepseekV4Model final : public Model {
     const Tensor gathered =
         backend_.gather_logit_rows(streams.reshape({streams.size(0), v4_.hc_mult * hidden}), step);
     const Tensor rows = gathered.reshape({gathered.size(0), v4_.hc_mult, hidden});
-    return stack_->final_norm_logits(backend_, backend_.hyper_collapse(rows, head_hc_->mix(backend_, rows)));
+    return stack_->final_norm_logits(backend_, head_hc_->collapse(backend_, rows).collapsed);
   }
 
   ModelConfig config_;

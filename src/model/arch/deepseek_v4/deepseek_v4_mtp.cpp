@@ -77,7 +77,7 @@ Tensor DeepseekV4MtpModel::forward(const StepContext& step, KvCache& cache, cons
                                       step, norm_eps_);
   outputs = b.gather_logit_rows(out.reshape({num_tokens, streams_count * hidden}), step);
   const Tensor rows = outputs.reshape({outputs.size(0), streams_count, hidden});
-  return b.linear(b.rms_norm(b.hyper_collapse(rows, head_hc_->mix(b, rows)), norm_, norm_eps_), head_, nullptr);
+  return b.linear(b.rms_norm(head_hc_->collapse(b, rows).collapsed, norm_, norm_eps_), head_, nullptr);
 }
 
 }  // namespace tern

@@ -14,11 +14,11 @@ HyperConnection::HyperConnection(WeightLoader& weights, const std::string& fn_na
   ones_ = weights.backend().from_host_f32(std::vector<float>(n * hidden_size, 1.0f), {n * hidden_size});
 }
 
-Tensor HyperConnection::mix(Backend& backend, const Tensor& streams) const {
+HyperMixed HyperConnection::collapse(Backend& backend, const Tensor& streams) const {
   const Tensor flat = streams.reshape({streams.size(0), streams.row_numel()});
   // Float32 mixes where the backend's activations are narrower: Sinkhorn-Knopp amplifies their rounding.
-  const Tensor mixes = backend.linear_f32(backend.rms_norm(flat, ones_, norm_eps_), fn_, nullptr);
-  return backend.hyper_mix(mixes, base_, scale_, params_);
+  const Tensor mixes = backend.rms_norm_linear_f32(flat, ones_, norm_eps_, fn_);
+  return backend.hyper_mix_collapse(streams, mixes, base_, scale_, params_);
 }
 
 }  // namespace tern

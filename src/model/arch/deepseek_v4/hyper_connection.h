@@ -17,8 +17,8 @@ class HyperConnection {
                   const std::string& scale_name, int64_t hidden_size, const HyperMixParams& params, bool head,
                   float norm_eps);
 
-  // streams [T, N, H] -> the mix weights hyper_collapse / hyper_expand take.
-  Tensor mix(Backend& backend, const Tensor& streams) const;
+  // streams [T, N, H] -> the mix weights hyper_expand takes and the streams collapsed by them (the block's input).
+  HyperMixed collapse(Backend& backend, const Tensor& streams) const;
 
  private:
   Tensor fn_;     // [mix_width, N * hidden]

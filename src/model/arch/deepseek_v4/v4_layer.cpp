@@ -63,16 +63,16 @@ LayerHyperConnections V4LayerBuilder::build(WeightLoader& weights, const std::st
 
 Tensor v4_layer_forward(Backend& backend, const DecoderLayer& layer, const LayerHyperConnections& hyper,
                         const Tensor& streams, KvCache& cache, int kv_layer, const StepContext& step, float norm_eps) {
-  Tensor mix = hyper.attention.mix(backend, streams);
-  Tensor collapsed = backend.hyper_collapse(streams, mix);
+  HyperMixed before_attention = hyper.attention.collapse(backend, streams);
   const Tensor attended = layer.attention->forward(
-      backend, BlockInput(backend, collapsed, std::nullopt, layer.attention_norm, norm_eps), cache, kv_layer, step);
-  const Tensor after_attention = backend.hyper_expand(streams, attended, mix);
-  mix = hyper.feed_forward.mix(backend, after_attention);
-  collapsed = backend.hyper_collapse(after_attention, mix);
+      backend, BlockInput(backend, before_attention.collapsed, std::nullopt, layer.attention_norm, norm_eps), cache,
+      kv_layer, step);
+  const Tensor after_attention = backend.hyper_expand(streams, attended, before_attention.mix);
+  HyperMixed before_feed_forward = hyper.feed_forward.collapse(backend, after_attention);
   const Tensor fed = layer.feed_forward->forward(
-      backend, BlockInput(backend, collapsed, std::nullopt, layer.feed_forward_norm, norm_eps), step);
-  return backend.hyper_expand(after_attention, fed, mix);
+      backend, BlockInput(backend, before_feed_forward.collapsed, std::nullopt, layer.feed_forward_norm, norm_eps),
+      step);
+  return backend.hyper_expand(after_attention, fed, before_feed_forward.mix);
 }
 
 }  // namespace tern
