@@ -1,9 +1,11 @@
 // Defaults of the Backend ops that only some architectures need: a backend that lacks one fails by name when a
-// model calls it, instead of computing something else. And the host-bytes form of KV block transfer.
+// model calls it, instead of computing something else. And the host-bytes form of KV block transfer, and the row
+// selection checks the backends share.
 #include "backend/backend.h"
 
 #include "backend/kv_block_transfer.h"
 #include "core/error.h"
+#include "core/tensor_info.h"
 
 namespace tern {
 
@@ -72,6 +74,24 @@ Tensor Backend::all_to_all_rows(const Tensor&, std::span<const int64_t>, std::ve
 
 Tensor Backend::select_rows(const Tensor&, std::span<const int32_t>) {
   fail("backend {} has no select_rows op (data-parallel attention)", name());
+}
+
+std::vector<int64_t> selected_rows_shape(const Tensor& x, size_t num_rows) {
+  if (x.shape.empty()) fail("select_rows: expects rows [T, ...], got a scalar");
+  std::vector<int64_t> shape = x.shape;
+  shape[0] = static_cast<int64_t>(num_rows);
+  return shape;
+}
+
+void check_select_rows_into(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) {
+  if (x.shape.empty() || out.dtype != x.dtype || out.shape.empty() ||
+      out.size(0) != static_cast<int64_t>(rows.size()) || out.row_numel() != x.row_numel()) {
+    fail("select_rows_into: {} rows of {} {} into {} {}", rows.size(), shape_string(x.shape), dtype_name(x.dtype),
+         shape_string(out.shape), dtype_name(out.dtype));
+  }
+  for (const int32_t row : rows) {
+    if (row < 0 || row >= x.size(0)) fail("select_rows: row {} outside [0, {})", row, x.size(0));
+  }
 }
 
 void Backend::select_rows_into(const Tensor&, std::span<const int32_t>, Tensor&) {

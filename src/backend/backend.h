@@ -412,6 +412,11 @@ class BackendGroup {
   virtual std::unique_ptr<Backend> make(int rank) = 0;
 };
 
+// The shape of Backend::select_rows's output, [num_rows, ...] after x's rows, and the checks every backend's
+// select_rows_into runs: out is [rows.size(), ...] of x's dtype and row width, and every row lies inside x.
+std::vector<int64_t> selected_rows_shape(const Tensor& x, size_t num_rows);
+void check_select_rows_into(const Tensor& x, std::span<const int32_t> rows, const Tensor& out);
+
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
 // CPU ranks of one process, meeting through shared memory (tests and CI of the sharding logic); `num_threads`
 // are shared out among the ranks.

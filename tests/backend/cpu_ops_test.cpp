@@ -305,6 +305,7 @@ TEST_F(CpuOpsTest, SelectRowsGathersAndAddRowsAddsIntoTargets) {
   EXPECT_EQ(backend->to_host_f32(backend->select_rows(x, std::vector<int32_t>{2, 0, 2})), (Floats{5, 6, 1, 2, 5, 6}));
   EXPECT_EQ(backend->select_rows(x, {}).shape, (std::vector<int64_t>{0, 2}));
   EXPECT_THROW(backend->select_rows(x, std::vector<int32_t>{3}), Error);
+  EXPECT_THROW(backend->select_rows(backend->from_host_f32(Floats{1}, {}), std::vector<int32_t>{0}), Error);
   // Into rows of a buffer (a recorded step's input), the rows after them untouched; a buffer of another width,
   // dtype or row count refused.
   Tensor buffer = backend->from_host_f32(Floats(8, 0.0f), {4, 2});

@@ -243,22 +243,15 @@ class CpuBackend final : public Backend {
   }
 
   Tensor select_rows(const Tensor& x, std::span<const int32_t> rows) override {
-    std::vector<int64_t> shape = x.shape;
-    shape[0] = static_cast<int64_t>(rows.size());
-    Tensor out = host_tensor(x.dtype, std::move(shape));
+    Tensor out = host_tensor(x.dtype, selected_rows_shape(x, rows.size()));
     select_rows_into(x, rows, out);
     return out;
   }
 
   void select_rows_into(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override {
-    if (out.dtype != x.dtype || out.shape.empty() || out.size(0) != static_cast<int64_t>(rows.size()) ||
-        out.row_numel() != x.row_numel()) {
-      fail("select_rows_into: {} rows of {} {} into {} {}", rows.size(), shape_string(x.shape), dtype_name(x.dtype),
-           shape_string(out.shape), dtype_name(out.dtype));
-    }
+    check_select_rows_into(x, rows, out);
     const size_t row_bytes = static_cast<size_t>(x.row_numel()) * dtype_size(x.dtype);
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] < 0 || rows[i] >= x.size(0)) fail("select_rows: row {} outside [0, {})", rows[i], x.size(0));
       std::memcpy(out.ptr<std::byte>() + i * row_bytes, x.ptr<std::byte>() + rows[i] * row_bytes, row_bytes);
     }
   }

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "core/tensor_info.h"
@@ -125,24 +126,14 @@ Tensor all_to_all_rows(const RankStream& on, const NcclGroup& group, int rank, c
 }
 
 Tensor select_rows(const RankStream& on, const Tensor& x, std::span<const int32_t> rows) {
-  if (x.shape.empty()) fail("select_rows: expects rows [T, ...]");
-  std::vector<int64_t> shape = x.shape;
-  shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out = on.allocator.allocate(x.dtype, std::move(shape));
+  Tensor out = on.allocator.allocate(x.dtype, selected_rows_shape(x, rows.size()));
   select_rows_into(on, x, rows, out);
   return out;
 }
 
 void select_rows_into(const RankStream& on, const Tensor& x, std::span<const int32_t> rows, Tensor& out) {
   refuse_capture(on.stream, "select_rows");
-  if (x.shape.empty() || out.dtype != x.dtype || out.shape.empty() ||
-      out.size(0) != static_cast<int64_t>(rows.size()) || out.row_numel() != x.row_numel()) {
-    fail("select_rows: {} rows of {} {} into {} {}", rows.size(), shape_string(x.shape), dtype_name(x.dtype),
-         shape_string(out.shape), dtype_name(out.dtype));
-  }
-  for (int32_t row : rows) {
-    if (row < 0 || row >= x.size(0)) fail("select_rows: row {} outside [0, {})", row, x.size(0));
-  }
+  check_select_rows_into(x, rows, out);
   if (rows.empty() || row_bytes(x) == 0) return;
   const Tensor device_rows = upload(on, rows);
   launch("select_rows", [&] {
