@@ -71,6 +71,18 @@ __global__ void hyper_mix_lanes_kernel(HyperMixParams p) {
   hyper_mix_lanes(p, min(t, p.num_tokens - 1), threadIdx.x % kLanesPerToken, t < p.num_tokens);
 }
 
+// Token t's collapse at this thread's hidden dim (grid (hidden / threads, tokens)): the streams summed in float32 by
+// the token's collapse weights.
+__device__ __forceinline__ void collapse_dim(const __nv_bfloat16* streams, const float* weights, __nv_bfloat16* out,
+                                             int t, int num_streams, int hidden) {
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= hidden) return;
+  const __nv_bfloat16* x = streams + static_cast<int64_t>(t) * num_streams * hidden;
+  float sum = 0.0f;
+  for (int i = 0; i < num_streams; ++i) sum += weights[i] * __bfloat162float(x[static_cast<int64_t>(i) * hidden + d]);
+  out[static_cast<int64_t>(t) * hidden + d] = __float2bfloat16(sum);
+}
+
 // hyper_mix and hyper_collapse in one launch, grid (hidden / threads, tokens): every block computes its token's
 // collapse weights from the raw mixes (Sinkhorn's rounds touch only the stream mix), and the first block of each
 // token also writes the token's whole mix row for hyper_expand.
@@ -93,12 +105,7 @@ __global__ void hyper_mix_collapse_kernel(HyperMixParams p, bool on_lanes, const
     }
   }
   __syncthreads();
-  const int d = blockIdx.x * blockDim.x + threadIdx.x;
-  if (d >= hidden) return;
-  const __nv_bfloat16* x = streams + static_cast<int64_t>(t) * p.num_streams * hidden;
-  float sum = 0.0f;
-  for (int i = 0; i < p.num_streams; ++i) sum += weights[i] * __bfloat162float(x[static_cast<int64_t>(i) * hidden + d]);
-  out[static_cast<int64_t>(t) * hidden + d] = __float2bfloat16(sum);
+  collapse_dim(streams, weights, out, t, p.num_streams, hidden);
 }
 
 // Grid (hidden / threads, tokens): a thread per hidden dim of a token.
@@ -106,14 +113,7 @@ __global__ void hyper_collapse_kernel(const __nv_bfloat16* streams, const float*
                                       int num_streams, int hidden, int mix_width) {
   wait_for_prior_grids();
   allow_dependent_grids();
-  const int d = blockIdx.x * blockDim.x + threadIdx.x;
-  const int t = blockIdx.y;
-  if (d >= hidden) return;
-  const float* w = mix + static_cast<int64_t>(t) * mix_width;
-  const __nv_bfloat16* x = streams + static_cast<int64_t>(t) * num_streams * hidden;
-  float sum = 0.0f;
-  for (int i = 0; i < num_streams; ++i) sum += w[i] * __bfloat162float(x[static_cast<int64_t>(i) * hidden + d]);
-  out[static_cast<int64_t>(t) * hidden + d] = __float2bfloat16(sum);
+  collapse_dim(streams, mix + static_cast<int64_t>(blockIdx.y) * mix_width, out, blockIdx.y, num_streams, hidden);
 }
 
 __global__ void hyper_expand_kernel(const __nv_bfloat16* streams, const __nv_bfloat16* block_out, const float* mix,

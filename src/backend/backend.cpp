@@ -196,6 +196,7 @@ Tensor Backend::hyper_collapse(const Tensor&, const Tensor&) { fail("backend {} 
 
 HyperMixed Backend::hyper_mix_collapse(const Tensor& streams, const Tensor& mixes, const Tensor& base,
                                        const Tensor& scale, const HyperMixParams& params) {
+  check_hyper_mix_collapse(streams, mixes, base, scale, params);
   HyperMixed out{hyper_mix(mixes, base, scale, params), {}};
   out.collapsed = hyper_collapse(streams, out.mix);
   return out;

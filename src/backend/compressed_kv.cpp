@@ -35,6 +35,15 @@ void check_hyper_collapse(const Tensor& streams, const Tensor& mix) {
   }
 }
 
+void check_hyper_mix_collapse(const Tensor& streams, const Tensor& mixes, const Tensor& base, const Tensor& scale,
+                              const HyperMixParams& params) {
+  check_hyper_mix(mixes, base, scale, params);
+  check_hyper_collapse(streams, mixes);
+  if (streams.size(1) != params.num_streams) {
+    fail("hyper_mix_collapse: mixes of {} streams for streams {}", params.num_streams, shape_string(streams.shape));
+  }
+}
+
 void check_hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix) {
   if (streams.shape.size() != 3) fail("hyper_expand: streams must be [T, N, H], got {}", shape_string(streams.shape));
   const int64_t num_tokens = streams.size(0), n = streams.size(1), hidden = streams.size(2);

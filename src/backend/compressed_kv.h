@@ -73,6 +73,9 @@ struct HyperMixed {
 const Tensor& compressed_layer_states(const KvCache& cache, int layer, int64_t end, const char* op);
 void check_hyper_mix(const Tensor& mixes, const Tensor& base, const Tensor& scale, const HyperMixParams& params);
 void check_hyper_collapse(const Tensor& streams, const Tensor& mix);
+// Both of the above, and streams of the mixes' stream count.
+void check_hyper_mix_collapse(const Tensor& streams, const Tensor& mixes, const Tensor& base, const Tensor& scale,
+                              const HyperMixParams& params);
 void check_hyper_expand(const Tensor& streams, const Tensor& block_out, const Tensor& mix);
 void check_compress_kv(const Tensor& kv, const Tensor& gate, const CompressorParams& params, int64_t num_tokens);
 void check_compressed_attention(const Tensor& query, const KvCache& cache, int layer,

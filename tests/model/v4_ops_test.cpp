@@ -1,12 +1,14 @@
-// DeepSeek-V4's CPU ops against their definitions: the mHC weights (sigmoids and a doubly-stochastic stream mix),
-// the compressors' softmax-gated pooling (one pass equal to token-by-token, HCA and CSA), the Lightning Indexer's
+// DeepSeek-V4's CPU ops against their definitions: the mHC weights (sigmoids and a doubly-stochastic stream mix)
+// and the fused mix-and-collapse, the compressors' softmax-gated pooling (one pass equal to token-by-token, HCA and CSA), the Lightning Indexer's
 // causal top-k. The whole model is checked against transformers in moe_golden_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 
 namespace tern {
 namespace {
@@ -48,6 +50,25 @@ TEST(V4Ops, HyperMixGivesSigmoidWeightsAndADoublyStochasticMix) {
       EXPECT_NEAR(column, 1.0f, 1e-4f);
     }
   }
+}
+
+// The mix and the collapse as one op: hyper_mix's weights and hyper_collapse by them; streams of another count than
+// the mixes' refused.
+TEST(V4Ops, HyperMixCollapseIsTheMixThenTheCollapse) {
+  auto backend = make_cpu_backend(1);
+  std::mt19937 rng(2);
+  const int64_t n = 4, tokens = 2, width = (2 + n) * n, hidden = 5;
+  const Tensor mixes = backend->from_host_f32(random_values(tokens * width, rng), {tokens, width});
+  const Tensor base = backend->from_host_f32(random_values(width, rng), {width});
+  const Tensor scale = backend->from_host_f32(std::vector<float>{0.7f, 1.3f, 2.0f}, {3});
+  const Tensor streams = backend->from_host_f32(random_values(tokens * n * hidden, rng), {tokens, n, hidden});
+  const HyperMixParams params{n, 20, 1e-6f};
+  const HyperMixed fused = backend->hyper_mix_collapse(streams, mixes, base, scale, params);
+  const Tensor mix = backend->hyper_mix(mixes, base, scale, params);
+  EXPECT_EQ(backend->to_host_f32(fused.mix), backend->to_host_f32(mix));
+  EXPECT_EQ(backend->to_host_f32(fused.collapsed), backend->to_host_f32(backend->hyper_collapse(streams, mix)));
+  const Tensor three_streams = backend->from_host_f32(random_values(tokens * 3 * hidden, rng), {tokens, 3, hidden});
+  EXPECT_THROW(backend->hyper_mix_collapse(three_streams, mixes, base, scale, params), Error);
 }
 
 class CompressorTest : public ::testing::TestWithParam<bool> {

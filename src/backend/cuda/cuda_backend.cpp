@@ -1047,11 +1047,7 @@ class CudaBackend final : public Backend {
 
   HyperMixed hyper_mix_collapse(const Tensor& streams, const Tensor& mixes, const Tensor& base, const Tensor& scale,
                                 const HyperMixParams& params) override {
-    check_hyper_mix(mixes, base, scale, params);
-    if (streams.shape.size() != 3 || streams.size(1) != params.num_streams ||
-        mixes.numel() != streams.size(0) * mixes.size(-1)) {
-      fail("hyper_mix_collapse: mixes {} do not fit streams {}", shape_string(mixes.shape), shape_string(streams.shape));
-    }
+    check_hyper_mix_collapse(streams, mixes, base, scale, params);
     const int64_t num_tokens = streams.size(0), hidden = streams.size(2);
     const Tensor x = activation(streams, "hyper_mix_collapse");
     HyperMixed out{allocator_->allocate(DType::F32, {num_tokens, mixes.size(-1)}),

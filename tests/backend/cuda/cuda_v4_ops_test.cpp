@@ -20,19 +20,25 @@ using testing::relative_error;
 
 class CudaV4OpsTest : public testing::CudaVsCpuTest {};
 
+// hyper_mix's operands on a backend: random mixes [tokens, width] and base [width], and the scale of a head's
+// weights (width = n streams) or of a layer's ((2 + n) * n).
+std::array<Tensor, 3> mix_operands(Backend& b, int64_t n, int64_t width, int64_t tokens, uint32_t mixes_seed,
+                                   uint32_t base_seed) {
+  const std::vector<float> scale = width == n ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 1.3f, 2.0f};
+  return {b.from_host_f32(random_values(tokens * width, mixes_seed, 2.0f), {tokens, width}),
+          b.from_host_f32(random_values(width, base_seed), {width}),
+          b.from_host_f32(scale, {static_cast<int64_t>(scale.size())})};
+}
+
 TEST_F(CudaV4OpsTest, HyperMixMatchesCpu) {
   // The full weights of 4 streams (V4's) take the kernel with a lane per stream-mix element; the rest the general one.
   for (const int64_t n : {4, 3}) {
     for (const int64_t width : {n, (2 + n) * n}) {
       for (const int64_t tokens : {1, 7, 300}) {
-        const auto mixes = random_values(tokens * width, 11 + tokens, 2.0f);
-        const auto base = random_values(width, 12);
-        const std::vector<float> scale =
-            width == n ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 1.3f, 2.0f};
         const HyperMixParams params{n, 20, 1e-6f};
         const auto run = [&](Backend& b) {
-          return b.to_host_f32(b.hyper_mix(b.from_host_f32(mixes, {tokens, width}), b.from_host_f32(base, {width}),
-                                           b.from_host_f32(scale, {static_cast<int64_t>(scale.size())}), params));
+          const auto operands = mix_operands(b, n, width, tokens, static_cast<uint32_t>(11 + tokens), 12);
+          return b.to_host_f32(b.hyper_mix(operands[0], operands[1], operands[2], params));
         };
         EXPECT_LE(relative_error(run(*gpu), run(*cpu)), 1e-5)
             << n << " streams, " << width << " mixes, " << tokens << " tokens";
@@ -72,16 +78,10 @@ TEST_F(CudaV4OpsTest, HyperMixCollapseMatchesCpuOpByOp) {
       for (const int64_t hidden : {64, 4096 + 40}) {
         for (const int64_t tokens : {1, 9}) {
           const auto streams = input(testing::random_bf16_values(tokens * n * hidden, 41), {tokens, n, hidden});
-          const auto mixes = random_values(tokens * width, 42 + tokens, 2.0f);
-          const auto base = random_values(width, 43);
-          const std::vector<float> scale =
-              width == n ? std::vector<float>{0.8f} : std::vector<float>{0.8f, 1.3f, 2.0f};
           const HyperMixParams params{n, 20, 1e-6f};
-          const auto operands = [&](Backend& b) {
-            return std::array<Tensor, 3>{b.from_host_f32(mixes, {tokens, width}), b.from_host_f32(base, {width}),
-                                         b.from_host_f32(scale, {static_cast<int64_t>(scale.size())})};
-          };
-          const auto g = operands(*gpu), c = operands(*cpu);
+          const auto seed = static_cast<uint32_t>(42 + tokens);
+          const auto g = mix_operands(*gpu, n, width, tokens, seed, 43);
+          const auto c = mix_operands(*cpu, n, width, tokens, seed, 43);
           const HyperMixed fused = gpu->hyper_mix_collapse(streams.gpu, g[0], g[1], g[2], params);
           const Tensor mix = cpu->hyper_mix(c[0], c[1], c[2], params);
           const Tensor collapsed = cpu->hyper_collapse(streams.cpu, mix);
