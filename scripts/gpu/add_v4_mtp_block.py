@@ -10,6 +10,7 @@ layers' (as the released compress_ratios lists it). Standard library only.
     python3 scripts/gpu/add_v4_mtp_block.py --model DIR
 """
 import argparse
+import functools
 import json
 import os
 import random
@@ -19,6 +20,7 @@ PREFIX = "mtp.0."
 SHARD = "model-mtp.safetensors"
 
 
+@functools.lru_cache(maxsize=None)  # a shard's header once, however many of its tensors are copied
 def read_header(path):
     with open(path, "rb") as f:
         (length,) = struct.unpack("<Q", f.read(8))
