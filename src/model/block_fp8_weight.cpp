@@ -12,10 +12,17 @@ namespace {
 
 constexpr float kE4m3Max = 448.0f;
 
+// The smallest power of two at least `x` (> 0): frexp gives x = m 2^e with m in [0.5, 1), exactly.
+float power_of_two_at_least(float x) {
+  int exponent = 0;
+  const float mantissa = std::frexp(x, &exponent);
+  return std::ldexp(1.0f, mantissa == 0.5f ? exponent - 1 : exponent);
+}
+
 // Quantizes the block at (grid_row, grid_column) into `codes` (the whole weight's) and returns its scale. `block`
 // holds the block's values in float32 (block_rows x block_columns at most).
 float quantize_block(const TensorInfo& weight, int64_t block_rows, int64_t block_columns, int64_t grid_row,
-                     int64_t grid_column, float* block, uint8_t* codes) {
+                     int64_t grid_column, bool power_of_two_scale, float* block, uint8_t* codes) {
   const int64_t rows = weight.shape[0], columns = weight.shape[1];
   const int64_t first_row = grid_row * block_rows, first_column = grid_column * block_columns;
   const int64_t height = std::min(block_rows, rows - first_row), width = std::min(block_columns, columns - first_column);
@@ -41,7 +48,7 @@ float quantize_block(const TensorInfo& weight, int64_t block_rows, int64_t block
   // A block of zeros (or of values so small that amax / 448 underflows float32) gets scale 1: its elements
   // quantize to zero.
   const float amax_scale = amax / kE4m3Max;
-  const float scale = amax_scale > 0.0f ? amax_scale : 1.0f;
+  const float scale = amax_scale > 0.0f ? (power_of_two_scale ? power_of_two_at_least(amax_scale) : amax_scale) : 1.0f;
   for (int64_t r = 0; r < height; ++r) {
     uint8_t* row_codes = codes + (first_row + r) * columns + first_column;
     const float* values = block + r * width;
@@ -52,14 +59,26 @@ float quantize_block(const TensorInfo& weight, int64_t block_rows, int64_t block
 
 }  // namespace
 
-BlockFp8Weight::BlockFp8Weight(const TensorInfo& weight, int64_t block_rows, int64_t block_columns) {
-  if (weight.shape.size() != 2) {
-    fail("{}: tensor '{}' has shape {}; FP8 quantization takes 2-D [out, in] weights", weight.file.string(),
-         weight.name, shape_string(weight.shape));
+BlockFp8Weight::BlockFp8Weight(const TensorInfo& source, int64_t block_rows, int64_t block_columns) {
+  if (source.shape.size() != 2) {
+    fail("{}: tensor '{}' has shape {}; FP8 quantization takes 2-D [out, in] weights", source.file.string(),
+         source.name, shape_string(source.shape));
   }
-  if (weight.dtype != DType::BF16 && weight.dtype != DType::F16 && weight.dtype != DType::F32) {
-    fail("{}: tensor '{}' is {}; FP8 quantization takes BF16, F16 or F32 weights", weight.file.string(), weight.name,
-         dtype_name(weight.dtype));
+  const bool fp4 = source.dtype == DType::F4_E2M1 && source.block_scales;
+  if (source.dtype != DType::BF16 && source.dtype != DType::F16 && source.dtype != DType::F32 && !fp4) {
+    fail("{}: tensor '{}' is {}; FP8 quantization takes BF16, F16 or F32 weights, or FP4 ones with their scales",
+         source.file.string(), source.name, dtype_name(source.dtype));
+  }
+  // An FP4 weight's values are exact in float32 (e2m1 times a power of two).
+  std::vector<float> fp4_values;
+  TensorInfo weight = source;
+  if (fp4) {
+    fp4_values.resize(static_cast<size_t>(source.numel()));
+    dequantize_to_f32(source, fp4_values.data());
+    weight.dtype = DType::F32;
+    weight.data = reinterpret_cast<const std::byte*>(fp4_values.data());
+    weight.size_bytes = fp4_values.size() * sizeof(float);
+    weight.block_scales.reset();
   }
   if (block_rows <= 0 || block_columns <= 0) fail("FP8 quantization: blocks of {}x{}", block_rows, block_columns);
   const int64_t rows = weight.shape[0], columns = weight.shape[1];
@@ -79,7 +98,7 @@ BlockFp8Weight::BlockFp8Weight(const TensorInfo& weight, int64_t block_rows, int
     for (int64_t b = 0; b < num_blocks; ++b) {
       try {
         scale_values_[static_cast<size_t>(b)] = quantize_block(weight, block_rows, block_columns, b / grid_columns,
-                                                               b % grid_columns, block.data(), codes_.data());
+                                                               b % grid_columns, fp4, block.data(), codes_.data());
       } catch (...) {
 #pragma omp critical(block_fp8_error)
         if (!error) error = std::current_exception();

@@ -70,6 +70,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, LoadProgress* prog
            "'mxfp4'); online FP8 takes an unquantized or a block-FP8 checkpoint", config_path.string());
     }
     checkpoint.quantizes_to_fp8_ = !checkpoint.quantization_.block_fp8;
+    checkpoint.repacks_fp4_to_fp8_ = checkpoint.quantization_.fp4_experts;
   }
   checkpoint.attach_block_scales(config_path);
   checkpoint.attach_fp4_expert_scales(config_path);

@@ -18,7 +18,8 @@ class LoadProgress;
 class Checkpoint {
  public:
   // `progress`, where given, learns the checkpoint's size here and the bytes loaded from the WeightLoader.
-  // `online` fp8 fails for an MXFP4 checkpoint and leaves a block-FP8 one as it is (as vLLM does).
+  // `online` fp8 fails for an MXFP4 checkpoint and leaves a block-FP8 one as it is (as vLLM does), but for
+  // DeepSeek-V4's FP4 experts, which it repacks as block FP8.
   static Checkpoint open(const std::filesystem::path& dir, LoadProgress* progress = nullptr,
                          OnlineQuantization online = OnlineQuantization::none);
 
@@ -31,6 +32,8 @@ class Checkpoint {
   const QuantizationConfig& quantization() const { return quantization_; }
   // Whether the linear weights it stores unquantized are quantized to block FP8 as they load (WeightLoader).
   bool quantizes_to_fp8() const { return quantizes_to_fp8_; }
+  // Whether its FP4 experts (DeepSeek-V4's expert_dtype "fp4") reach the backend as block FP8 (WeightLoader).
+  bool repacks_fp4_to_fp8() const { return repacks_fp4_to_fp8_; }
 
  private:
   // Points each F8_E4M3 weight's index entry at a copy with its `_scale_inv` (DeepSeek-V4's released naming:
@@ -52,6 +55,7 @@ class Checkpoint {
   std::vector<std::shared_ptr<const TensorInfo>> scaled_weights_;
   QuantizationConfig quantization_;
   bool quantizes_to_fp8_ = false;
+  bool repacks_fp4_to_fp8_ = false;
   LoadProgress* progress_ = nullptr;
 };
 

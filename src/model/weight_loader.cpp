@@ -62,13 +62,17 @@ WeightLoader WeightLoader::grouped_weights() const {
   WeightLoader quantized(*this);
   quantized.takes_quantized_ = true;
   quantized.loads_linear_weights_ = false;
-  if (checkpoint_.quantizes_to_fp8()) quantized.fp8_weights_ = std::make_shared<Fp8Weights>();
+  if (checkpoint_.quantizes_to_fp8() || checkpoint_.repacks_fp4_to_fp8()) {
+    quantized.fp8_weights_ = std::make_shared<Fp8Weights>();
+  }
   return quantized;
 }
 
 const TensorInfo& WeightLoader::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
   const TensorInfo& info = checkpoint_.get(name, shape);
-  if (!fp8_weights_ || !quantizes_online(info)) return info;
+  const bool to_fp8 = (checkpoint_.quantizes_to_fp8() && quantizes_online(info)) ||
+                      (checkpoint_.repacks_fp4_to_fp8() && info.dtype == DType::F4_E2M1);
+  if (!fp8_weights_ || !to_fp8) return info;
   std::unique_ptr<BlockFp8Weight>& quantized = (*fp8_weights_)[name];
   if (!quantized) quantized = std::make_unique<BlockFp8Weight>(info);
   return quantized->info();
@@ -76,7 +80,7 @@ const TensorInfo& WeightLoader::tensor(const std::string& name, const std::vecto
 
 int64_t WeightLoader::checkpoint_bytes(const TensorInfo& part) const {
   if (fp8_weights_ && fp8_weights_->count(part.name)) {
-    return part.numel() * static_cast<int64_t>(dtype_size(checkpoint_.get(part.name).dtype));
+    return static_cast<int64_t>(dtype_bytes(checkpoint_.get(part.name).dtype, part.numel()));
   }
   int64_t bytes = static_cast<int64_t>(part.size_bytes);
   if (part.block_scales) bytes += static_cast<int64_t>(part.block_scales->scales->size_bytes);

@@ -63,7 +63,8 @@ class WeightLoader {
   // picks the kernel. The plain loader refuses a quantized tensor, so one where the architecture has no quantized op (an
   // embedding, a norm, a router, a bias, the lm_head) fails at load, naming it. Under online FP8
   // (Checkpoint::quantizes_to_fp8) this loader's 2-D BF16, F16 and F32 tensors reach the backend as block FP8
-  // (BlockFp8Weight), each quantized whole, once, so that shards keep the whole weight's grid as a checkpoint's do.
+  // (BlockFp8Weight), each quantized whole, once, so that shards keep the whole weight's grid as a checkpoint's do;
+  // so do DeepSeek-V4's FP4 experts (Checkpoint::repacks_fp4_to_fp8).
   WeightLoader linear_weights() const;
   // The same for weights that may be quantized but that Backend::grouped_linear multiplies (DeepSeek-V4's grouped
   // output projection): the backend receives them through Backend::load_weight.
@@ -95,7 +96,8 @@ class WeightLoader {
  private:
   using Fp8Weights = std::unordered_map<std::string, std::unique_ptr<BlockFp8Weight>>;
 
-  // The checkpoint tensor, or its online FP8 quantization on a linear_weights() loader under online FP8.
+  // The checkpoint tensor, or its online FP8 quantization on a linear_weights() loader under online FP8 (an FP4
+  // expert's repacking, Checkpoint::repacks_fp4_to_fp8).
   const TensorInfo& tensor(const std::string& name, const std::vector<int64_t>& shape) const;
   // The bytes of checkpoint tensors `part` loads, for the load progress: an online-quantized part's elements as the
   // checkpoint stores them.

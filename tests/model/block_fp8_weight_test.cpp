@@ -1,5 +1,6 @@
 // Online FP8's quantizer against blocks computed by hand: per block, scale = max |x| / 448 and codes the e4m3 values
-// nearest x / scale (ties to even); partial edge blocks, a block of zeros, values above 448 and negative values.
+// nearest x / scale (ties to even); partial edge blocks, a block of zeros, values above 448 and negative values. An
+// FP4 weight's repacking (power-of-two scales) against its exact values.
 #include "model/block_fp8_weight.h"
 
 #include <gtest/gtest.h>
@@ -125,8 +126,84 @@ TEST(BlockFp8WeightTest, RefusesWhatItCannotQuantize) {
       << error_of(f32_tensor("w", {2, 2}, values));
   TensorInfo ints = f32_tensor("ids", {2, 2}, values);
   ints.dtype = DType::I32;
-  EXPECT_NE(error_of(ints).find("tensor 'ids' is I32; FP8 quantization takes BF16, F16 or F32 weights"),
+  EXPECT_NE(error_of(ints).find("tensor 'ids' is I32; FP8 quantization takes BF16, F16 or F32 weights, or FP4 ones "
+                                 "with their scales"),
             std::string::npos);
+}
+
+// An FP4 weight [rows, 256] whose group g of 32 inputs in row r has scale 2^(exponent(r, g) - 127); its codes run
+// through all 16 e2m1 codes.
+struct Fp4Weight {
+  std::vector<uint8_t> packed, exponents;
+  TensorInfo scales, weight;
+
+  Fp4Weight(int64_t rows, uint8_t (*exponent)(int64_t row, int64_t group)) {
+    const int64_t columns = 256, groups = columns / 32;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t g = 0; g < groups; ++g) exponents.push_back(exponent(r, g));
+      for (int64_t c = 0; c < columns; c += 2) {
+        packed.push_back(static_cast<uint8_t>(((r + c) % 16) | ((r + c + 1) % 16) << 4));
+      }
+    }
+    scales.name = "w.scale";
+    scales.file = "model.safetensors";
+    scales.dtype = DType::F8_E8M0;
+    scales.shape = {rows, groups};
+    scales.data = reinterpret_cast<const std::byte*>(exponents.data());
+    scales.size_bytes = exponents.size();
+    weight.name = "w";
+    weight.file = "model.safetensors";
+    weight.dtype = DType::F4_E2M1;
+    weight.shape = {rows, columns};
+    weight.data = reinterpret_cast<const std::byte*>(packed.data());
+    weight.size_bytes = packed.size();
+    weight.block_scales = BlockScales{&scales, 1, 32, 0, 0};
+  }
+
+  std::vector<float> values() const {
+    std::vector<float> out(static_cast<size_t>(weight.numel()));
+    dequantize_to_f32(weight, out.data());
+    return out;
+  }
+};
+
+std::vector<float> dequantized(const TensorInfo& fp8) {
+  std::vector<float> out(static_cast<size_t>(fp8.numel()));
+  dequantize_to_f32(fp8, out.data());
+  return out;
+}
+
+// Group scales spanning 2^14 within each 128 x 128 block (2^-10 .. 2^4, and a block of 2^20 .. 2^34): every value
+// is an e4m3 code times the block's power-of-two scale, exactly; the block's largest value (6 x its largest group
+// scale) lands in (224, 448].
+TEST(BlockFp8WeightTest, RepacksFp4WithinTwoToTheFourteenExactly) {
+  const Fp4Weight fp4(256, [](int64_t row, int64_t group) {
+    return static_cast<uint8_t>((row < 128 ? 117 : 147) + (row + 3 * group) % 15);
+  });
+  const BlockFp8Weight fp8(fp4.weight);
+  EXPECT_EQ(fp8.info().dtype, DType::F8_E4M3);
+  EXPECT_EQ(dequantized(fp8.info()), fp4.values());
+  for (const float scale : scales(fp8.info())) {
+    int exponent = 0;
+    EXPECT_EQ(std::frexp(scale, &exponent), 0.5f) << scale << " is not a power of two";
+  }
+  const auto [first, second] = std::pair{scales(fp8.info())[0], scales(fp8.info())[2]};
+  EXPECT_EQ(first, std::ldexp(1.0f, 4 - 6));  // 6 x 2^4 = 96 over 2^-2: 384
+  EXPECT_EQ(second, std::ldexp(1.0f, 34 - 6));
+}
+
+// Past 2^14 the smallest values are no e4m3 code times the scale: each becomes the nearest one.
+TEST(BlockFp8WeightTest, RepacksFp4PastTwoToTheFourteenToTheNearestCode) {
+  const Fp4Weight fp4(128, [](int64_t, int64_t group) { return static_cast<uint8_t>(group == 0 ? 107 : 127); });
+  const BlockFp8Weight fp8(fp4.weight);
+  const std::vector<float> exact = fp4.values(), repacked = dequantized(fp8.info());
+  const float scale = scales(fp8.info())[0];
+  int inexact = 0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    EXPECT_EQ(repacked[i], f8_e4m3_to_f32(f32_to_f8_e4m3(exact[i] / scale)) * scale) << i;
+    inexact += repacked[i] != exact[i];
+  }
+  EXPECT_GT(inexact, 0);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
+#include "model/weight_loader.h"
 #include "quantized_checkpoint.h"
 #include "run_command.h"
 
@@ -296,10 +297,18 @@ TEST(DeepseekV4ReleasedTest, ShardedSourceConvertsShardByShard) {
   EXPECT_EQ(golden_logits(base / "released"), golden_logits(fp4_conversion().released));
 }
 
-// As any block-FP8 checkpoint, the released one loads as it is under --quantization fp8.
-TEST(DeepseekV4ReleasedTest, OnlineFp8LoadsItAsItIs) {
+// Under --quantization fp8 the released checkpoint loads as it is but for its FP4 experts, which reach the backend
+// as block FP8 of the same values (BlockFp8Weight's repacking is exact for these scales): the same logits.
+TEST(DeepseekV4ReleasedTest, OnlineFp8RepacksTheFp4ExpertsExactly) {
   const fs::path released = fp4_conversion().released;
   EXPECT_EQ(golden_logits(released, OnlineQuantization::fp8), golden_logits(released));
+  auto backend = make_cpu_backend(1);
+  const auto expert_dtype = [&](OnlineQuantization quantization, const std::string& name) {
+    const Checkpoint checkpoint = Checkpoint::open(released, nullptr, quantization);
+    return WeightLoader(checkpoint, *backend).linear_weights().info(name, {64, 32}).dtype;
+  };
+  EXPECT_EQ(expert_dtype(OnlineQuantization::none, "layers.0.ffn.experts.7.w2.weight"), DType::F4_E2M1);
+  EXPECT_EQ(expert_dtype(OnlineQuantization::fp8, "layers.0.ffn.experts.7.w2.weight"), DType::F8_E4M3);
 }
 
 TEST(DeepseekV4ReleasedTest, ConvertCommand) {
