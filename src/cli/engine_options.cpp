@@ -26,7 +26,8 @@ void ModelFlags::add_to(CLI::App& cmd, bool model_required) {
   cmd.add_option("--quantization", quantization,
                  "none, or fp8: quantize the linear layers' and experts' bf16/f16/f32 weights to block FP8 at load "
                  "(128x128 blocks with float32 scales, the layout of DeepSeek's FP8 checkpoints; vLLM's online FP8). "
-                 "A block-FP8 checkpoint loads as it is; other quantized checkpoints are refused")
+                 "A block-FP8 checkpoint loads as it is, but for DeepSeek-V4's FP4 experts, repacked as block FP8 (twice their "
+                 "bytes; the FP8 expert kernels); other quantized checkpoints are refused")
       ->check(CLI::IsMember({"none", "fp8"}))
       ->capture_default_str();
 }
