@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, FineGrainedFP8Config
 
-from transformers_fixtures import check_tern, greedy_24, logits, random_model, relative_error
+from transformers_fixtures import check_tern, fixture_prompts, logits, random_model, relative_error, write_goldens
 
 # Small shapes of each architecture, every linear dimension a multiple of 128.
 CONFIGS = {
@@ -154,27 +154,14 @@ def make(arch, out, seed):
     shutil.rmtree(target, ignore_errors=True)
     quantized.save_pretrained(target, safe_serialization=True)
 
-    generator = torch.Generator().manual_seed(seed + 1)
-    vocab = config.vocab_size
-    prompts = [[1], torch.randint(3, vocab, (7,), generator=generator).tolist(),
-               torch.randint(3, vocab, (40,), generator=generator).tolist()]
+    prompts = fixture_prompts(config.vocab_size, seed + 1)
     dequantized, fp8_names = dequantized_state(target)
     hf_fp8, yardstick = fp8_yardstick(arch, quantized, config, dequantized, fp8_names, prompts)
-    reference_model = dequantized_model(config, dequantized, torch.float64)
-    reference = logits(reference_model, prompts)
-    greedy = greedy_24(reference_model, prompts)
-    save_file(reference, os.path.join(target, 'golden_logits.safetensors'))
-    save_file(hf_fp8, os.path.join(target, 'hf_fp8_logits.safetensors'))
-    error = relative_error(hf_fp8, reference)
-    import transformers
-    json.dump({'model_type': model_type, 'prompts': prompts, 'greedy_24': greedy,
-               'reference': f'transformers {transformers.__version__}, float64 forward over the exactly dequantized '
-                            f'block-FP8 weights in model.safetensors',
-               'yardstick': yardstick, 'fp8_relative_error': error},
-              open(os.path.join(target, 'golden.json'), 'w'), indent=1)
+    reference, error = write_goldens(
+        target, model_type, prompts, dequantized_model(config, dequantized, torch.float64),
+        'float64 forward over the exactly dequantized block-FP8 weights in model.safetensors', hf_fp8,
+        'hf_fp8_logits.safetensors', yardstick, 'fp8_relative_error')
     shutil.rmtree(bf16_dir)
-    files = ', '.join(f'{f} {os.path.getsize(os.path.join(target, f))} B' for f in sorted(os.listdir(target)))
-    print(f'{arch}: wrote {target} ({files}); {yardstick} vs float64 reference: {error:.3e}')
     return target, prompts, reference, error
 
 

@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, Mxfp4Config
 
-from transformers_fixtures import check_tern, greedy_24, logits, random_model, relative_error
+from transformers_fixtures import check_tern, fixture_prompts, logits, random_model, write_goldens
 
 CONFIG = dict(vocab_size=512, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
@@ -96,25 +96,13 @@ def make(out, seed):
                              f'codes written (max |diff| {float((theirs - values).abs().max()):.3e})')
     print(f'transformers read the {len(expected)} MXFP4 expert tensors as written')
 
-    generator = torch.Generator().manual_seed(seed + 1)
-    prompts = [[1], torch.randint(3, config.vocab_size, (7,), generator=generator).tolist(),
-               torch.randint(3, config.vocab_size, (40,), generator=generator).tolist()]
+    prompts = fixture_prompts(config.vocab_size, seed + 1)
     yardstick = logits(model, prompts)
-    reference_model = model.to(torch.float64)
-    reference = logits(reference_model, prompts)
-    greedy = greedy_24(reference_model, prompts)
-    save_file(reference, os.path.join(target, 'golden_logits.safetensors'))
-    save_file(yardstick, os.path.join(target, 'hf_bf16_logits.safetensors'))
-    error = relative_error(yardstick, reference)
-    import transformers
-    json.dump({'model_type': 'gpt_oss', 'prompts': prompts, 'greedy_24': greedy,
-               'reference': f'transformers {transformers.__version__}, float64 forward over the experts it '
-                            f'dequantized from model.safetensors (Mxfp4Config(dequantize=True))',
-               'yardstick': 'transformers bf16 forward over the same dequantized weights',
-               'bf16_relative_error': error},
-              open(os.path.join(target, 'golden.json'), 'w'), indent=1)
-    files = ', '.join(f'{f} {os.path.getsize(os.path.join(target, f))} B' for f in sorted(os.listdir(target)))
-    print(f'wrote {target} ({files}); bf16 yardstick vs float64 reference: {error:.3e}')
+    reference, error = write_goldens(
+        target, 'gpt_oss', prompts, model.to(torch.float64),
+        'float64 forward over the experts it dequantized from model.safetensors (Mxfp4Config(dequantize=True))',
+        yardstick, 'hf_bf16_logits.safetensors', 'transformers bf16 forward over the same dequantized weights',
+        'bf16_relative_error')
     return target, prompts, reference, error
 
 

@@ -1,10 +1,11 @@
 """What the fixture makers (make_fp8_fixtures.py, make_mxfp4_fixture.py) share: a random model from transformers,
-its logits and greedy tokens over the prompts, the relative error the tests use, and the check of `tern logits`
-against a fixture's reference."""
-import os, subprocess, tempfile
+the prompts, the goldens (logits and greedy tokens of the float64 reference, the yardstick's logits, golden.json),
+the relative error the tests use, and the check of `tern logits` against a fixture's reference."""
+import json, os, subprocess, tempfile
 
 import torch
-from safetensors.torch import load_file
+import transformers
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 
@@ -40,6 +41,33 @@ def greedy_24(model, prompts):
                                        pad_token_id=0, eos_token_id=None)
             greedy.append(generated[0, len(prompt):].tolist())
     return greedy
+
+
+def fixture_prompts(vocab, seed):
+    """A fixture's three prompts: token 1 alone, then 7 and 40 random ids."""
+    generator = torch.Generator().manual_seed(seed)
+    return [[1], torch.randint(3, vocab, (7,), generator=generator).tolist(),
+            torch.randint(3, vocab, (40,), generator=generator).tolist()]
+
+
+def write_goldens(target, model_type, prompts, reference_model, reference, yardstick_logits, yardstick_file,
+                  yardstick, error_key):
+    """Into `target`: golden_logits.safetensors (reference_model's logits of the prompts), the yardstick's logits
+    as yardstick_file and golden.json (the prompts, the reference's greedy tokens, what made the reference and the
+    yardstick, the yardstick's error as error_key). Prints what it wrote; returns the reference logits and the
+    yardstick's error."""
+    reference_logits = logits(reference_model, prompts)
+    greedy = greedy_24(reference_model, prompts)
+    save_file(reference_logits, os.path.join(target, 'golden_logits.safetensors'))
+    save_file(yardstick_logits, os.path.join(target, yardstick_file))
+    error = relative_error(yardstick_logits, reference_logits)
+    json.dump({'model_type': model_type, 'prompts': prompts, 'greedy_24': greedy,
+               'reference': f'transformers {transformers.__version__}, {reference}', 'yardstick': yardstick,
+               error_key: error},
+              open(os.path.join(target, 'golden.json'), 'w'), indent=1)
+    files = ', '.join(f'{f} {os.path.getsize(os.path.join(target, f))} B' for f in sorted(os.listdir(target)))
+    print(f'{model_type}: wrote {target} ({files}); {yardstick} vs float64 reference: {error:.3e}')
+    return reference_logits, error
 
 
 def relative_error(a, b):
