@@ -69,12 +69,26 @@ BlockFp8Weight::BlockFp8Weight(const TensorInfo& source, int64_t block_rows, int
     fail("{}: tensor '{}' is {}; FP8 quantization takes BF16, F16 or F32 weights, or FP4 ones with their scales",
          source.file.string(), source.name, dtype_name(source.dtype));
   }
-  // An FP4 weight's values are exact in float32 (e2m1 times a power of two).
+  // An FP4 weight's values are exact in float32 (e2m1 times a power of two). The cores take chunks of rows: a
+  // real DeepSeek-V4 has billions of FP4 expert weights.
   std::vector<float> fp4_values;
   TensorInfo weight = source;
   if (fp4) {
+    const int64_t rows = source.shape[0], columns = source.shape[1];
+    if (columns % 2 != 0) {
+      fail("{}: FP4 tensor '{}' has {} columns, not whole bytes", source.file.string(), source.name, columns);
+    }
     fp4_values.resize(static_cast<size_t>(source.numel()));
-    dequantize_to_f32(source, fp4_values.data());
+    constexpr int64_t kChunkRows = 64;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t begin = 0; begin < rows; begin += kChunkRows) {
+      TensorInfo chunk = source;
+      chunk.shape[0] = std::min(kChunkRows, rows - begin);
+      chunk.data = source.data + static_cast<size_t>(begin * columns / 2);
+      chunk.size_bytes = static_cast<size_t>(chunk.shape[0] * columns / 2);
+      chunk.block_scales->first_row += begin;
+      dequantize_to_f32(chunk, fp4_values.data() + begin * columns);
+    }
     weight.dtype = DType::F32;
     weight.data = reinterpret_cast<const std::byte*>(fp4_values.data());
     weight.size_bytes = fp4_values.size() * sizeof(float);
