@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -71,7 +72,9 @@ float f16_to_f32(uint16_t bits) {
   return value;
 }
 
-float f8_e4m3_to_f32(uint8_t bits) {
+namespace {
+
+float decode_e4m3(uint8_t bits) {
   const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
   const int exponent = (bits >> 3) & 0xf;
   const int mantissa = bits & 0x7;
@@ -81,17 +84,30 @@ float f8_e4m3_to_f32(uint8_t bits) {
   return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 7 - 3);
 }
 
+// Every code's value: the CPU backend dequantizes a block-FP8 checkpoint's billions of codes at load.
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> table{};
+    for (int code = 0; code < 256; ++code) table[static_cast<size_t>(code)] = decode_e4m3(static_cast<uint8_t>(code));
+    return table;
+  }();
+  return values;
+}
+
+// Every code's value, for the same reason: a real DeepSeek-V4 has billions of FP4 expert weights.
+constexpr float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+}  // namespace
+
+float f8_e4m3_to_f32(uint8_t bits) { return e4m3_values()[bits]; }
+
 float f8_e8m0_to_f32(uint8_t bits) {
   if (bits == 0xff) return std::numeric_limits<float>::quiet_NaN();
   return std::ldexp(1.0f, static_cast<int>(bits) - 127);  // 2^-127 is a float32 subnormal, still exact
 }
 
-// A table: loading a real DeepSeek-V4's FP4 experts converts billions of codes.
-float f4_e2m1_to_f32(uint8_t nibble) {
-  static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-  return kValues[nibble & 0xfu];
-}
+float f4_e2m1_to_f32(uint8_t nibble) { return kE2m1Values[nibble & 0xfu]; }
 
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
   switch (dtype) {
@@ -120,7 +136,8 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
     }
     case DType::F8_E4M3: {
       const auto* in = static_cast<const uint8_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = f8_e4m3_to_f32(in[i]);
+      const std::array<float, 256>& values = e4m3_values();
+      for (size_t i = 0; i < count; ++i) dst[i] = values[in[i]];
       return;
     }
     case DType::F8_E8M0: {
@@ -141,10 +158,10 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
     case DType::F4_E2M1: {
       const auto* in = static_cast<const uint8_t*>(src);
       for (size_t i = 0; i + 1 < count; i += 2) {
-        dst[i] = f4_e2m1_to_f32(in[i / 2] & 0xf);
-        dst[i + 1] = f4_e2m1_to_f32(in[i / 2] >> 4);
+        dst[i] = kE2m1Values[in[i / 2] & 0xf];
+        dst[i + 1] = kE2m1Values[in[i / 2] >> 4];
       }
-      if (count % 2 != 0) dst[count - 1] = f4_e2m1_to_f32(in[count / 2] & 0xf);
+      if (count % 2 != 0) dst[count - 1] = kE2m1Values[in[count / 2] & 0xf];
       return;
     }
   }
