@@ -12,6 +12,20 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+size_t row_bytes(const TensorInfo& info) {
+  return info.shape.empty() || info.shape[0] == 0 ? 0 : info.size_bytes / static_cast<size_t>(info.shape[0]);
+}
+
+TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count) {
+  TensorInfo view = info;
+  const size_t bytes = row_bytes(info);
+  view.data = info.data + static_cast<size_t>(begin) * bytes;
+  view.shape[0] = count;
+  view.size_bytes = static_cast<size_t>(count) * bytes;
+  if (view.block_scales) view.block_scales->first_row += begin;
+  return view;
+}
+
 void dequantize_to_f32(const TensorInfo& info, float* dst) {
   convert_to_f32(info.dtype, info.data, dst, static_cast<size_t>(info.numel()));
   if (!info.block_scales) return;

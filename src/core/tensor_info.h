@@ -44,6 +44,11 @@ struct TensorInfo {
 
 std::string shape_string(const std::vector<int64_t>& shape);
 
+// Bytes of one index of dimension 0 (a row of a 2-D tensor); 0 for a tensor without rows.
+size_t row_bytes(const TensorInfo& info);
+// Rows [begin, begin + count) of `info`, viewing its memory; a block-quantized one keeps its whole weight's blocks.
+TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count);
+
 // The tensor's values as float32 into dst[numel()]: converted from its dtype and, for a block-quantized weight,
 // multiplied by its block's scale in float32, as DeepSeek's inference/kernel.py weight_dequant does (exact for bf16
 // and f16 scales, whose products with an e4m3 value fit float32's significand, and for e8m0 scales, powers of two).

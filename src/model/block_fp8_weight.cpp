@@ -82,12 +82,8 @@ BlockFp8Weight::BlockFp8Weight(const TensorInfo& source, int64_t block_rows, int
     constexpr int64_t kChunkRows = 64;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t begin = 0; begin < rows; begin += kChunkRows) {
-      TensorInfo chunk = source;
-      chunk.shape[0] = std::min(kChunkRows, rows - begin);
-      chunk.data = source.data + static_cast<size_t>(begin * columns / 2);
-      chunk.size_bytes = static_cast<size_t>(chunk.shape[0] * columns / 2);
-      chunk.block_scales->first_row += begin;
-      dequantize_to_f32(chunk, fp4_values.data() + begin * columns);
+      const int64_t count = std::min(kChunkRows, rows - begin);
+      dequantize_to_f32(row_view(source, begin, count), fp4_values.data() + begin * columns);
     }
     weight.dtype = DType::F32;
     weight.data = reinterpret_cast<const std::byte*>(fp4_values.data());

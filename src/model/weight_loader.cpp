@@ -10,21 +10,6 @@ namespace tern {
 
 namespace {
 
-size_t row_bytes(const TensorInfo& info) {
-  return info.shape.empty() || info.shape[0] == 0 ? 0 : info.size_bytes / static_cast<size_t>(info.shape[0]);
-}
-
-// Rows [begin, begin + count) of `info`, viewing its memory.
-TensorInfo row_view(const TensorInfo& info, int64_t begin, int64_t count) {
-  TensorInfo view = info;
-  const size_t bytes = row_bytes(info);
-  view.data = info.data + static_cast<size_t>(begin) * bytes;
-  view.shape[0] = count;
-  view.size_bytes = static_cast<size_t>(count) * bytes;
-  if (view.block_scales) view.block_scales->first_row += begin;
-  return view;
-}
-
 // Element types that are only the codes or scales of a quantized weight (MXFP4's U8 blocks and scales and
 // DeepSeek-V4's I8 FP4 experts included).
 bool needs_block_scales(DType dtype) {

@@ -15,15 +15,21 @@
 namespace tern {
 namespace {
 
-TensorInfo f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
+// A tensor of model.safetensors over `bytes` bytes at `data`.
+TensorInfo host_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data,
+                       size_t bytes) {
   TensorInfo info;
   info.name = name;
   info.file = "model.safetensors";
-  info.dtype = DType::F32;
+  info.dtype = dtype;
   info.shape = std::move(shape);
-  info.data = reinterpret_cast<const std::byte*>(values.data());
-  info.size_bytes = values.size() * sizeof(float);
+  info.data = static_cast<const std::byte*>(data);
+  info.size_bytes = bytes;
   return info;
+}
+
+TensorInfo f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
+  return host_tensor(name, DType::F32, std::move(shape), values.data(), values.size() * sizeof(float));
 }
 
 std::vector<uint8_t> codes(const TensorInfo& info) {
@@ -145,31 +151,16 @@ struct Fp4Weight {
         packed.push_back(static_cast<uint8_t>(((r + c) % 16) | ((r + c + 1) % 16) << 4));
       }
     }
-    scales.name = "w.scale";
-    scales.file = "model.safetensors";
-    scales.dtype = DType::F8_E8M0;
-    scales.shape = {rows, groups};
-    scales.data = reinterpret_cast<const std::byte*>(exponents.data());
-    scales.size_bytes = exponents.size();
-    weight.name = "w";
-    weight.file = "model.safetensors";
-    weight.dtype = DType::F4_E2M1;
-    weight.shape = {rows, columns};
-    weight.data = reinterpret_cast<const std::byte*>(packed.data());
-    weight.size_bytes = packed.size();
+    scales = host_tensor("w.scale", DType::F8_E8M0, {rows, groups}, exponents.data(), exponents.size());
+    weight = host_tensor("w", DType::F4_E2M1, {rows, columns}, packed.data(), packed.size());
     weight.block_scales = BlockScales{&scales, 1, 32, 0, 0};
-  }
-
-  std::vector<float> values() const {
-    std::vector<float> out(static_cast<size_t>(weight.numel()));
-    dequantize_to_f32(weight, out.data());
-    return out;
   }
 };
 
-std::vector<float> dequantized(const TensorInfo& fp8) {
-  std::vector<float> out(static_cast<size_t>(fp8.numel()));
-  dequantize_to_f32(fp8, out.data());
+// A quantized weight's values, each code times its block's scale.
+std::vector<float> dequantized(const TensorInfo& weight) {
+  std::vector<float> out(static_cast<size_t>(weight.numel()));
+  dequantize_to_f32(weight, out.data());
   return out;
 }
 
@@ -182,7 +173,7 @@ TEST(BlockFp8WeightTest, RepacksFp4WithinTwoToTheFourteenExactly) {
   });
   const BlockFp8Weight fp8(fp4.weight);
   EXPECT_EQ(fp8.info().dtype, DType::F8_E4M3);
-  EXPECT_EQ(dequantized(fp8.info()), fp4.values());
+  EXPECT_EQ(dequantized(fp8.info()), dequantized(fp4.weight));
   for (const float scale : scales(fp8.info())) {
     int exponent = 0;
     EXPECT_EQ(std::frexp(scale, &exponent), 0.5f) << scale << " is not a power of two";
@@ -196,7 +187,7 @@ TEST(BlockFp8WeightTest, RepacksFp4WithinTwoToTheFourteenExactly) {
 TEST(BlockFp8WeightTest, RepacksFp4PastTwoToTheFourteenToTheNearestCode) {
   const Fp4Weight fp4(128, [](int64_t, int64_t group) { return static_cast<uint8_t>(group == 0 ? 107 : 127); });
   const BlockFp8Weight fp8(fp4.weight);
-  const std::vector<float> exact = fp4.values(), repacked = dequantized(fp8.info());
+  const std::vector<float> exact = dequantized(fp4.weight), repacked = dequantized(fp8.info());
   const float scale = scales(fp8.info())[0];
   int inexact = 0;
   for (size_t i = 0; i < exact.size(); ++i) {

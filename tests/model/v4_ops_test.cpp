@@ -1,6 +1,6 @@
 // DeepSeek-V4's CPU ops against their definitions: the mHC weights (sigmoids and a doubly-stochastic stream mix)
-// and the fused mix-and-collapse, the compressors' softmax-gated pooling (one pass equal to token-by-token, HCA and CSA), the Lightning Indexer's
-// causal top-k. The whole model is checked against transformers in moe_golden_test.cpp.
+// and the fused mix-and-collapse, the compressors' softmax-gated pooling (one pass equal to token-by-token, HCA and
+// CSA), the Lightning Indexer's causal top-k. The whole model is checked against transformers in moe_golden_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
