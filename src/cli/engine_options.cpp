@@ -75,7 +75,8 @@ void EngineFlags::add_to(CLI::App& cmd) {
                  "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer), '{\"method\": "
                  "\"deepseek_mtp\", \"num_speculative_tokens\": 1}' (the multi-token prediction layer of DeepSeek-V3 and V4 checkpoints) "
                  "or '{\"method\": \"eagle3\", \"model\": DIR, \"num_speculative_tokens\": 3}' (an EAGLE-3 head); "
-                 "greedy outputs are unchanged, sampled ones keep their distribution. Turns --overlap-schedule off");
+                 "greedy outputs are unchanged, sampled ones keep their distribution. With --overlap-schedule on, verify "
+                 "steps are applied at once, and only prompt lookup drafts while a step is in flight");
   cmd.add_option("--host-kv-cache-memory", host_kv_cache_memory,
                  "Host-memory tier under the KV cache, e.g. 32GiB (pinned on GPUs; default: none): prefix-cache "
                  "blocks the device evicts go there, and a later prompt sharing them loads them back instead of "

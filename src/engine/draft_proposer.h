@@ -20,6 +20,9 @@ struct DraftRequest {
   std::span<const int32_t> token_ids;  // prompt and output so far, the last not yet computed
   int32_t num_prompt_tokens = 0;
   int32_t max_draft_tokens = 0;  // >= 1: the proposer's k, bounded by what the sequence may still generate
+  // Overlap scheduling: the step in flight is sampling one more token, unknown to the host, after token_ids. The
+  // drafts go after that token (only proposers with drafts_past_token_in_flight() get such requests).
+  bool next_token_in_flight = false;
 };
 
 // Draft tokens by sequence id; a sequence left out (or given none) decodes one token.
@@ -41,6 +44,10 @@ class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
   virtual DraftTokens propose(std::span<const DraftRequest> requests) = 0;
+  // Whether propose() drafts after a token in flight (DraftRequest::next_token_in_flight), so that the overlap
+  // scheduler may launch a verify step before it applies the step in flight. Without, the engine applies that step
+  // before each proposal: its drafts need every token.
+  virtual bool drafts_past_token_in_flight() const { return false; }
   // Drops what the proposer keeps for sequences that have finished.
   virtual void forget(std::span<const uint64_t> sequence_ids) { (void)sequence_ids; }
   // Whether observe() reads the target's hidden states (Model::forward_with_hidden_states), which cost the target a

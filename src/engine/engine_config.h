@@ -36,9 +36,10 @@ struct EngineConfig {
   // Expert-parallel load balancing (EPLB): every this many steps the MoE experts are placed again by the load
   // measured since the last placement (ShardedModel::rebalance_experts); 0: never. Needs expert parallelism.
   int64_t eplb_interval_steps = 0;
-  // Speculative decoding (vLLM's --speculative-config); nullopt: one token per decode step. Turns overlap
-  // scheduling off (a step's token count is known only once its drafts are verified) and, with an MTP layer,
-  // recorded steps (the MTP layer reads every step's hidden states).
+  // Speculative decoding (vLLM's --speculative-config); nullopt: one token per decode step. With overlap
+  // scheduling a verify step is applied at once (its token count is known only once its drafts are verified); it
+  // is launched before the one-token step in flight is applied where its proposer drafts past a token in flight
+  // (prompt lookup), while a model's drafts wait for that step (DraftProposer::drafts_past_token_in_flight).
   std::optional<SpeculativeConfig> speculative;
   // The KV cache's tiers below the device pool (SGLang's HiCache, vLLM's KV offloading). A host pool of this many
   // bytes (0: none; pinned memory on CUDA) takes the prefix cache's blocks the device evicts, or every cached block

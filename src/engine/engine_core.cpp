@@ -306,7 +306,7 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
                    static_cast<long long>(budget_.num_blocks) * scheduler_block_size);
     }
   }
-  overlap_schedule_ = config.overlap_schedule && !config.speculative;
+  overlap_schedule_ = config.overlap_schedule;
   if (config.speculative) {
     const SpeculativeConfig& speculative = *config.speculative;
     num_speculative_tokens_ = speculative.num_speculative_tokens;
@@ -482,14 +482,6 @@ std::vector<PendingStep> EngineCore::launch(const StepPlan& plan) {
 std::vector<RequestOutput> EngineCore::step() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  DraftTokens drafts;
-  if (proposer_) drafts = proposer_->propose(scheduler_->draft_requests(num_speculative_tokens_));
-  StepPlan plan = scheduler_->schedule(drafts);
-  if (proposer_) proposer_->forget(plan.finished_sequence_ids);
-  const auto scheduled = Clock::now();
-  // Running ahead needs the step's input only on the device: every row sampled there. The leader decides for all
-  // ranks (their samplers are alike).
-  const bool run_ahead = overlap_schedule_ && !plan.chunks.empty() && leader().samples_on_device(plan);
   std::vector<RequestOutput> outputs;
   const auto append = [&](std::vector<RequestOutput> more) {
     outputs.insert(outputs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
@@ -511,9 +503,25 @@ std::vector<RequestOutput> EngineCore::step() {
     in_flight_.reset();
     finish_timed(previous.plan, std::move(previous.ranks));
   };
-  // A step that samples on the host reads its logits at launch, after the host applied the step in flight (its
-  // samplers need that step's tokens): the pipeline drains first. An empty plan drains it too.
-  if (!run_ahead) apply_in_flight();
+  // A proposer that needs every token to draft gets them: the pipeline drains first.
+  if (proposer_ && !proposer_->drafts_past_token_in_flight()) apply_in_flight();
+  const auto scheduling = Clock::now();
+  DraftTokens drafts;
+  if (proposer_) drafts = proposer_->propose(scheduler_->draft_requests(num_speculative_tokens_));
+  StepPlan plan = scheduler_->schedule(drafts);
+  if (proposer_) proposer_->forget(plan.finished_sequence_ids);
+  const auto scheduled = Clock::now();
+  // Launching before the step in flight is applied needs the step's input only on the device: every row sampled
+  // there. The leader decides for all ranks (their samplers are alike). A step that samples on the host reads its
+  // logits at launch, after the host applied the step in flight (its samplers need that step's tokens): the
+  // pipeline drains first. An empty plan drains it too.
+  const bool launch_ahead = overlap_schedule_ && !plan.chunks.empty() && leader().samples_on_device(plan);
+  // A verify step is applied at once: until the host knows how many drafts it kept, no later step can be
+  // scheduled for its sequences.
+  const bool run_ahead =
+      launch_ahead && std::none_of(plan.chunks.begin(), plan.chunks.end(),
+                                   [](const ScheduledChunk& chunk) { return chunk.num_draft_tokens > 0; });
+  if (!launch_ahead) apply_in_flight();
   std::vector<PendingStep> launched = launch(plan);
   apply_in_flight();
   if (run_ahead) {
@@ -522,7 +530,7 @@ std::vector<RequestOutput> EngineCore::step() {
     finish_timed(plan, std::move(launched));
   }
   const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
-  const double schedule_s = std::chrono::duration<double>(scheduled - start).count();
+  const double schedule_s = std::chrono::duration<double>(scheduled - scheduling).count();
   const StepPlan& timed = run_ahead ? in_flight_->plan : plan;
   last_step_timing_ = {schedule_s, total_s - schedule_s - update_s, update_s, timed.num_tokens(),
                        static_cast<int32_t>(timed.chunks.size())};

@@ -93,7 +93,7 @@ bool ModelRunner::samples_on_device(const StepPlan& plan) {
   for (const auto& chunk : plan.chunks) {
     if (!chunk.sample) continue;
     const auto it = samplers_.find(chunk.sequence_id);
-    if (it == samplers_.end() || chunk.num_draft_tokens > 0 || !samples_on_device(it->second)) return false;
+    if (it == samplers_.end() || !samples_on_device(it->second)) return false;
   }
   return true;
 }
@@ -233,14 +233,17 @@ PendingStep ModelRunner::launch(const StepPlan& whole_plan) {
   bool verifies_drafts = false;
   for (const auto& chunk : plan.chunks) {
     batch.token_ids.insert(batch.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
-    if (!chunk.token_ids.empty() && chunk.token_ids.back() == kTokenInFlight) {
+    // The token in flight is the sequence's last, followed by the drafts of a verify chunk.
+    const auto last = static_cast<int64_t>(chunk.token_ids.size()) - 1 - chunk.num_draft_tokens;
+    if (last >= 0 && chunk.token_ids[static_cast<size_t>(last)] == kTokenInFlight) {
       const auto row = previous_rows_.find(chunk.sequence_id);
       if (row == previous_rows_.end()) {
         fail("model runner: sequence {}'s last token is in flight, but the previous step did not sample it on the "
              "device", chunk.sequence_id);
       }
-      batch.token_ids.back() = 0;  // a valid id until the backend fills in the sampled one
-      batch.deferred_tokens.push_back({static_cast<int32_t>(batch.token_ids.size() - 1), row->second});
+      const auto index = static_cast<int32_t>(batch.token_ids.size() - chunk.token_ids.size() + last);
+      batch.token_ids[static_cast<size_t>(index)] = 0;  // a valid id until the backend fills in the sampled one
+      batch.deferred_tokens.push_back({index, row->second});
     }
     batch.sequences.push_back({chunk.num_cached_tokens, static_cast<int32_t>(chunk.token_ids.size()), chunk.block_tables,
                                chunk.num_prompt_tokens});

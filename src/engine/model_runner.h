@@ -58,17 +58,17 @@ class ModelRunner {
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   // Launches the plan's step and returns without waiting for its sampled ids when every sampled row samples on
-  // the device (else the host samples its rows before returning). A chunk whose last token is kTokenInFlight gets
-  // the id this runner's previous step sampled for that sequence, filled in on the device (ForwardBatch's deferred
-  // tokens); that step must have sampled the sequence on the device. A chunk with drafts gets a logit row per
-  // draft too, and its result tokens are the drafts kept and one more (StepResult). Where every row samples on the
-  // device, only the target's ids leave it and the drafts are checked in finish.
+  // the device (else the host samples its rows before returning). A chunk whose last token (before its drafts) is
+  // kTokenInFlight gets the id this runner's previous step sampled for that sequence, filled in on the device
+  // (ForwardBatch's deferred tokens); that step must have sampled the sequence on the device. A chunk with drafts
+  // gets a logit row per draft too, and its result tokens are the drafts kept and one more (StepResult). Where
+  // every row samples on the device, only the target's ids leave it and the drafts are checked in finish.
   PendingStep launch(const StepPlan& plan);
   // Waits for the step's ids and returns its result.
   StepResult finish(PendingStep step);
   // True when every row the plan samples samples on the device (no grammar mask, logprobs or host-side
-  // processors), so that the overlap scheduler may launch it before reading the previous step's ids. Takes in the
-  // plan's new and finished sequences (launch does too).
+  // processors; a verify chunk's rows included), so that the overlap scheduler may launch it before reading the
+  // previous step's ids. Takes in the plan's new and finished sequences (launch does too).
   bool samples_on_device(const StepPlan& plan);
   const KvCache& kv_cache() const { return cache_; }
   // Whole blocks of the cache as host bytes (Backend::export_kv_blocks), and the payload alone to or from memory

@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 #include <tuple>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -112,7 +113,9 @@ std::vector<DraftRequest> Scheduler::draft_requests(int32_t max_draft_tokens) co
   std::vector<DraftRequest> requests;
   for (const Sequence* seq : running_) {
     const int32_t room = std::min(this->max_draft_tokens(*seq), max_draft_tokens);
-    if (room > 0) requests.push_back({seq->id, seq->token_ids, seq->num_prompt_tokens, room});
+    if (room > 0) {
+      requests.push_back({seq->id, seq->token_ids, seq->num_prompt_tokens, room, seq->num_tokens_in_flight > 0});
+    }
   }
   return requests;
 }
@@ -124,9 +127,9 @@ std::span<const int32_t> Scheduler::token_ids(uint64_t sequence_id) const {
 }
 
 int32_t Scheduler::max_draft_tokens(const Sequence& seq) const {
-  if (seq.num_uncomputed_tokens() != 1 || seq.num_tokens_in_flight > 0) return 0;
+  if (seq.num_uncomputed_tokens() != 1 || seq.num_tokens_in_flight > 1 || seq.num_draft_tokens_in_flight > 0) return 0;
   // The step's own token is one more output; each kept draft another.
-  return std::max(0, seq.request->max_output_tokens - seq.num_output_tokens() - 1);
+  return std::max(0, seq.request->max_output_tokens - (seq.num_tokens() - seq.num_prompt_tokens) - 1);
 }
 
 StepPlan Scheduler::schedule(const DraftTokens& drafts) {
@@ -337,6 +340,10 @@ std::vector<RequestOutput> Scheduler::update(const StepPlan& plan, const StepRes
     if (it == sequences_.end() || it->second->status != SequenceStatus::kRunning) continue;
     cache_known_blocks(*it->second);
   }
+  std::unordered_map<uint64_t, int32_t> num_drafts;  // of the plan's verify chunks
+  for (const auto& chunk : plan.chunks) {
+    if (chunk.num_draft_tokens > 0) num_drafts.emplace(chunk.sequence_id, chunk.num_draft_tokens);
+  }
   std::vector<RequestOutput> outputs;
   outputs.reserve(result.tokens.size());
   const std::span<const SampledToken> tokens = result.tokens;
@@ -353,8 +360,9 @@ std::vector<RequestOutput> Scheduler::update(const StepPlan& plan, const StepRes
     Sequence& seq = *it->second;
     if (seq.num_tokens_in_flight == 0) fail("scheduler: a token for sequence {}, which has none in flight", seq.id);
     --seq.num_tokens_in_flight;
-    if (seq.num_draft_tokens_in_flight > 0) {
-      settle_drafts(seq, static_cast<int32_t>(samples.size()));
+    // With overlap scheduling a verify chunk may be in flight behind this step's one-token chunk of the sequence.
+    if (const auto verified = num_drafts.find(seq.id); verified != num_drafts.end()) {
+      settle_drafts(seq, verified->second, static_cast<int32_t>(samples.size()));
     } else if (samples.size() != 1) {
       fail("scheduler: {} tokens for sequence {}, which verified no drafts", samples.size(), seq.id);
     }
@@ -368,11 +376,11 @@ std::vector<RequestOutput> Scheduler::update(const StepPlan& plan, const StepRes
   return outputs;
 }
 
-void Scheduler::settle_drafts(Sequence& seq, int32_t num_tokens_returned) {
-  const int32_t num_drafts = seq.num_draft_tokens_in_flight;
+void Scheduler::settle_drafts(Sequence& seq, int32_t num_drafts, int32_t num_tokens_returned) {
   const int32_t num_accepted = num_tokens_returned - 1;
-  if (num_accepted < 0 || num_accepted > num_drafts) {
-    fail("scheduler: {} tokens for sequence {}, which verified {} drafts", num_tokens_returned, seq.id, num_drafts);
+  if (num_drafts != seq.num_draft_tokens_in_flight || num_accepted < 0 || num_accepted > num_drafts) {
+    fail("scheduler: {} tokens for sequence {}, which verified {} drafts ({} in flight)", num_tokens_returned, seq.id,
+         num_drafts, seq.num_draft_tokens_in_flight);
   }
   seq.num_draft_tokens_in_flight = 0;
   RequestState& request = *seq.request;

@@ -69,11 +69,13 @@ class Scheduler {
   // The next step. It may be scheduled before the previous step's tokens are applied (overlap scheduling): a
   // sequence whose sampled token is in flight gets a chunk ending in kTokenInFlight, except when that token is
   // certain to end it. Plans are updated in the order they were scheduled, at most one plan behind.
-  // Speculative decoding: a sequence in `drafts` whose step is a decode computes its last token and the drafts
-  // (as many as the budget, the pool and its max_tokens allow), and update() keeps those the sampler accepted.
+  // Speculative decoding: a sequence in `drafts` whose step is a decode computes its last token (which may be in
+  // flight) and the drafts (as many as the budget, the pool and its max_tokens allow), and update() keeps those
+  // the sampler accepted. Nothing more is scheduled for the sequence until then.
   StepPlan schedule(const DraftTokens& drafts = {});
   // The running sequences whose next step is a decode with room for drafts, for a proposer of up to
-  // `max_draft_tokens` tokens. Their token spans stay valid until the next schedule().
+  // `max_draft_tokens` tokens, those whose next token is in flight included (DraftRequest::next_token_in_flight).
+  // Their token spans stay valid until the next schedule().
   std::vector<DraftRequest> draft_requests(int32_t max_draft_tokens) const;
   // The sequence's tokens (prompt, then output); empty once it finished. Valid until the next update().
   std::span<const int32_t> token_ids(uint64_t sequence_id) const;
@@ -100,11 +102,12 @@ class Scheduler {
   // when it has none yet (pick_data_parallel_rank); returns the number of cached tokens.
   int32_t match_prefix_on_best_rank(Sequence& seq);
   bool schedule_running(StepPlan& plan, int32_t& budget, const DraftTokens& drafts);
-  // The drafts a decoding sequence may verify this step: none unless its only uncomputed token is its last known
-  // one; at most what it may still generate after the step's own token.
+  // The drafts a decoding sequence may verify this step: none unless its only uncomputed token is its last (known
+  // or in flight) and no verify chunk of it is in flight; at most what it may still generate after the step's own
+  // token.
   int32_t max_draft_tokens(const Sequence& seq) const;
   // Applies a verify chunk's outcome: the accepted drafts' KV becomes computed, the rejected ones' blocks go back.
-  void settle_drafts(Sequence& seq, int32_t num_tokens_returned);
+  void settle_drafts(Sequence& seq, int32_t num_drafts, int32_t num_tokens_returned);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
   // The most tokens the sequence may compute this step: the budget, and what the pool holds for it alone.
   int32_t chunk_limit(const Sequence& seq, int32_t budget) const;

@@ -12,14 +12,14 @@
 
 namespace tern {
 
-// The id of a token the previous step is still sampling (overlap scheduling): only ever the last token of a chunk,
-// and the model runner takes the id from that step's sampled ids on the device.
+// The id of a token the previous step is still sampling (overlap scheduling): only ever the last token of a chunk
+// before its drafts, and the model runner takes the id from that step's sampled ids on the device.
 constexpr int32_t kTokenInFlight = -1;
 
 struct ScheduledChunk {
   uint64_t sequence_id = 0;
   int32_t num_cached_tokens = 0;      // tokens whose KV is already in the cache
-  std::vector<int32_t> token_ids;     // the tokens computed this step; the last may be kTokenInFlight
+  std::vector<int32_t> token_ids;     // the tokens computed this step; the last before the drafts may be kTokenInFlight
   std::vector<std::vector<int32_t>> block_tables;  // per KV cache group: blocks covering cached + new tokens
   bool sample = false;                // the chunk reaches the end of the sequence: sample its next token
   // Speculative decoding: the last num_draft_tokens of token_ids are drafts after the sequence's last token. The

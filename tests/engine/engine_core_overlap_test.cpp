@@ -202,6 +202,37 @@ TEST(EngineOverlap, EachStepsTokensComeOutOfTheNextCall) {
   EXPECT_EQ(got.stats.num_computed_tokens, reference.stats.num_computed_tokens);
 }
 
+// Prompt lookup drafts after a token in flight: the prompt's prefill runs ahead, and the first verify step (its
+// drafts the lookup's continuation after the guess for the prefill's token) is launched before the prefill's token
+// is applied, so that the second call to step() gives out both steps' tokens (a one-token step would run ahead and
+// give out only the prefill's). Every verify step is applied at once, and the tokens are those of one step at a
+// time without drafts.
+TEST(EngineOverlap, PromptLookupVerifiesAfterATokenInFlight) {
+  auto m = load_fixture_model("llama");
+  Workload workload;
+  const std::vector<int32_t> prompt{1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3};
+  workload.requests.emplace_back(1, greedy(prompt, 12));
+  EngineCore sync(*m.model, *m.backend, config(64, 256, false));
+  const Outcome reference = run(sync, workload);
+  // The prefill's token is not in the prompt, so that a lookup after it would find nothing: the second step drafts
+  // only if it drafted before that token was known.
+  const int32_t first = reference.results.at({1, 0}).tokens.at(0);
+  ASSERT_EQ(std::count(prompt.begin(), prompt.end(), first), 0);
+  EngineConfig speculative = config(64, 256, true);
+  speculative.speculative = SpeculativeConfig{};
+  speculative.speculative->method = SpeculativeMethod::kNgram;
+  speculative.speculative->num_speculative_tokens = 3;
+  speculative.speculative->prompt_lookup_min = 1;
+  speculative.speculative->prompt_lookup_max = 3;
+  EngineCore overlapped(*m.model, *m.backend, speculative);
+  const Outcome got = run(overlapped, workload);
+  expect_same(got, reference, "prompt lookup");
+  ASSERT_GE(got.outputs_per_step.size(), 2u);
+  EXPECT_EQ(got.outputs_per_step[0], 0u);
+  EXPECT_GE(got.outputs_per_step[1], 2u);
+  EXPECT_GT(got.stats.num_spec_drafts, 0);
+}
+
 // Tensor-parallel CPU ranks: every rank fills in the tokens in flight from its own copy of the sampled ids.
 TEST(EngineOverlap, TensorParallelRanksStreamWhatOneStepAtATimeStreams) {
   const auto dir = fixtures_dir() / "models" / "llama";

@@ -595,5 +595,51 @@ TEST(SchedulerOverlap, ComputesOneTokenPastAStopAndNonePastMaxTokens) {
   }
 }
 
+// Prompt lookup with overlap scheduling: while a sequence's one-token step is in flight its next step may verify
+// drafts after that token, which the chunk carries as kTokenInFlight; the in-flight token counts against
+// max_tokens, nothing is scheduled for the sequence until the verify step is applied, and applying the two steps in
+// order keeps the accepted draft and gives the rejected one's slot back.
+TEST(SchedulerOverlap, DraftsGoAfterATokenInFlight) {
+  KvCacheManager kv(16, 4, false);
+  Scheduler scheduler(config(64, 8), kv);
+  scheduler.add_request(1, greedy_request({5, 6, 7}, 5));
+  const StepPlan prefill = scheduler.schedule();
+  ASSERT_EQ(prefill.chunks.size(), 1u);
+  const uint64_t seq = prefill.chunks[0].sequence_id;
+
+  const auto requests = scheduler.draft_requests(4);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].next_token_in_flight);
+  const std::vector<int32_t> known(requests[0].token_ids.begin(), requests[0].token_ids.end());
+  EXPECT_EQ(known, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(requests[0].max_draft_tokens, 3);  // 5 tokens: the one in flight, the step's own, 3 drafts
+  const StepPlan verify = scheduler.schedule({{seq, {40, 41}}});
+  ASSERT_EQ(verify.chunks.size(), 1u);
+  EXPECT_EQ(verify.chunks[0].token_ids, (std::vector<int32_t>{kTokenInFlight, 40, 41}));
+  EXPECT_EQ(verify.chunks[0].num_draft_tokens, 2);
+  EXPECT_EQ(verify.chunks[0].num_cached_tokens, 3);
+  EXPECT_TRUE(scheduler.draft_requests(4).empty());
+  EXPECT_TRUE(scheduler.schedule().chunks.empty());
+
+  Results results;
+  collect(results, scheduler.update(prefill, StepResult{{{seq, 30, std::nullopt}}}));
+  collect(results, scheduler.update(verify, StepResult{{{seq, 40, std::nullopt}, {seq, 50, std::nullopt}}}));
+  EXPECT_EQ(entry(results, 1, 0).tokens, (std::vector<int32_t>{30, 40, 50}));
+  EXPECT_EQ(scheduler.counters().num_spec_draft_tokens, 2);
+  EXPECT_EQ(scheduler.counters().num_spec_accepted_tokens, 1);
+  // 30 and 40 have their KV; 50 is next. 41's slot went back with the block past them.
+  const StepPlan decode = scheduler.schedule();
+  ASSERT_EQ(decode.chunks.size(), 1u);
+  EXPECT_EQ(decode.chunks[0].token_ids, (std::vector<int32_t>{50}));
+  EXPECT_EQ(decode.chunks[0].num_cached_tokens, 5);
+  EXPECT_EQ(kv.num_free_blocks(), 14);
+  collect(results, scheduler.update(decode, StepResult{{{seq, 60, std::nullopt}}}));
+  const StepPlan last = scheduler.schedule();
+  collect(results, scheduler.update(last, StepResult{{{seq, 70, std::nullopt}}}));
+  EXPECT_EQ(entry(results, 1, 0).tokens, (std::vector<int32_t>{30, 40, 50, 60, 70}));
+  EXPECT_EQ(entry(results, 1, 0).finish, FinishReason::kLength);
+  EXPECT_EQ(kv.num_free_blocks(), 16);
+}
+
 }  // namespace
 }  // namespace tern

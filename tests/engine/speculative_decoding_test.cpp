@@ -197,16 +197,28 @@ TEST_P(SpeculativeDecoding, GreedyOutputsEqualThoseWithoutForEachProposerKAndBat
     const Outcomes expected = run(*m.model, *m.backend, small_config(256), *requests);
     for (int32_t k = 1; k <= 5; ++k) {
       for (const SpeculativeConfig& speculative : {ngram(k), draft_model(c.draft, k)}) {
-        const std::string what = std::string(speculative_method_name(speculative.method)) + " k=" +
-                                 std::to_string(k) + ", batch " + std::to_string(requests->size());
-        EngineConfig config = small_config(256);
-        config.speculative = speculative;
-        EngineStats stats;
-        expect_same(expected, run(*m.model, *m.backend, config, *requests, &stats), what);
-        EXPECT_GT(stats.num_spec_drafts, 0) << what;
-        EXPECT_EQ(stats.num_spec_accepted_tokens_per_pos.size(), static_cast<size_t>(k)) << what;
-        if (speculative.method == SpeculativeMethod::kDraftModel && c.draft == c.target) {
-          EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+        // One step at a time, then with overlap scheduling: a draft model drafts at the same steps (the step in
+        // flight is applied before each proposal), prompt lookup also after a token in flight.
+        EngineStats one_at_a_time;
+        for (bool overlap : {false, true}) {
+          const std::string what = std::string(speculative_method_name(speculative.method)) + " k=" +
+                                   std::to_string(k) + ", batch " + std::to_string(requests->size()) +
+                                   (overlap ? ", overlap" : "");
+          EngineConfig config = small_config(256);
+          config.speculative = speculative;
+          config.overlap_schedule = overlap;
+          EngineStats stats;
+          expect_same(expected, run(*m.model, *m.backend, config, *requests, &stats), what);
+          EXPECT_GT(stats.num_spec_drafts, 0) << what;
+          EXPECT_EQ(stats.num_spec_accepted_tokens_per_pos.size(), static_cast<size_t>(k)) << what;
+          if (speculative.method == SpeculativeMethod::kDraftModel && c.draft == c.target) {
+            EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+          }
+          if (!overlap) one_at_a_time = stats;
+          if (overlap && speculative.method == SpeculativeMethod::kDraftModel) {
+            EXPECT_EQ(stats.num_spec_draft_tokens, one_at_a_time.num_spec_draft_tokens) << what;
+            EXPECT_EQ(stats.num_spec_accepted_tokens, one_at_a_time.num_spec_accepted_tokens) << what;
+          }
         }
       }
     }
@@ -226,9 +238,10 @@ TEST_P(SpeculativeDecoding, PrefixCachingChunkedPrefillAndPreemptionGiveTheSameT
     const Outcomes expected = run(*m.model, *m.backend, base, requests);
     for (const SpeculativeConfig& speculative : {ngram(3), draft_model(c.draft, 4)}) {
       const std::string what = std::string(speculative_method_name(speculative.method)) +
-                               (prefix_cache ? " with" : " without") + " prefix cache";
+                               (prefix_cache ? " with" : " without") + " prefix cache, overlap scheduling";
       EngineConfig config = base;
       config.speculative = speculative;
+      config.overlap_schedule = true;
       EngineStats stats;
       expect_same(expected, run(*m.model, *m.backend, config, requests, &stats), what);
       EXPECT_GT(stats.num_preemptions, 0) << what;
@@ -256,10 +269,13 @@ TEST_P(SpeculativeDecoding, StopTokensMaxTokensLogprobsAndParallelSamplesAsWitho
   }
   const Outcomes expected = run(*m.model, *m.backend, small_config(256), requests);
   for (const SpeculativeConfig& speculative : {ngram(4), draft_model(c.draft, 5)}) {
-    EngineConfig config = small_config(256);
-    config.speculative = speculative;
-    expect_same(expected, run(*m.model, *m.backend, config, requests),
-                std::string(speculative_method_name(speculative.method)));
+    for (bool overlap : {false, true}) {
+      EngineConfig config = small_config(256);
+      config.speculative = speculative;
+      config.overlap_schedule = overlap;
+      expect_same(expected, run(*m.model, *m.backend, config, requests),
+                  std::string(speculative_method_name(speculative.method)) + (overlap ? ", overlap" : ""));
+    }
   }
 }
 
@@ -279,6 +295,8 @@ TEST_P(SpeculativeDecoding, SeededSampledRequestsAreReproducible) {
     config.speculative = speculative;
     const Outcomes first = run(*m.model, *m.backend, config, requests);
     expect_same(first, run(*m.model, *m.backend, config, requests), "seeded");
+    config.overlap_schedule = true;
+    expect_same(first, run(*m.model, *m.backend, config, requests), "seeded, overlap");
   }
 }
 

@@ -152,12 +152,13 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaVerifyStepTest,
 using Tokens = std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>>;
 
 Tokens generate(ShardedModel& model, std::optional<SpeculativeConfig> speculative,
-                const std::vector<GenerateRequest>& requests, EngineStats& stats) {
+                const std::vector<GenerateRequest>& requests, EngineStats& stats, bool overlap_schedule = false) {
   EngineConfig config;
   config.num_kv_blocks = 256;
   config.max_num_seqs = 16;
   config.log_kv_cache = false;
   config.speculative = std::move(speculative);
+  config.overlap_schedule = overlap_schedule;
   EngineCore core(model, config);
   for (size_t i = 0; i < requests.size(); ++i) core.add_request(i + 1, requests[i]);
   Tokens tokens;
@@ -194,11 +195,16 @@ TEST_P(CudaSpeculativeEngineTest, GreedyOutputsEqualThoseWithoutSpeculation) {
     self_draft.num_speculative_tokens = k;
     self_draft.draft_model_dir = dir;
     for (const auto& speculative : {ngram, self_draft}) {
-      const std::string what = std::string(speculative_method_name(speculative.method)) + " k=" + std::to_string(k);
-      EXPECT_EQ(generate(*model, speculative, requests, stats), expected) << what;
-      EXPECT_GT(stats.num_spec_drafts, 0) << what;
-      if (speculative.method == SpeculativeMethod::kDraftModel) {
-        EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+      // With overlap scheduling prompt lookup also drafts after a token in flight (a verify step launched before
+      // the step in flight is read back).
+      for (bool overlap : {false, true}) {
+        const std::string what = std::string(speculative_method_name(speculative.method)) + " k=" +
+                                 std::to_string(k) + (overlap ? ", overlap" : "");
+        EXPECT_EQ(generate(*model, speculative, requests, stats, overlap), expected) << what;
+        EXPECT_GT(stats.num_spec_drafts, 0) << what;
+        if (speculative.method == SpeculativeMethod::kDraftModel) {
+          EXPECT_EQ(stats.num_spec_accepted_tokens, stats.num_spec_draft_tokens) << what;
+        }
       }
     }
   }
@@ -233,12 +239,16 @@ TEST(CudaSpeculativeSamplingTest, SeededSampledRequestsVerifyOnTheDeviceReproduc
   ngram.num_speculative_tokens = 3;
   ngram.prompt_lookup_min = 1;
   ngram.prompt_lookup_max = 3;
-  EngineStats first_stats, second_stats;
-  const Tokens first = generate(*model, ngram, requests, first_stats);
-  EXPECT_EQ(generate(*model, ngram, requests, second_stats), first);
-  EXPECT_GT(first_stats.num_spec_drafts, 0);
-  EXPECT_GT(first_stats.num_spec_accepted_tokens, 0);
-  EXPECT_LT(first_stats.num_spec_accepted_tokens, first_stats.num_spec_draft_tokens);
+  // With overlap scheduling too, whose verify steps launched before the step in flight is read back sample on the
+  // device as well.
+  for (bool overlap : {false, true}) {
+    EngineStats first_stats, second_stats;
+    const Tokens first = generate(*model, ngram, requests, first_stats, overlap);
+    EXPECT_EQ(generate(*model, ngram, requests, second_stats, overlap), first) << "overlap " << overlap;
+    EXPECT_GT(first_stats.num_spec_drafts, 0) << "overlap " << overlap;
+    EXPECT_GT(first_stats.num_spec_accepted_tokens, 0) << "overlap " << overlap;
+    EXPECT_LT(first_stats.num_spec_accepted_tokens, first_stats.num_spec_draft_tokens) << "overlap " << overlap;
+  }
 }
 
 TEST(CudaEagle3Test, GreedyOutputsEqualThoseWithoutWithRandomAndOracleHeads) {
