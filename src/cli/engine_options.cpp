@@ -74,7 +74,8 @@ void EngineFlags::add_to(CLI::App& cmd) {
                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' (prompt lookup), '{\"model\": DIR, "
                  "\"num_speculative_tokens\": 4}' (a draft model sharing the tokenizer), '{\"method\": "
                  "\"deepseek_mtp\", \"num_speculative_tokens\": 1}' (the multi-token prediction layer of DeepSeek-V3 and V4 checkpoints) "
-                 "or '{\"method\": \"eagle3\", \"model\": DIR, \"num_speculative_tokens\": 3}' (an EAGLE-3 head); "
+                 "or '{\"method\": \"eagle3\", \"model\": DIR, \"num_speculative_tokens\": 3}' (an EAGLE-3 head), "
+                 "with \"quantization\": \"fp8\" to quantize the drafter as it loads; "
                  "greedy outputs are unchanged, sampled ones keep their distribution. With --overlap-schedule on, verify "
                  "steps are applied at once, and only prompt lookup drafts while a step is in flight");
   cmd.add_option("--host-kv-cache-memory", host_kv_cache_memory,

@@ -88,11 +88,12 @@ KvCacheBudget resolve_budget(const EngineConfig& config, Backend& backend, Model
 }
 
 // The draft model of speculative decoding, on the target's backend; it must read and write the target's token ids.
-std::unique_ptr<Model> load_draft_model(const std::filesystem::path& dir, const Model& target, Backend& backend) {
+std::unique_ptr<Model> load_draft_model(const std::filesystem::path& dir, const Model& target, Backend& backend,
+                                        OnlineQuantization quantization) {
   if (!std::filesystem::is_directory(dir)) {
     fail("--speculative-config: the draft model '{}' is not a directory", dir.string());
   }
-  auto draft = load_model(dir, backend);
+  auto draft = load_model(dir, backend, nullptr, quantization);
   if (draft->config().vocab_size != target.config().vocab_size) {
     fail("--speculative-config: the draft model '{}' has a vocabulary of {} tokens and the target one of {}; a "
          "draft model must share the target's tokenizer", dir.string(), draft->config().vocab_size,
@@ -104,11 +105,11 @@ std::unique_ptr<Model> load_draft_model(const std::filesystem::path& dir, const 
 // The multi-token prediction layer of speculative decoding, from `dir` (the target's checkpoint unless another was
 // given), on the target's backend; it reads the target's hidden states and writes its token ids.
 std::unique_ptr<MtpModel> load_target_mtp_layer(const std::filesystem::path& dir, const Model& target,
-                                                Backend& backend) {
+                                                Backend& backend, OnlineQuantization quantization) {
   if (!std::filesystem::is_directory(dir)) {
     fail("--speculative-config: deepseek_mtp: the checkpoint '{}' is not a directory", dir.string());
   }
-  auto mtp = load_mtp_model(dir, backend);
+  auto mtp = load_mtp_model(dir, backend, quantization);
   if (mtp->config().vocab_size != target.config().vocab_size ||
       mtp->config().hidden_size != target.config().hidden_size) {
     fail("--speculative-config: the multi-token prediction layer of '{}' has vocabulary {} and hidden size {}, the "
@@ -120,11 +121,12 @@ std::unique_ptr<MtpModel> load_target_mtp_layer(const std::filesystem::path& dir
 
 // The EAGLE-3 head of speculative decoding in `dir`, on the target's backend; it reads the target's layer inputs and
 // writes its token ids.
-std::unique_ptr<MtpModel> load_eagle3_head(const std::filesystem::path& dir, const Model& target, Backend& backend) {
+std::unique_ptr<MtpModel> load_eagle3_head(const std::filesystem::path& dir, const Model& target, Backend& backend,
+                                           OnlineQuantization quantization) {
   if (!std::filesystem::is_directory(dir)) {
     fail("--speculative-config: eagle3: the head '{}' is not a directory", dir.string());
   }
-  return load_eagle3_model(dir, target, backend);
+  return load_eagle3_model(dir, target, backend, quantization);
 }
 
 // The host tier's blocks: as many of the device pool's blocks as host_kv_cache_bytes holds.
@@ -243,18 +245,19 @@ void EngineCore::start(EngineConfig config, TextStreamFactory text_streams) {
     }
     // Loaded before the KV pool is sized, so that its weights count as used memory.
     const std::filesystem::path& dir = config.speculative->draft_model_dir;
+    const OnlineQuantization quantization = drafter_quantization(*config.speculative, model_.quantization());
     if (method == SpeculativeMethod::kDraftModel) {
       draft_models.resize(static_cast<size_t>(num_ranks));
       model_.run_on_ranks([&](int rank) {
-        draft_models[rank] = load_draft_model(dir, model_.model(rank), model_.backend(rank));
+        draft_models[rank] = load_draft_model(dir, model_.model(rank), model_.backend(rank), quantization);
       });
     } else if (loads_on_every_rank) {
       // An EAGLE-3 head runs as an MTP layer does (MtpProposer).
       mtp_layers.resize(static_cast<size_t>(num_ranks));
       model_.run_on_ranks([&](int rank) {
         mtp_layers[rank] = method == SpeculativeMethod::kDeepseekMtp
-                               ? load_target_mtp_layer(dir, model_.model(rank), model_.backend(rank))
-                               : load_eagle3_head(dir, model_.model(rank), model_.backend(rank));
+                               ? load_target_mtp_layer(dir, model_.model(rank), model_.backend(rank), quantization)
+                               : load_eagle3_head(dir, model_.model(rank), model_.backend(rank), quantization);
       });
     }
   }

@@ -55,6 +55,8 @@ class ShardedModel {
   const ModelConfig& config() const { return model(0).config(); }
   // Data-parallel attention: each rank runs its own sequences (ScheduledChunk::rank) with its own KV cache.
   bool data_parallel() const { return backend(0).data_parallel(); }
+  // How the weights were quantized as they loaded (none for a model loaded by the caller).
+  OnlineQuantization quantization() const { return quantization_; }
 
   // Runs work(rank) for every rank at once, each on its rank's thread, and returns when all have finished;
   // rethrows the first error. Ranks meet in collectives, so every rank must be given the same work.

@@ -52,9 +52,13 @@ SpeculativeConfig parse_speculative_config(std::string_view json_text) {
         fail("--speculative-config: model must be a directory, got {}", value.dump());
       }
       config.draft_model_dir = value.get<std::string>();
+    } else if (key == "quantization") {
+      if (value.is_null()) continue;
+      if (!value.is_string()) fail("--speculative-config: quantization must be a string, got {}", value.dump());
+      config.quantization = parse_online_quantization(value.get<std::string>(), "--speculative-config");
     } else {
       fail("--speculative-config: unknown key '{}' (tern reads method, num_speculative_tokens, prompt_lookup_min, "
-           "prompt_lookup_max and model)", key);
+           "prompt_lookup_max, model and quantization)", key);
     }
   }
   if (method.empty()) method = config.draft_model_dir.empty() ? "" : "draft_model";
@@ -78,11 +82,19 @@ SpeculativeConfig parse_speculative_config(std::string_view json_text) {
   // vLLM's defaults: each bound the other where only one is given, 5 where neither is.
   config.prompt_lookup_min = lookup_min.value_or(lookup_max.value_or(5));
   config.prompt_lookup_max = lookup_max.value_or(lookup_min.value_or(5));
+  if (config.quantization && config.method == SpeculativeMethod::kNgram) {
+    fail("--speculative-config: method ngram has no weights to quantize");
+  }
   if (config.prompt_lookup_min > config.prompt_lookup_max) {
     fail("--speculative-config: prompt_lookup_min {} is more than prompt_lookup_max {}", config.prompt_lookup_min,
          config.prompt_lookup_max);
   }
   return config;
+}
+
+OnlineQuantization drafter_quantization(const SpeculativeConfig& config, OnlineQuantization target) {
+  if (config.quantization) return *config.quantization;
+  return config.method == SpeculativeMethod::kDeepseekMtp ? target : OnlineQuantization::none;
 }
 
 }  // namespace tern

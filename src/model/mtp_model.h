@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/model_config.h"
+#include "model/quantization_config.h"
 
 namespace tern {
 
@@ -36,7 +37,8 @@ class MtpModel {
 };
 
 // The first MTP layer of the checkpoint in `dir` (config.json's num_nextn_predict_layers > 0; DeepSeek-V3's layer
-// after the decoder's, DeepSeek-V4's mtp.0); fails naming what is missing.
-std::unique_ptr<MtpModel> load_mtp_model(const std::filesystem::path& dir, Backend& backend);
+// after the decoder's, DeepSeek-V4's mtp.0); fails naming what is missing. `quantization` as load_model's.
+std::unique_ptr<MtpModel> load_mtp_model(const std::filesystem::path& dir, Backend& backend,
+                                         OnlineQuantization quantization = OnlineQuantization::none);
 
 }  // namespace tern

@@ -49,13 +49,14 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Backend& bac
   return it->second(config, checkpoint, backend);
 }
 
-std::unique_ptr<MtpModel> load_mtp_model(const std::filesystem::path& dir, Backend& backend) {
+std::unique_ptr<MtpModel> load_mtp_model(const std::filesystem::path& dir, Backend& backend,
+                                         OnlineQuantization quantization) {
   const ModelConfig config = ModelConfig::load(dir);
   if (config.architecture != "DeepseekV3ForCausalLM" && config.architecture != "DeepseekV4ForCausalLM") {
     fail("{}: multi-token prediction (deepseek_mtp) reads DeepSeek-V3 and DeepSeek-V4 checkpoints "
          "(DeepseekV3ForCausalLM, DeepseekV4ForCausalLM), not {}", (dir / "config.json").string(), config.architecture);
   }
-  const Checkpoint checkpoint = Checkpoint::open(dir);
+  const Checkpoint checkpoint = Checkpoint::open(dir, nullptr, quantization);
   if (config.architecture == "DeepseekV4ForCausalLM") {
     return std::make_unique<DeepseekV4MtpModel>(config, checkpoint, backend);
   }

@@ -44,6 +44,26 @@ TEST(SpeculativeConfig, ReadsEagle3WithItsHead) {
   EXPECT_EQ(speculative_method_name(eagle3.method), "eagle3");
 }
 
+// vLLM's "quantization": a drafter quantized as it loads; given or not, a multi-token prediction layer (part of the
+// target's checkpoint) otherwise loads as the target does, a draft model or a head as stored.
+TEST(SpeculativeConfig, QuantizationIsTheDrafters) {
+  const auto fp8 = parse_speculative_config(
+      R"({"model": "/models/draft", "num_speculative_tokens": 4, "quantization": "fp8"})");
+  EXPECT_EQ(fp8.quantization, OnlineQuantization::fp8);
+  EXPECT_EQ(drafter_quantization(fp8, OnlineQuantization::none), OnlineQuantization::fp8);
+  const auto unset = parse_speculative_config(R"({"model": "/models/draft", "num_speculative_tokens": 4, "quantization": null})");
+  EXPECT_FALSE(unset.quantization);
+  EXPECT_EQ(drafter_quantization(unset, OnlineQuantization::fp8), OnlineQuantization::none);
+  const auto mtp = parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 1})");
+  EXPECT_EQ(drafter_quantization(mtp, OnlineQuantization::fp8), OnlineQuantization::fp8);
+  EXPECT_EQ(drafter_quantization(mtp, OnlineQuantization::none), OnlineQuantization::none);
+  const auto mtp_as_stored =
+      parse_speculative_config(R"({"method": "mtp", "num_speculative_tokens": 1, "quantization": "none"})");
+  EXPECT_EQ(drafter_quantization(mtp_as_stored, OnlineQuantization::fp8), OnlineQuantization::none);
+  const auto eagle3 = parse_speculative_config(R"({"method": "eagle3", "model": "/h", "num_speculative_tokens": 3})");
+  EXPECT_EQ(drafter_quantization(eagle3, OnlineQuantization::fp8), OnlineQuantization::none);
+}
+
 TEST(SpeculativeConfig, LookupBoundsDefaultAsVllms) {
   const auto only_max = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})");
   EXPECT_EQ(only_max.prompt_lookup_min, 3);
@@ -76,6 +96,11 @@ TEST(SpeculativeConfig, BadObjectsAreRefusedNamingTheProblem) {
                       "unknown method 'eagle'");
   expect_error_naming(R"({"method": "draft_model", "num_speculative_tokens": 3})", "needs \"model\"");
   expect_error_naming(R"({"num_speculative_tokens": 3})", "give a method");
+  expect_error_naming(R"({"model": "/d", "num_speculative_tokens": 3, "quantization": "awq"})", "quantization 'awq'");
+  expect_error_naming(R"({"model": "/d", "num_speculative_tokens": 3, "quantization": 8})",
+                      "quantization must be a string");
+  expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 3, "quantization": "fp8"})",
+                      "ngram has no weights to quantize");
   expect_error_naming(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 4, "prompt_lookup_max": 2})",
                       "prompt_lookup_min 4 is more than prompt_lookup_max 2");
 }

@@ -312,6 +312,25 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeDecoding,
                            return name;
                          });
 
+// "quantization": "fp8" quantizes the draft model as it loads: the model as its own draft, which keeps every draft
+// unquantized, now has some rejected (its FP8 logits round a near tie the other way), and the outputs stay the
+// target's.
+TEST(SpeculativeDecoding, AnFp8DraftModelKeepsTheTargetsOutputs) {
+  auto m = load_fixture_model("llama");
+  const auto requests = greedy_requests(repetitive_prompts(9, m.model->config().vocab_size, 3));
+  const Outcomes expected = run(*m.model, *m.backend, small_config(256), requests);
+  EngineConfig config = small_config(256);
+  config.speculative = draft_model("llama", 3);
+  EngineStats as_stored;
+  expect_same(expected, run(*m.model, *m.backend, config, requests, &as_stored), "bf16 draft");
+  EXPECT_EQ(as_stored.num_spec_accepted_tokens, as_stored.num_spec_draft_tokens);
+  config.speculative->quantization = OnlineQuantization::fp8;
+  EngineStats fp8;
+  expect_same(expected, run(*m.model, *m.backend, config, requests, &fp8), "fp8 draft");
+  EXPECT_GT(fp8.num_spec_drafts, 0);
+  EXPECT_LT(fp8.num_spec_accepted_tokens, fp8.num_spec_draft_tokens);
+}
+
 // Batch 64: 64 requests admitted in one step decode together, with prompt lookup and with a draft model (itself:
 // every draft kept, and a random-weight one, most rejected), and give the tokens they give without speculation.
 TEST(SpeculativeDecoding, SixtyFourConcurrentRequestsKeepTheirTokens) {
@@ -594,6 +613,22 @@ TEST_P(DeepseekMtpDecoding, StopTokensMaxTokensLogprobsAndParallelSamplesAsWitho
 
 TEST_P(DeepseekMtpDecoding, SeededSampledRequestsAreReproducible) {
   expect_seeded_sampling_reproducible(*model_, *backend_, deepseek_mtp(dir_, 2));
+}
+
+// The layer quantized as it loads ("quantization": "fp8", as --quantization fp8 gives it from a bf16 checkpoint;
+// deepseek_mtp_test checks that its weights are quantized): the outputs stay the target's.
+TEST(DeepseekMtpQuantization, AnFp8LayerKeepsTheTargetsOutputs) {
+  const auto dir = deepseek_v3_with_mtp(MtpLayerKind::random);
+  auto backend = make_cpu_backend(2);
+  auto model = load_model(dir, *backend);
+  const auto requests = greedy_requests(repetitive_prompts(9, model->config().vocab_size, 3));
+  const Outcomes expected = run(*model, *backend, small_config(256), requests);
+  EngineConfig config = small_config(256);
+  config.speculative = deepseek_mtp(dir, 2);
+  config.speculative->quantization = OnlineQuantization::fp8;
+  EngineStats stats;
+  expect_same(expected, run(*model, *backend, config, requests, &stats), "fp8 MTP layer");
+  EXPECT_GT(stats.num_spec_drafts, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(NextNLayers, DeepseekMtpDecoding,

@@ -138,6 +138,36 @@ TEST_P(DeepseekMtpLayer, MatchesItsDefinitionOverTwoSteps) {
 INSTANTIATE_TEST_SUITE_P(Embeddings, DeepseekMtpLayer, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "OwnEmbedding" : "TargetsEmbedding"; });
 
+// Loaded with online FP8 (the target's --quantization fp8, or "quantization": "fp8"), the layer's projections are
+// block FP8: its logits move from the bf16 layer's by the size of the quantization, not more.
+TEST(DeepseekMtpLayerFp8, LoadsItsProjectionsAsFp8) {
+  const auto dir = deepseek_v3_with_mtp(MtpLayerKind::random, false);
+  auto backend = make_cpu_backend(2);
+  const std::vector<int32_t> tokens = {22, 506, 217, 201, 137, 437, 489};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::vector<float> hidden(tokens.size() * 64);
+  for (float& v : hidden) v = normal(rng);
+  const auto logits = [&](OnlineQuantization quantization) {
+    auto mtp = load_mtp_model(dir, *backend, quantization);
+    KvCache cache = backend->allocate_kv_cache(mtp->kv_layers(), 2, 16);
+    Tensor outputs;
+    const auto count = static_cast<int64_t>(tokens.size());
+    return backend->to_host_f32(mtp->forward(*backend->begin_step(batch_of(tokens, 0, 2)), cache,
+                                             backend->from_host_f32(hidden, {count, 64}), outputs));
+  };
+  const std::vector<float> bf16 = logits(OnlineQuantization::none);
+  const std::vector<float> fp8 = logits(OnlineQuantization::fp8);
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    diff += (fp8[i] - bf16[i]) * (fp8[i] - bf16[i]);
+    norm += bf16[i] * bf16[i];
+  }
+  const double relative = std::sqrt(diff / norm);
+  EXPECT_GT(relative, 1e-4) << "the layer's weights should have been quantized";
+  EXPECT_LT(relative, 0.1);
+}
+
 void expect_refused(const std::filesystem::path& dir, const std::string& what) {
   auto backend = make_cpu_backend(1);
   try {

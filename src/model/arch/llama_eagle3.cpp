@@ -187,13 +187,14 @@ Tensor LlamaEagle3Model::forward(const StepContext& step, KvCache& cache, const 
   return b.linear(normalized, lm_head_, nullptr);
 }
 
-std::unique_ptr<MtpModel> load_eagle3_model(const std::filesystem::path& dir, const Model& target, Backend& backend) {
+std::unique_ptr<MtpModel> load_eagle3_model(const std::filesystem::path& dir, const Model& target, Backend& backend,
+                                            OnlineQuantization quantization) {
   const ModelConfig config = ModelConfig::load(dir);
   if (!is_eagle3_architecture(config.architecture)) {
     fail("{}: an EAGLE-3 head's config.json names LlamaForCausalLMEagle3 (or Eagle3LlamaForCausalLM), not {}",
          (dir / "config.json").string(), config.architecture);
   }
-  const Checkpoint checkpoint = Checkpoint::open(dir);
+  const Checkpoint checkpoint = Checkpoint::open(dir, nullptr, quantization);
   return std::make_unique<LlamaEagle3Model>(config, checkpoint, target, backend, (dir / "config.json").string());
 }
 

@@ -82,6 +82,8 @@ std::vector<int32_t> eagle3_target_layers(const nlohmann::json& config, int64_t 
                                           const std::string& origin);
 
 // The EAGLE-3 head in `dir` (config.json and safetensors) for `target`, on `backend`; fails naming what does not fit.
-std::unique_ptr<MtpModel> load_eagle3_model(const std::filesystem::path& dir, const Model& target, Backend& backend);
+// `quantization` as load_model's.
+std::unique_ptr<MtpModel> load_eagle3_model(const std::filesystem::path& dir, const Model& target, Backend& backend,
+                                            OnlineQuantization quantization = OnlineQuantization::none);
 
 }  // namespace tern
