@@ -103,10 +103,12 @@ nlohmann::json run_engine_bench(const BenchOptions& options) {
     prompts = text_prompts(options.dataset, Tokenizer::load(options.model.model_dir()), options.num_prompts,
                            options.input_len, options.seed);
   }
+  // The engine's flags too (a typo in --speculative-config), before minutes of loading.
+  EngineConfig engine = options.engine.to_config(options.model.model_dir());
   const auto load_start = Clock::now();
   auto model = options.model.load(options.engine.parallel);
   const double load_s = seconds_since(load_start);
-  EngineCore core(*model, options.engine.to_config(options.model.model_dir()));
+  EngineCore core(*model, std::move(engine));
   const double ready_s = seconds_since(load_start);  // weights, KV pool sizing and allocation, recorded steps
 
   if (options.dataset.name == "random") {

@@ -131,8 +131,9 @@ void run_chat(const ChatOptions& options) {
     fail("chat: {} has no chat template (a base model); continue a prompt with `tern generate --prompt` instead",
          model_dir.string());
   }
+  EngineConfig engine = options.engine.to_config(model_dir);  // its mistakes before the loading
   auto model = options.model.load(options.engine.parallel);
-  EngineCore core(*model, options.engine.to_config(model_dir), tokenizer_text_streams(tokenizer));
+  EngineCore core(*model, std::move(engine), tokenizer_text_streams(tokenizer));
   ChatSession session(*chat_template, options.system_prompt);
   const bool terminal = isatty(STDOUT_FILENO) != 0;
   catch_interrupts();

@@ -38,12 +38,13 @@ void generate_ids(const GenerateOptions& options) {
   request.prompt_token_ids = parse_token_ids(options.prompt_ids);
   request.sampling = options.sampling.to_params();
   request.stop.ignore_eos = options.sampling.ignore_eos;
+  EngineConfig engine = options.engine.to_config(options.model.model_dir());  // its mistakes before the loading
   auto model = options.model.load(options.engine.parallel);
   check_fits(request.prompt_token_ids.size(), options.max_tokens, model->config().max_position_embeddings);
   std::vector<int32_t> tokens;
   if (options.max_tokens > 0) {
     request.stop.max_tokens = options.max_tokens;
-    EngineCore core(*model, options.engine.to_config(options.model.model_dir()));
+    EngineCore core(*model, std::move(engine));
     core.add_request(1, std::move(request));
     while (core.has_unfinished_requests()) {
       for (const auto& output : core.step()) tokens.insert(tokens.end(), output.token_ids.begin(), output.token_ids.end());
@@ -71,8 +72,9 @@ void generate_text(const GenerateOptions& options) {
   request.sampling = options.sampling.to_params();
   request.stop.ignore_eos = options.sampling.ignore_eos;
   request.stop.max_tokens = options.max_tokens;
+  EngineConfig engine = options.engine.to_config(model_dir);  // its mistakes before the loading
   auto model = options.model.load(options.engine.parallel);
-  EngineCore core(*model, options.engine.to_config(options.model.model_dir()), tokenizer_text_streams(tokenizer));
+  EngineCore core(*model, std::move(engine), tokenizer_text_streams(tokenizer));
   check_fits(request.prompt_token_ids.size(), options.max_tokens, core.max_model_len());
   if (options.echo) std::printf("%s", options.prompt.c_str());
   const auto result = run_streamed(core, 1, std::move(request), [](std::string_view text) {

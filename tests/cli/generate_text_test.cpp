@@ -76,6 +76,17 @@ TEST(GenerateText, MistakesAreRefusedWithAReason) {
             0);
 }
 
+// A mistake in the engine's flags is told before the weights load (minutes, for a large model).
+TEST(GenerateText, AMistakenSpeculativeConfigFailsBeforeTheWeightsLoad) {
+  const std::string command = testing::tern_binary().string() + " generate --model " + kPythonModel.string() +
+                              " --prompt x --speculative-config "
+                              "'{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_mni\": 2}' 2>&1";
+  const auto result = run_command({"/bin/sh", "-c", command});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("unknown key 'prompt_lookup_mni'"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("weights"), std::string::npos) << result.output;
+}
+
 // A hub cache with the Python model as ORG/NAME's main snapshot (links to the fixture's files).
 class HubCacheModel : public ::testing::Test {
  protected:
