@@ -16,6 +16,7 @@
 #include "model/weight_loader.h"
 #include "mtp_checkpoint.h"
 #include "mtp_layer_reference.h"
+#include "quantized_checkpoint.h"
 
 namespace tern {
 namespace {
@@ -25,6 +26,7 @@ using testing::fixtures_dir;
 using testing::MtpLayerKind;
 using testing::Matrix;
 using testing::batch_of;
+using testing::relative_error;
 using testing::checkpoint_values;
 using testing::expect_near;
 using testing::linear;
@@ -156,16 +158,9 @@ TEST(DeepseekMtpLayerFp8, LoadsItsProjectionsAsFp8) {
     return backend->to_host_f32(mtp->forward(*backend->begin_step(batch_of(tokens, 0, 2)), cache,
                                              backend->from_host_f32(hidden, {count, 64}), outputs));
   };
-  const std::vector<float> bf16 = logits(OnlineQuantization::none);
-  const std::vector<float> fp8 = logits(OnlineQuantization::fp8);
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < bf16.size(); ++i) {
-    diff += (fp8[i] - bf16[i]) * (fp8[i] - bf16[i]);
-    norm += bf16[i] * bf16[i];
-  }
-  const double relative = std::sqrt(diff / norm);
-  EXPECT_GT(relative, 1e-4) << "the layer's weights should have been quantized";
-  EXPECT_LT(relative, 0.1);
+  const float relative = relative_error(logits(OnlineQuantization::fp8), logits(OnlineQuantization::none));
+  EXPECT_GT(relative, 1e-4f) << "the layer's weights should have been quantized";
+  EXPECT_LT(relative, 0.1f);
 }
 
 void expect_refused(const std::filesystem::path& dir, const std::string& what) {
