@@ -58,7 +58,7 @@ struct Experts {
       fp8_codes = device_alloc<__nv_fp8_e4m3>(count);
       tern::bench::fill_random_e4m3<<<4096, 256>>>(fp8_codes, count, seed);
       fp8_stride = static_cast<int>(((k + 127) / 128 + 3) / 4 * 4);
-      const size_t scales = static_cast<size_t>((e * n + 127) / 128 * fp8_stride);
+      const size_t scales = static_cast<size_t>(e * tern::kernels::expert_scale_rows(n) * fp8_stride);
       fp8_scales = device_alloc<float>(scales);
       tern::bench::fill_value<float><<<256, 256>>>(fp8_scales, scales, 1.0f / 4096);
     } else {
@@ -103,8 +103,6 @@ int main() {
     const int64_t max_tokens = 4096;
     __nv_bfloat16* x = tern::bench::random_bf16(static_cast<size_t>(max_tokens * s.hidden), 7);
     for (const Format format : {Format::bf16, Format::fp8, Format::mxfp4}) {
-      // Block FP8 needs 128-row blocks per expert (gpt-oss's 2,880-row down projection has none).
-      if (format == Format::fp8 && (s.hidden % 128 != 0 || (2 * s.intermediate) % 128 != 0)) continue;
       const Experts gate_up(format, s.experts, 2 * s.intermediate, s.hidden, 11);
       const Experts down(format, s.experts, s.hidden, s.intermediate, 12);
       for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{128}, max_tokens}) {

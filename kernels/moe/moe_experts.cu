@@ -286,13 +286,16 @@ struct LaneWeights {
   uint4 raw;
   float scale = 1.0f;
 
-  // Weights [k, k + kLaneWeights) of row `row` of the [experts * n, k] rows.
-  __device__ __forceinline__ void load(const MoeGemmParams& p, int64_t row, int k) {
+  // Weights [k, k + kLaneWeights) of row `column` of expert `expert`, row expert * n + column of the
+  // [experts * n, k] rows (a block-FP8 expert's scales are its own grid, expert_scale_rows(n) rows of them).
+  __device__ __forceinline__ void load(const MoeGemmParams& p, int expert, int column, int k) {
+    const int64_t row = static_cast<int64_t>(expert) * p.n + column;
     if constexpr (Format == ExpertFormat::bf16) {
       raw = *reinterpret_cast<const uint4*>(p.weight + row * p.k + k);
     } else if constexpr (Format == ExpertFormat::fp8) {
       raw = *reinterpret_cast<const uint4*>(p.fp8.codes + row * p.k + k);
-      scale = __ldg(p.fp8.scales + row / 128 * p.fp8.scale_stride + k / 128);
+      const int64_t scale_row = static_cast<int64_t>(expert) * expert_scale_rows(p.n) + column / 128;
+      scale = __ldg(p.fp8.scales + scale_row * p.fp8.scale_stride + k / 128);
     } else {
       raw.x = *reinterpret_cast<const uint32_t*>(p.mxfp4.codes + row * (p.k / 2) + k / 2);
       scale = e8m0_to_float(__ldg(p.mxfp4.scales + row * (p.k / 32) + k / 32));
@@ -363,12 +366,10 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
   const int out_n = p.n / kColumns;
   const int n = blockIdx.x * kSkinnyWarps + warp;
   if (n >= out_n) return;
-  int64_t weight_row[kColumns];
   float bias[kColumns];
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
-    weight_row[j] = static_cast<int64_t>(expert) * p.n + n + j * out_n;
-    bias[j] = p.bias ? __bfloat162float(p.bias[weight_row[j]]) : 0.0f;
+    bias[j] = p.bias ? __bfloat162float(p.bias[static_cast<int64_t>(expert) * p.n + n + j * out_n]) : 0.0f;
   }
   for (int r0 = 0; r0 < num_rows; r0 += kSkinnyRows) {
     const int rows = min(kSkinnyRows, num_rows - r0);
@@ -377,7 +378,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
     for (int k = lane * kStep; k < p.k; k += 32 * kStep) {
       LaneWeights<Format> lane_weights[kColumns];
 #pragma unroll
-      for (int j = 0; j < kColumns; ++j) lane_weights[j].load(p, weight_row[j], k);
+      for (int j = 0; j < kColumns; ++j) lane_weights[j].load(p, expert, n + j * out_n, k);
 #pragma unroll
       for (int c = 0; c < kStep / 8; ++c) {
         float w[kColumns][8];
@@ -459,7 +460,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_combine_kernel(MoeGe
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
         if (expert[s] < 0) continue;
-        lane_weights[s].load(p, static_cast<int64_t>(expert[s]) * p.n + n, k);
+        lane_weights[s].load(p, expert[s], n, k);
 #pragma unroll
         for (int c = 0; c < kStep / 8; ++c) {
           inputs[s][c] = *reinterpret_cast<const Bf16x8*>(p.input + (first_pair + j0 + s) * p.k + k + 8 * c);
@@ -659,7 +660,7 @@ void launch_tma_tiles(const MoeGemmParams& p, cudaStream_t stream) {
     f.x = p.row_codes;
     f.x_scales = p.row_scales;
     f.weight = p.fp8;
-    f.group_weight_scales = static_cast<int64_t>(p.n / 128) * p.fp8.scale_stride;
+    f.group_weight_scales = expert_scale_rows(p.n) * p.fp8.scale_stride;
     launch_fp8_gemm(f, stream);
   } else {
     Bf16GemmParams g;
@@ -701,9 +702,9 @@ void launch_moe_grouped_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   if ((p.weight != nullptr) + fp8 + mxfp4 != 1) {
     throw std::invalid_argument("moe_experts: needs one of bf16, block-FP8 or MXFP4 expert weights");
   }
-  if (fp8 && (p.n % 128 != 0 || p.k % 16 != 0 || !p.fp8.covers(p.k))) {
+  if (fp8 && (p.k % 16 != 0 || !p.fp8.covers(p.k))) {
     throw std::invalid_argument("moe_experts: block-FP8 experts of " + std::to_string(p.n) + " x " +
-                                std::to_string(p.k) + " (rows a multiple of 128, columns of 16, with their scales)");
+                                std::to_string(p.k) + " (columns a multiple of 16, with their scales)");
   }
   if (mxfp4 && (p.k % 32 != 0 || !p.mxfp4.scales)) {
     throw std::invalid_argument("moe_experts: MXFP4 experts of " + std::to_string(p.n) + " x " + std::to_string(p.k) +

@@ -38,6 +38,9 @@ struct Mxfp4Codes {
   const uint8_t* scales = nullptr;
 };
 
+// Rows of 128x128 scale blocks an [n, k] block-FP8 expert has (MoeGemmParams::fp8).
+__host__ __device__ constexpr int64_t expert_scale_rows(int64_t n) { return (n + 127) / 128; }
+
 struct MoeGemmParams {
   // Row r of the input: rows[r] of `input` when gather_by_pair (input row = row_pair[r] / top_k, the token of the
   // pair; padding rows read zeros), else row r itself.
@@ -50,8 +53,10 @@ struct MoeGemmParams {
   const __nv_bfloat16* weight = nullptr;  // [experts, n, k], or null for quantized experts
   // Quantized experts instead, one of (each weight its code times its scale; the few-rows GEMM and the MXFP4 tiles
   // multiply bf16 activations, W8A16 and W4A16):
-  // - block FP8: codes [experts, n, k], the scales of 128x128 blocks of the [experts * n, k] rows; n a multiple of
-  //   128, k of 16;
+  // - block FP8: codes [experts, n, k], each expert's [n, k] in 128x128 blocks of its own (edge blocks partial,
+  //   as an expert's checkpoint tensor has them), the experts' scale grids one after the other: expert e's block
+  //   (r / 128, c / 128) at scales[(e * expert_scale_rows(n) + r / 128) * scale_stride + c / 128]; k a multiple of
+  //   16. Where n is a multiple of 128 that is the grid of the [experts * n, k] rows;
   // - MXFP4: the [experts * n, k] rows' codes and scales; k a multiple of 32.
   BlockFp8Codes fp8;
   Mxfp4Codes mxfp4;

@@ -143,10 +143,16 @@ class Backend {
   // Loads checkpoint tensors, concatenated along dimension 0 (e.g. fused q/k/v), keeping bf16/f32 weights as
   // they are (f16 becomes f32).
   virtual Tensor load_weight(std::span<const TensorInfo* const> parts) = 0;
-  // The same for the weight of `linear` and the norm_linear ops, [N, K], or for MoE experts' weights (the experts'
-  // [N, K] concatenated, reshaped to [E, N, K] for moe_experts): a backend with kernels for a quantized format may
-  // keep such a weight in it (the CUDA backend keeps block FP8 as codes with block_scales).
+  // The same for the weight of `linear` and the norm_linear ops, [N, K]: a backend with kernels for a quantized
+  // format may keep such a weight in it (the CUDA backend keeps block FP8 as codes with block_scales).
   virtual Tensor load_linear_weight(std::span<const TensorInfo* const> parts) { return load_weight(parts); }
+  // The same for MoE experts' weights: `parts` are `num_experts` runs of consecutive parts, each an expert's [N, K]
+  // (gate then up, say), concatenated (the caller reshapes them to [E, N, K] for moe_experts). Each expert's
+  // quantization blocks are its own (a block-FP8 expert of 2,880 rows ends on a partial block).
+  virtual Tensor load_expert_weight(std::span<const TensorInfo* const> parts, int64_t num_experts) {
+    (void)num_experts;
+    return load_linear_weight(parts);
+  }
   virtual Tensor from_host_f32(std::span<const float> values, std::vector<int64_t> shape) = 0;
   // Host int32 values (routing tables, counters) as a backend tensor of `shape`.
   Tensor from_host_i32(std::span<const int32_t> values, std::vector<int64_t> shape);

@@ -14,15 +14,26 @@ bool fits_grid(const TensorInfo& part, int64_t columns) {
 
 }  // namespace
 
-std::optional<BlockFp8Layout> block_fp8_layout(std::span<const TensorInfo* const> parts) {
+std::optional<BlockFp8Layout> block_fp8_layout(std::span<const TensorInfo* const> parts, int64_t groups) {
   if (parts.empty() || parts[0]->shape.size() != 2) return std::nullopt;
+  if (groups < 1 || parts.size() % static_cast<size_t>(groups) != 0) return std::nullopt;
   BlockFp8Layout layout;
+  layout.groups = groups;
   layout.columns = parts[0]->shape[1];
   if (layout.columns == 0 || layout.columns % BlockFp8Layout::kColumnMultiple != 0) return std::nullopt;
+  const size_t group_parts = parts.size() / static_cast<size_t>(groups);
+  int64_t group_rows = 0, first_group_rows = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const TensorInfo& part = *parts[i];
     if (!fits_grid(part, layout.columns)) return std::nullopt;
-    if (i + 1 < parts.size() && part.shape[0] % BlockFp8Layout::kBlock != 0) return std::nullopt;
+    const bool ends_group = (i + 1) % group_parts == 0;
+    if (!ends_group && part.shape[0] % BlockFp8Layout::kBlock != 0) return std::nullopt;
+    group_rows += part.shape[0];
+    if (ends_group) {
+      if (i + 1 == group_parts) first_group_rows = group_rows;
+      if (group_rows != first_group_rows) return std::nullopt;
+      group_rows = 0;
+    }
     layout.rows += part.shape[0];
   }
   layout.scale_stride = BlockFp8Layout::stride_for(layout.columns);

@@ -19,10 +19,14 @@ struct BlockFp8Layout {
 
   int64_t rows = 0;
   int64_t columns = 0;
+  // MoE experts: the rows are `groups` experts' weights of rows / groups rows each, every one on a 128x128 grid of
+  // its own (edge blocks partial, as an expert's checkpoint tensor has them), their scale rows one grid after the
+  // other (kernels/moe/moe_experts.h). 1 for a linear layer's weight.
+  int64_t groups = 1;
   int64_t scale_stride = 0;
-  std::vector<float> scales;  // [ceil(rows / 128) * scale_stride]
+  std::vector<float> scales;  // [scale_rows() * scale_stride]
 
-  int64_t scale_rows() const { return (rows + kBlock - 1) / kBlock; }
+  int64_t scale_rows() const { return groups * ((rows / groups + kBlock - 1) / kBlock); }
   static int64_t stride_for(int64_t columns) { return ((columns + kBlock - 1) / kBlock + 3) / 4 * 4; }
 };
 
@@ -31,7 +35,9 @@ struct BlockFp8Layout {
 // 2-D F8_E4M3 with 128x128 block scales and the same column count (a multiple of kColumnMultiple), each starting on
 // a block boundary of its whole checkpoint tensor (a tensor-parallel shard may start inside one), and every part but
 // the last a whole number of blocks tall (fused q/k/v of 128-row multiples fit; the 64-row heads of a tiny model do
-// not).
-std::optional<BlockFp8Layout> block_fp8_layout(std::span<const TensorInfo* const> parts);
+// not). With `groups` > 1 the parts are that many experts' weights, each a run of parts.size() / groups consecutive
+// parts (gate then up, say) with the same rows as the others: each run must fit a grid as above, and gets one of
+// its own.
+std::optional<BlockFp8Layout> block_fp8_layout(std::span<const TensorInfo* const> parts, int64_t groups = 1);
 
 }  // namespace tern

@@ -15,8 +15,12 @@ Tensor Tensor::reshape(std::vector<int64_t> new_shape) const {
   if (out.numel() != numel()) fail("reshape: {} elements cannot take a shape of {}", numel(), out.numel());
   if (block_scales) {  // its rows keep their columns and whole blocks of rows: [rows, K] or experts' [E, N, K]
     const int64_t block = scale_block_rows();
-    const bool keeps_blocks = (out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[1] % block == 0)) &&
-                              out.shape.back() == shape.back();
+    const bool keeps_blocks =
+        out.shape.back() == shape.back() &&
+        (experts_own_grids()
+             ? out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[0] == block_scales->size(0) &&
+                                         (out.shape[1] + block - 1) / block == block_scales->size(1))
+             : out.shape.size() == 2 || (out.shape.size() == 3 && out.shape[1] % block == 0));
     if (!keeps_blocks) {
       fail("reshape: a block-quantized weight of shape {} cannot take shape {} (its scales are of {}x{} blocks)",
            shape_string(shape), shape_string(out.shape), block,
@@ -33,7 +37,10 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   Tensor out = *this;
   out.shape[0] = count;
   out.data = static_cast<char*>(data) + dtype_bytes(dtype, begin * row_numel());
-  if (block_scales) {  // rows of [rows, K], or experts of [E, N, K]
+  if (block_scales && experts_own_grids()) {  // experts of [E, N, K], each with its grid
+    if (shape.size() != 3) fail("rows: experts' block-FP8 weights are taken by expert, from shape [E, N, K]");
+    out.block_scales = std::make_shared<const Tensor>(block_scales->rows(begin, count));
+  } else if (block_scales) {  // rows of [rows, K], or experts of [E, N, K]
     const int64_t block = scale_block_rows();
     const int64_t weight_rows = row_numel() / shape.back();
     const int64_t first = begin * weight_rows;
@@ -44,6 +51,8 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   }
   return out;
 }
+
+bool Tensor::experts_own_grids() const { return block_scales && block_scales->shape.size() == 3; }
 
 int64_t Tensor::scale_block_rows() const { return dtype == DType::F4_E2M1 ? 1 : BlockFp8Layout::kBlock; }
 

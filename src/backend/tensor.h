@@ -16,8 +16,10 @@ struct Tensor {
   std::shared_ptr<void> storage;  // keeps `data` alive
   // Set on a block-quantized weight that a backend keeps as codes, [rows, columns] or experts' [E, N, K] (rows
   // E * N):
-  // - block FP8 (dtype F8_E4M3, N a multiple of 128): the float32 scales of its 128x128 blocks,
-  //   [ceil(rows / 128), stride] (backend/block_fp8_layout.h); element (r, c) is its code times scales[r / 128][c / 128];
+  // - block FP8 (dtype F8_E4M3): the float32 scales of its 128x128 blocks, [ceil(rows / 128), stride]
+  //   (backend/block_fp8_layout.h; experts then of N a multiple of 128); element (r, c) is its code times
+  //   scales[r / 128][c / 128]. Experts' weights on grids of their own (Backend::load_expert_weight) have scales
+  //   [E, ceil(N / 128), stride] instead: element (e, r, c) is its code times scales[e][r / 128][c / 128];
   // - MXFP4 (dtype F4_E2M1, two codes a byte): the e8m0 scale bytes of its 1x32 groups, [rows, columns / 32]
   //   (backend/mxfp4_layout.h); element (r, c) is its code times 2^(scales[r][c / 32] - 127).
   std::shared_ptr<const Tensor> block_scales;
@@ -48,6 +50,8 @@ struct Tensor {
   Tensor rows(int64_t begin, int64_t count) const;
   // The rows a block-quantized weight's scales are given per: 128 for block FP8, 1 for MXFP4.
   int64_t scale_block_rows() const;
+  // Whether this is experts' block-FP8 weight with a grid of scales per expert (3-D block_scales).
+  bool experts_own_grids() const;
 };
 
 }  // namespace tern

@@ -64,8 +64,10 @@ const TensorInfo& WeightLoader::tensor(const std::string& name, const std::vecto
 }
 
 int64_t WeightLoader::checkpoint_bytes(const TensorInfo& part) const {
-  if (fp8_weights_ && fp8_weights_->count(part.name)) {
-    return static_cast<int64_t>(dtype_bytes(checkpoint_.get(part.name).dtype, part.numel()));
+  // Quantized here from what the checkpoint stores (online FP8, an FP4 expert's repacking).
+  if (part.dtype == DType::F8_E4M3 && checkpoint_.has(part.name)) {
+    const DType stored = checkpoint_.get(part.name).dtype;
+    if (stored != DType::F8_E4M3) return static_cast<int64_t>(dtype_bytes(stored, part.numel()));
   }
   int64_t bytes = static_cast<int64_t>(part.size_bytes);
   if (part.block_scales) bytes += static_cast<int64_t>(part.block_scales->scales->size_bytes);
@@ -197,9 +199,47 @@ Tensor WeightLoader::load_vocab_shard(const std::string& name, const std::vector
   return load_parts({&part, 1});
 }
 
-Tensor WeightLoader::load_parts(std::span<const TensorInfo* const> parts) {
+Tensor WeightLoader::load_expert_concat(
+    const std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>& experts) {
+  std::vector<const TensorInfo*> infos;
+  for (const auto& parts : experts) {
+    for (const auto& [name, shape] : parts) infos.push_back(&tensor(name, shape));
+  }
+  return load_parts(infos, static_cast<int64_t>(experts.size()));
+}
+
+Tensor WeightLoader::load_experts(const TensorInfo& experts) {
+  if (experts.shape.size() != 3 || experts.shape[0] <= 0) {
+    fail("{}: experts of '{}' laid out as {}, not [experts, out, in]", experts.file.string(), experts.name,
+         shape_string(experts.shape));
+  }
+  const int64_t count = experts.shape[0];
+  std::vector<TensorInfo> views(static_cast<size_t>(count), experts);
+  for (int64_t e = 0; e < count; ++e) {
+    views[e].shape = {experts.shape[1], experts.shape[2]};
+    views[e].size_bytes = experts.size_bytes / static_cast<size_t>(count);
+    views[e].data = experts.data + e * views[e].size_bytes;
+  }
+  std::vector<std::unique_ptr<BlockFp8Weight>> quantized;  // what the parts point to until the backend has them
+  std::vector<const TensorInfo*> parts;
+  for (const TensorInfo& view : views) {
+    if (fp8_weights_ && checkpoint_.quantizes_to_fp8() && quantizes_online(view)) {
+      parts.push_back(&quantized.emplace_back(std::make_unique<BlockFp8Weight>(view))->info());
+    } else {
+      parts.push_back(&view);
+    }
+  }
+  return load_parts(parts, count).reshape(experts.shape);
+}
+
+Tensor WeightLoader::load_parts(std::span<const TensorInfo* const> parts) { return load_parts(parts, 0); }
+
+Tensor WeightLoader::load_parts(std::span<const TensorInfo* const> parts, int64_t experts) {
   for (const TensorInfo* part : parts) check_format(*part, takes_quantized_);
-  Tensor weight = loads_linear_weights_ ? backend_.load_linear_weight(parts) : backend_.load_weight(parts);
+  if (experts > 0 && !loads_linear_weights_) fail("experts' weights load through a linear_weights() loader");
+  Tensor weight = experts > 0            ? backend_.load_expert_weight(parts, experts)
+                  : loads_linear_weights_ ? backend_.load_linear_weight(parts)
+                                          : backend_.load_weight(parts);
   if (LoadProgress* progress = checkpoint_.progress()) {
     int64_t bytes = 0;
     for (const TensorInfo* part : parts) bytes += checkpoint_bytes(*part);

@@ -57,6 +57,13 @@ class WeightLoader {
   // Loads checkpoint tensors (or host copies laid out anew from them) onto the backend, concatenated along
   // dimension 0, as Backend::load_weight; counts their bytes in the checkpoint's load progress.
   Tensor load_parts(std::span<const TensorInfo* const> parts);
+  // MoE experts' weights on a linear_weights() loader (Backend::load_expert_weight), [E * N, K]: each expert's
+  // parts (gate and up, say) concatenated, the experts' after each other, each expert's quantization blocks its own.
+  Tensor load_expert_concat(const std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>& experts);
+  // The same from a host copy laid out anew, `experts` [E, N, K] (so shaped): under online FP8 each expert's [N, K] is
+  // quantized on a grid of its own, as an expert's checkpoint tensor would be (gpt-oss's experts, stored as one
+  // [E, in, out] tensor, are transposed on the host first).
+  Tensor load_experts(const TensorInfo& experts);
 
   // A loader of the same checkpoint for the weights of linear layers and experts, which may be block-quantized (FP8
   // with scales): the backend receives them in their format, scales attached (Backend::load_linear_weight), and
@@ -102,6 +109,8 @@ class WeightLoader {
   // The bytes of checkpoint tensors `part` loads, for the load progress: an online-quantized part's elements as the
   // checkpoint stores them.
   int64_t checkpoint_bytes(const TensorInfo& part) const;
+  // load_parts for `experts` runs of parts (Backend::load_expert_weight), or for a weight of one grid (0).
+  Tensor load_parts(std::span<const TensorInfo* const> parts, int64_t experts);
 
   const Checkpoint& checkpoint_;
   Backend& backend_;

@@ -115,6 +115,51 @@ TEST(BlockFp8LayoutTest, ShardViewsAndE8m0Scales) {
   EXPECT_EQ(from_e8m0->scales, (std::vector<float>{8, 0, 0, 0}));
 }
 
+// MoE experts whose rows are not whole blocks (gpt-oss's 2,880): each expert's parts on a grid of their own, the
+// grids' scale rows one after the other.
+TEST(BlockFp8LayoutTest, ExpertsOnGridsOfTheirOwn) {
+  Parts parts;
+  for (int expert = 0; expert < 3; ++expert) {
+    parts.add(128, 256);  // gate: whole blocks
+    parts.add(64, 256);   // up: ends the expert on a partial block
+  }
+  EXPECT_FALSE(block_fp8_layout(parts.all())) << "one grid: the second part ends inside a block";
+  const auto layout = block_fp8_layout(parts.all(), 3);
+  ASSERT_TRUE(layout);
+  EXPECT_EQ(layout->rows, 3 * 192);
+  EXPECT_EQ(layout->groups, 3);
+  ASSERT_EQ(layout->scale_rows(), 6);  // two block rows an expert
+  const auto row = [&](int64_t r) {
+    return std::vector<float>(layout->scales.begin() + r * 4, layout->scales.begin() + r * 4 + 2);
+  };
+  for (int expert = 0; expert < 3; ++expert) {
+    EXPECT_EQ(row(2 * expert), (std::vector<float>{200.0f * expert, 200.0f * expert + 1})) << expert;
+    EXPECT_EQ(row(2 * expert + 1), (std::vector<float>{200.0f * expert + 100, 200.0f * expert + 101})) << expert;
+  }
+}
+
+TEST(BlockFp8LayoutTest, ExpertsOffTheirGridsAreNotKeptAsCodes) {
+  {
+    Parts parts;  // an expert's first part ends inside a block
+    for (int expert = 0; expert < 2; ++expert) {
+      parts.add(64, 256);
+      parts.add(64, 256);
+    }
+    EXPECT_FALSE(block_fp8_layout(parts.all(), 2));
+  }
+  {
+    Parts parts;  // experts of different rows
+    parts.add(128, 256);
+    parts.add(64, 256);
+    EXPECT_FALSE(block_fp8_layout(parts.all(), 2));
+  }
+  Parts parts;  // parts that do not split into the experts
+  parts.add(128, 256);
+  parts.add(128, 256);
+  parts.add(128, 256);
+  EXPECT_FALSE(block_fp8_layout(parts.all(), 2));
+}
+
 TEST(BlockFp8LayoutTest, PartsOffTheGridAreNotKeptAsCodes) {
   {
     Parts parts;  // a tiny model's 64-row q then k: k's rows would start inside a block
@@ -170,6 +215,25 @@ TEST(BlockFp8LayoutTest, TensorViewsOfABlockFp8WeightKeepTheirScales) {
   const Tensor last = experts.rows(2, 1);
   EXPECT_EQ(last.data, expert_codes.data() + 2 * 256 * 32);
   EXPECT_EQ(last.block_scales->shape, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(last.block_scales->ptr<float>()[0], 16.0f);
+}
+
+// Experts on grids of their own (Backend::load_expert_weight), scales [E, ceil(N / 128), stride]: [E, N, K] of any
+// N, rows taken by expert.
+TEST(BlockFp8LayoutTest, TensorViewsOfExpertsOnGridsOfTheirOwn) {
+  std::vector<uint8_t> codes(3 * 192 * 32);
+  std::vector<float> scale_values(3 * 2 * 4);
+  for (size_t i = 0; i < scale_values.size(); ++i) scale_values[i] = static_cast<float>(i);
+  Tensor scales{DType::F32, {3, 2, 4}, scale_values.data(), nullptr, nullptr};
+  Tensor flat{DType::F8_E4M3, {576, 32}, codes.data(), nullptr, std::make_shared<const Tensor>(scales)};
+  ASSERT_TRUE(flat.experts_own_grids());
+  EXPECT_THROW(flat.reshape({4, 144, 32}), Error) << "3 experts' grids";
+  EXPECT_THROW(flat.reshape({6, 96, 32}), Error) << "3 experts' grids";
+  EXPECT_THROW(flat.rows(0, 128), Error) << "rows are taken by expert";
+  const Tensor experts = flat.reshape({3, 192, 32});
+  const Tensor last = experts.rows(2, 1);
+  EXPECT_EQ(last.data, codes.data() + 2 * 192 * 32);
+  EXPECT_EQ(last.block_scales->shape, (std::vector<int64_t>{1, 2, 4}));
   EXPECT_EQ(last.block_scales->ptr<float>()[0], 16.0f);
 }
 

@@ -71,6 +71,23 @@ TEST_P(OnlineFp8Test, LogitsEqualThoseOfTheFp8CheckpointOfTheSameWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OnlineFp8Test, ::testing::Values("llama", "qwen3", "qwen3_moe", "deepseek_v3"));
 
+// gpt-oss's bf16 experts ([E, in, out], transposed on the host) quantize too, each expert's [out, in] on a grid of
+// its own: the fixture's 64-row down projections end on a partial block each, so one grid over the experts' stacked
+// rows would put two experts in a block and give other logits.
+TEST(OnlineFp8GptOssTest, ExpertsQuantizeOnGridsOfTheirOwn) {
+  const fs::path model = testing::every_expert_routed(fixture("gpt_oss"), "online_fp8_gpt_oss");
+  const auto prompt = long_prompt(model);
+  const auto online = online_fp8_logits(model, prompt);
+  const Twins twins = TwinWriter(model, DType::F32).write("online_gpt_oss");
+  EXPECT_LE(relative_error(online, cpu_logits(twins.f32, prompt)), 1e-5f);
+  const Twins attention_only = TwinWriter(model, DType::F32, [](const TensorInfo& t) {
+                                 return is_linear_weight(t) && !testing::is_gpt_oss_experts(t);
+                               }).write("online_gpt_oss_attention");
+  const float experts_error = relative_error(online, cpu_logits(attention_only.f32, prompt));
+  std::cout << "gpt_oss: online FP8 logits vs its attention alone quantized, relative error " << experts_error << "\n";
+  EXPECT_GT(experts_error, 1e-4f) << "the experts should have been quantized";
+}
+
 // DeepSeek-V4's linear weights in transformers' names: the attention's projections, the indexer's query projection
 // and the routed and shared experts' (w1, w2, w3). The compressors' projections, the router and mHC's mixes load
 // unquantized, as in DeepSeek's released checkpoints.

@@ -176,16 +176,26 @@ class CudaBackend final : public Backend {
   // A block-FP8 weight whose parts fit one 128x128 grid stays FP8 (block_fp8_layout.h): the GEMV reads its codes
   // (W8A16) and prefill's GEMMs run on FP8 tensor cores (W8A8). MXFP4 experts stay as codes too (mxfp4_layout.h):
   // the MoE kernels read them (W4A16). Others are dequantized to bf16 as load_weight does.
-  Tensor load_linear_weight(std::span<const TensorInfo* const> parts) override {
+  Tensor load_linear_weight(std::span<const TensorInfo* const> parts) override { return load_quantized(parts, 1); }
+
+  // Experts in block FP8 keep a grid of scales each (kernels/moe/moe_experts.h).
+  Tensor load_expert_weight(std::span<const TensorInfo* const> parts, int64_t num_experts) override {
+    return load_quantized(parts, num_experts);
+  }
+
+  // A weight in a format the kernels read as it is, or else dequantized to bf16; `groups` as block_fp8_layout's.
+  Tensor load_quantized(std::span<const TensorInfo* const> parts, int64_t groups) {
     if (std::optional<Mxfp4Layout> mxfp4 = mxfp4_layout(parts)) {
       return load_codes(parts, allocator_->allocate(DType::F4_E2M1, {mxfp4->rows, mxfp4->columns}),
                         allocator_->allocate(DType::U8, {mxfp4->rows, mxfp4->scale_columns()}), mxfp4->scales.data());
     }
-    const std::optional<BlockFp8Layout> layout = block_fp8_layout(parts);
+    const std::optional<BlockFp8Layout> layout = block_fp8_layout(parts, groups);
     if (!layout) return load_weight(parts);
+    // Experts' scales [E, ceil(N / 128), stride]: each expert's grid (Tensor::block_scales).
+    std::vector<int64_t> scale_shape = {layout->scale_rows(), layout->scale_stride};
+    if (groups > 1) scale_shape = {groups, layout->scale_rows() / groups, layout->scale_stride};
     return load_codes(parts, allocator_->allocate(DType::F8_E4M3, {layout->rows, layout->columns}),
-                      allocator_->allocate(DType::F32, {layout->scale_rows(), layout->scale_stride}),
-                      layout->scales.data());
+                      allocator_->allocate(DType::F32, std::move(scale_shape)), layout->scales.data());
   }
 
   // The parts' codes as stored into `codes` ([rows, columns]: the caller reshapes experts to [E, N, K]), with the
@@ -227,14 +237,22 @@ class CudaBackend final : public Backend {
       const TensorInfo codes{"MXFP4 weight", {}, t.dtype, t.shape, reinterpret_cast<const std::byte*>(raw.data()),
                              raw.size(), BlockScales{&scales, 1, Mxfp4Layout::kGroup}};
       dequantize_to_f32(codes, out.data());
-    } else {  // codes times their block's scale, exactly, as a checkpoint's are dequantized
+    } else {  // codes times their block's scale, exactly, as a checkpoint's are dequantized; experts' on their grids
       const std::vector<float> scale_values = to_host_f32(*t.block_scales);
-      const TensorInfo scales{"block scales", {}, DType::F32, t.block_scales->shape,
-                              reinterpret_cast<const std::byte*>(scale_values.data()),
-                              scale_values.size() * sizeof(float), std::nullopt};
-      const TensorInfo codes{"block-FP8 weight", {}, t.dtype, t.shape, reinterpret_cast<const std::byte*>(raw.data()),
-                             raw.size(), BlockScales{&scales, BlockFp8Layout::kBlock, BlockFp8Layout::kBlock}};
-      dequantize_to_f32(codes, out.data());
+      const int64_t groups = t.experts_own_grids() ? t.block_scales->size(0) : 1;
+      const int64_t rows = t.numel() / t.size(-1) / groups;
+      const int64_t stride = t.block_scales->size(-1);
+      const int64_t group_scales = static_cast<int64_t>(scale_values.size()) / groups;
+      for (int64_t g = 0; g < groups; ++g) {
+        const TensorInfo scales{"block scales", {}, DType::F32, {group_scales / stride, stride},
+                                reinterpret_cast<const std::byte*>(scale_values.data() + g * group_scales),
+                                static_cast<size_t>(group_scales) * sizeof(float), std::nullopt};
+        const size_t code_bytes = static_cast<size_t>(rows * t.size(-1));
+        const TensorInfo codes{"block-FP8 weight", {}, t.dtype, {rows, t.size(-1)},
+                               reinterpret_cast<const std::byte*>(raw.data() + g * code_bytes), code_bytes,
+                               BlockScales{&scales, BlockFp8Layout::kBlock, BlockFp8Layout::kBlock}};
+        dequantize_to_f32(codes, out.data() + g * rows * t.size(-1));
+      }
     }
     return out;
   }
@@ -1408,8 +1426,8 @@ class CudaBackend final : public Backend {
     up.num_experts = checked_int(num_experts, "experts");
     up.routed_rows = num_pairs;
     // Over tiles, bf16 and block-FP8 projections take the TMA GEMMs (MXFP4 ones the mma.sync tiles): gate_up's
-    // rows gathered first, and the rows quantized for whichever projection is block FP8 (an online-quantized
-    // model may have one of them so: gpt-oss's 2,880-row down projection has no 128-row blocks).
+    // rows gathered first, and the rows quantized for whichever projection is block FP8 (a model may have one of
+    // them so: gate and up rows that are not whole 128-row blocks cannot share an expert's grid).
     std::optional<Tensor> gathered, row_codes, row_scales;
     const auto block_fp8 = [](const Tensor& w) { return w.dtype == DType::F8_E4M3 && w.block_scales; };
     if (!few_rows) {
@@ -1497,7 +1515,7 @@ class CudaBackend final : public Backend {
   // A block-FP8 weight's codes and scales as the kernels take them.
   static kernels::BlockFp8Codes fp8_codes(const Tensor& weight) {
     return {static_cast<const __nv_fp8_e4m3*>(weight.data), weight.block_scales->ptr<float>(),
-            checked_int(weight.block_scales->size(1), "scale stride")};
+            checked_int(weight.block_scales->size(-1), "scale stride")};
   }
 
   static void set_expert_weight(kernels::MoeGemmParams& p, const Tensor& weight) {
@@ -1548,7 +1566,10 @@ class CudaBackend final : public Backend {
 
   // A block-FP8 weight's values rounded to bf16, for the ops that have no FP8 kernel.
   Tensor dequantized(const Tensor& t, const char* op) {
-    if (t.dtype == DType::F4_E2M1) fail("cuda backend: {} takes no MXFP4 weight (only the MoE experts do)", op);
+    if (t.dtype == DType::F4_E2M1 || t.experts_own_grids()) {
+      fail("cuda backend: {} takes no {} (only the MoE experts do)", op,
+           t.dtype == DType::F4_E2M1 ? "MXFP4 weight" : "experts' block-FP8 weight");
+    }
     Tensor out = allocator_->allocate(DType::BF16, t.shape);
     launch(op, [&] {
       kernels::launch_dequantize_block_fp8(static_cast<const __nv_fp8_e4m3*>(t.data), t.block_scales->ptr<float>(),

@@ -32,8 +32,9 @@ Tensor load_relaid(WeightLoader& weights, const std::string& name, const std::ve
   return weights.load_parts({&part, 1});
 }
 
-// Loads the experts `experts` of `name`, stored [E, in, out] (gpt-oss's bf16 x @ W layout), as [count, out, in]:
-// element (c, r, k) of the result is element (experts[c], k, source_column(r)) of the checkpoint tensor. A
+// Loads the experts `experts` of `name`, stored [E, in, out] (gpt-oss's bf16 x @ W layout), as [count, out, in]
+// (quantized per expert under online FP8, WeightLoader::load_experts): element (c, r, k) of the result is element
+// (experts[c], k, source_column(r)) of the checkpoint tensor. A
 // transpose read along columns: in tiles that stay in cache, experts on all cores (an element at a time and on one
 // core it loaded gpt-oss-20b at 0.15 GB/s).
 template <typename SourceColumn>
@@ -77,8 +78,7 @@ Tensor load_transposed_experts(WeightLoader& weights, const std::string& name, c
   relaid.shape = {count, out, in};
   relaid.data = bytes.get();
   relaid.size_bytes = size;
-  const TensorInfo* part = &relaid;
-  return weights.load_parts({&part, 1});
+  return weights.load_experts(relaid);
 }
 
 // Loads the rows of the block-quantized weight `name` laid out anew on the host, codes and scales together: row r of
@@ -151,17 +151,17 @@ void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& 
   gate_up_ = down_ = Tensor{};
   gate_up_bias_.reset();
   down_bias_.reset();
+  WeightLoader linear = weights.linear_weights();
   if (config_.layout == ExpertLayout::per_expert) {
-    std::vector<std::pair<std::string, std::vector<int64_t>>> gate_up, down;
+    std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> gate_up, down;
     for (int32_t e : experts) {
       const std::string expert = prefix_ + ".experts." + std::to_string(e) + ".";
-      gate_up.push_back({expert + config_.expert_names.gate + ".weight", {inter, hidden}});
-      gate_up.push_back({expert + config_.expert_names.up + ".weight", {inter, hidden}});
-      down.push_back({expert + config_.expert_names.down + ".weight", {hidden, inter}});
+      gate_up.push_back({{expert + config_.expert_names.gate + ".weight", {inter, hidden}},
+                         {expert + config_.expert_names.up + ".weight", {inter, hidden}}});
+      down.push_back({{expert + config_.expert_names.down + ".weight", {hidden, inter}}});
     }
-    WeightLoader linear = weights.linear_weights();
-    gate_up_ = linear.load_concat(gate_up).reshape({count, 2 * inter, hidden});
-    down_ = linear.load_concat(down).reshape({count, hidden, inter});
+    gate_up_ = linear.load_expert_concat(gate_up).reshape({count, 2 * inter, hidden});
+    down_ = linear.load_expert_concat(down).reshape({count, hidden, inter});
     return;
   }
   const std::string names = prefix_ + ".experts.";
@@ -172,19 +172,18 @@ void SparseMoe::load_experts(WeightLoader& weights, const std::vector<int32_t>& 
     // MXFP4 experts are [E, out, in] with 32-element groups along `in`: gpt-oss's mlp1_weight [E, 2I, H] and
     // mlp2_weight [E, H, I] (gpt_oss/torch/model.py, MLPBlock), which transformers' convert_moe_packed_tensors
     // transposes into the bf16 checkpoints' [E, in, out] (integrations/mxfp4.py). So rows move here, none transposed.
-    WeightLoader quantized = weights.linear_weights();
-    gate_up_ = load_quantized_rows(quantized, names + "gate_up_proj_blocks", {num_experts, 2 * inter, hidden},
+    gate_up_ = load_quantized_rows(linear, names + "gate_up_proj_blocks", {num_experts, 2 * inter, hidden},
                                    {count, 2 * inter, hidden}, [&](int64_t r) {
                                      return experts[r / (2 * inter)] * 2 * inter + interleaved(r % (2 * inter));
                                    });
-    down_ = load_quantized_rows(quantized, names + "down_proj_blocks", {num_experts, hidden, inter},
+    down_ = load_quantized_rows(linear, names + "down_proj_blocks", {num_experts, hidden, inter},
                                 {count, hidden, inter},
                                 [&](int64_t r) { return experts[r / hidden] * hidden + r % hidden; });
   } else {
     // The bf16 checkpoints store x @ W ([E, H, 2I]) and x @ D ([E, I, H]).
-    gate_up_ = load_transposed_experts(weights, names + "gate_up_proj", {num_experts, hidden, 2 * inter}, experts,
+    gate_up_ = load_transposed_experts(linear, names + "gate_up_proj", {num_experts, hidden, 2 * inter}, experts,
                                        interleaved);
-    down_ = load_transposed_experts(weights, names + "down_proj", {num_experts, inter, hidden}, experts,
+    down_ = load_transposed_experts(linear, names + "down_proj", {num_experts, inter, hidden}, experts,
                                     [](int64_t h) { return h; });
   }
   gate_up_bias_ = load_relaid(weights, names + "gate_up_proj_bias", {num_experts, 2 * inter}, {count, 2 * inter},

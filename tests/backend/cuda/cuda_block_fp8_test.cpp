@@ -252,9 +252,50 @@ TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
   }
 }
 
-// An online-quantized model may have one projection of its experts in block FP8 and the other in bf16 (gpt-oss's
-// 2,880-row down projection has no 128-row blocks): over tiles each takes its own TMA GEMM, the rows quantized for
-// the FP8 one only.
+// Experts whose rows are not whole 128-row blocks (gpt-oss's 2,880 under --quantization fp8), each quantized on a
+// grid of its own (Backend::load_expert_weight): every path reads each expert's scales from its own grid. The
+// weights' scales change from block row to block row within each expert (Fp8Weight), so a scale read from the
+// grid of the experts' stacked rows shows.
+TEST_F(CudaBlockFp8Test, MoeExpertsOnGridsOfTheirOwn) {
+  constexpr int64_t kExperts = 8, kTopK = 2, kHidden = 192, kIntermediate = 160;  // 320 and 192 rows an expert
+  std::vector<std::unique_ptr<Fp8Weight>> gate_up, down;
+  std::vector<const TensorInfo*> gate_up_parts, down_parts;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    gate_up_parts.push_back(gate_up.emplace_back(std::make_unique<Fp8Weight>(2 * kIntermediate, kHidden, 70 + e))->part);
+    down_parts.push_back(down.emplace_back(std::make_unique<Fp8Weight>(kHidden, kIntermediate, 90 + e))->part);
+  }
+  const std::vector<int64_t> gate_up_shape = {kExperts, 2 * kIntermediate, kHidden};
+  const std::vector<int64_t> down_shape = {kExperts, kHidden, kIntermediate};
+  const Tensor gpu_gate_up = gpu->load_expert_weight(gate_up_parts, kExperts).reshape(gate_up_shape);
+  const Tensor gpu_down = gpu->load_expert_weight(down_parts, kExperts).reshape(down_shape);
+  ASSERT_EQ(gpu_down.dtype, DType::F8_E4M3);
+  ASSERT_TRUE(gpu_down.experts_own_grids());
+  EXPECT_EQ(gpu_down.block_scales->shape, (std::vector<int64_t>{kExperts, 2, 4}));
+  std::vector<float> dequantized_down;
+  for (const auto& w : down) dequantized_down.insert(dequantized_down.end(), w->dequantized.begin(), w->dequantized.end());
+  EXPECT_EQ(gpu->to_host_f32(gpu_down), dequantized_down);
+  const ExpertWeights cpu_experts{cpu->load_expert_weight(gate_up_parts, kExperts).reshape(gate_up_shape),
+                                  cpu->load_expert_weight(down_parts, kExperts).reshape(down_shape), nullptr, nullptr,
+                                  0};
+  const ExpertWeights gpu_experts{gpu_gate_up, gpu_down, nullptr, nullptr, 0};
+  for (const int64_t tokens : {1, 3, 200}) {  // pair tiles, warp per column, the TMA GEMM over tiles
+    const auto x = input(random_bf16_values(tokens * kHidden, 80), {tokens, kHidden});
+    const auto [ids, weights] = testing::random_routing(tokens, kExperts, kTopK, 81);
+    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {tokens, kTopK}),
+                                    cpu->from_host_f32(weights, {tokens, kTopK})};
+    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {tokens, kTopK}),
+                                    gpu->from_host_f32(weights, {tokens, kTopK})};
+    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, GluActivation{});
+    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, GluActivation{});
+    ASSERT_EQ(got.shape, expected.shape) << tokens << " tokens";
+    EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), tokens > 8 ? 6e-2 : 2e-2)
+        << tokens << " tokens";
+  }
+}
+
+// A model may have one projection of its experts in block FP8 and the other in bf16 (gate and up rows that are not
+// whole 128-row blocks cannot share an expert's grid, and load dequantized): over tiles each takes its own TMA GEMM,
+// the rows quantized for the FP8 one only.
 TEST_F(CudaBlockFp8Test, ExpertsWithOneProjectionInFp8) {
   constexpr int64_t kTokens = 200, kExperts = 8, kTopK = 2;
   struct Case {
@@ -356,7 +397,7 @@ TEST_P(CudaOnlineFp8ModelTest, LogitsMatchTheCpuBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOnlineFp8ModelTest,
-                         ::testing::Values("tern-py-13m", "llama", "qwen3", "qwen3_moe", "deepseek_v3"));
+                         ::testing::Values("tern-py-13m", "llama", "qwen3", "qwen3_moe", "deepseek_v3", "gpt_oss"));
 
 }  // namespace
 }  // namespace tern
