@@ -37,7 +37,7 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   Tensor out = *this;
   out.shape[0] = count;
   out.data = static_cast<char*>(data) + dtype_bytes(dtype, begin * row_numel());
-  if (block_scales && experts_own_grids()) {  // experts of [E, N, K], each with its grid
+  if (experts_own_grids()) {  // experts of [E, N, K], each with its grid
     if (shape.size() != 3) fail("rows: experts' block-FP8 weights are taken by expert, from shape [E, N, K]");
     out.block_scales = std::make_shared<const Tensor>(block_scales->rows(begin, count));
   } else if (block_scales) {  // rows of [rows, K], or experts of [E, N, K]

@@ -34,9 +34,8 @@ Tensor load_relaid(WeightLoader& weights, const std::string& name, const std::ve
 
 // Loads the experts `experts` of `name`, stored [E, in, out] (gpt-oss's bf16 x @ W layout), as [count, out, in]
 // (quantized per expert under online FP8, WeightLoader::load_experts): element (c, r, k) of the result is element
-// (experts[c], k, source_column(r)) of the checkpoint tensor. A
-// transpose read along columns: in tiles that stay in cache, experts on all cores (an element at a time and on one
-// core it loaded gpt-oss-20b at 0.15 GB/s).
+// (experts[c], k, source_column(r)) of the checkpoint tensor. A transpose read along columns: in tiles that stay in
+// cache, experts on all cores (an element at a time and on one core it loaded gpt-oss-20b at 0.15 GB/s).
 template <typename SourceColumn>
 Tensor load_transposed_experts(WeightLoader& weights, const std::string& name, const std::vector<int64_t>& shape,
                                const std::vector<int32_t>& experts, SourceColumn source_column) {

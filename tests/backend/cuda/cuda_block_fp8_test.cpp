@@ -239,13 +239,8 @@ TEST_F(CudaBlockFp8Test, MoeExpertsReadTheCodes) {
                                     c.first_expert};
     const ExpertWeights gpu_experts{gpu_gate_up, gpu->load_linear_weight(down.parts()).reshape(down_shape), nullptr,
                                     nullptr, c.first_expert};
-    const auto [ids, weights] = testing::random_routing(c.tokens, c.experts, c.top_k, 53);
-    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {c.tokens, c.top_k}),
-                                    cpu->from_host_f32(weights, {c.tokens, c.top_k})};
-    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),
-                                    gpu->from_host_f32(weights, {c.tokens, c.top_k})};
-    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, GluActivation{});
-    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, GluActivation{});
+    const auto routing = testing::random_routing(c.tokens, c.experts, c.top_k, 53);
+    const auto [expected, got] = moe_experts(x, routing, c.top_k, cpu_experts, gpu_experts);
     ASSERT_EQ(got.shape, expected.shape) << what;
     const bool few_rows = c.tokens * c.top_k <= 2 * c.local_experts;  // kernels::moe_few_rows
     EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), few_rows ? 2e-2 : 6e-2) << what;
@@ -280,13 +275,8 @@ TEST_F(CudaBlockFp8Test, MoeExpertsOnGridsOfTheirOwn) {
   const ExpertWeights gpu_experts{gpu_gate_up, gpu_down, nullptr, nullptr, 0};
   for (const int64_t tokens : {1, 3, 200}) {  // pair tiles, warp per column, the TMA GEMM over tiles
     const auto x = input(random_bf16_values(tokens * kHidden, 80), {tokens, kHidden});
-    const auto [ids, weights] = testing::random_routing(tokens, kExperts, kTopK, 81);
-    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {tokens, kTopK}),
-                                    cpu->from_host_f32(weights, {tokens, kTopK})};
-    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {tokens, kTopK}),
-                                    gpu->from_host_f32(weights, {tokens, kTopK})};
-    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, GluActivation{});
-    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, GluActivation{});
+    const auto routing = testing::random_routing(tokens, kExperts, kTopK, 81);
+    const auto [expected, got] = moe_experts(x, routing, kTopK, cpu_experts, gpu_experts);
     ASSERT_EQ(got.shape, expected.shape) << tokens << " tokens";
     EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), tokens > 8 ? 6e-2 : 2e-2)
         << tokens << " tokens";
@@ -319,13 +309,8 @@ TEST_F(CudaBlockFp8Test, ExpertsWithOneProjectionInFp8) {
                                     nullptr, 0};
     const ExpertWeights gpu_experts{c.fp8_gate_up ? gpu_fp8 : bf16.gpu, c.fp8_gate_up ? bf16.gpu : gpu_fp8, nullptr,
                                     nullptr, 0};
-    const auto [ids, weights] = testing::random_routing(kTokens, kExperts, kTopK, 63);
-    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {kTokens, kTopK}),
-                                    cpu->from_host_f32(weights, {kTokens, kTopK})};
-    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {kTokens, kTopK}),
-                                    gpu->from_host_f32(weights, {kTokens, kTopK})};
-    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, GluActivation{});
-    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, GluActivation{});
+    const auto routing = testing::random_routing(kTokens, kExperts, kTopK, 63);
+    const auto [expected, got] = moe_experts(x, routing, kTopK, cpu_experts, gpu_experts);
     ASSERT_EQ(got.shape, expected.shape) << what;
     EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), 6e-2) << what;
   }

@@ -222,11 +222,7 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
     const auto gate_up_bias = weight(random_bf16_values(c.local_experts * 2 * c.intermediate, 34, 0.5f),
                                      {c.local_experts, 2 * c.intermediate});
     const auto down_bias = weight(random_bf16_values(c.local_experts * c.hidden, 35, 0.5f), {c.local_experts, c.hidden});
-    const auto [ids, weights] = testing::random_routing(c.tokens, c.experts, c.top_k, 36, c.crowded);
-    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {c.tokens, c.top_k}),
-                                    cpu->from_host_f32(weights, {c.tokens, c.top_k})};
-    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),
-                                    gpu->from_host_f32(weights, {c.tokens, c.top_k})};
+    const auto routing = testing::random_routing(c.tokens, c.experts, c.top_k, 36, c.crowded);
     const bool gpt_oss = c.glu == Glu::gpt_oss;
     GluActivation activation;
     if (gpt_oss) activation = {GluActivation::Kind::gpt_oss, 7.0f, 1.702f};
@@ -235,8 +231,7 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
                                     gpt_oss ? &down_bias.cpu : nullptr, c.first_expert};
     const ExpertWeights gpu_experts{gate_up.gpu, down.gpu, gpt_oss ? &gate_up_bias.gpu : nullptr,
                                     gpt_oss ? &down_bias.gpu : nullptr, c.first_expert};
-    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, activation);
-    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, activation);
+    const auto [expected, got] = moe_experts(x, routing, c.top_k, cpu_experts, gpu_experts, activation);
     ASSERT_EQ(got.shape, expected.shape) << what;
     EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), 2e-2) << what;
   }

@@ -106,15 +106,10 @@ TEST_F(CudaMxfp4Test, MoeExpertsReadTheCodes) {
     const ExpertWeights gpu_experts{gpu_gate_up, gpu->load_linear_weight(down.parts()).reshape(down_shape),
                                     gate_up_bias ? &gate_up_bias->gpu : nullptr,
                                     down_bias ? &down_bias->gpu : nullptr, c.first_expert};
-    const auto [ids, weights] = testing::random_routing(c.tokens, c.experts, c.top_k, 65);
-    const ExpertRouting cpu_routing{cpu->from_host_i32(ids, {c.tokens, c.top_k}),
-                                    cpu->from_host_f32(weights, {c.tokens, c.top_k})};
-    const ExpertRouting gpu_routing{gpu->from_host_i32(ids, {c.tokens, c.top_k}),
-                                    gpu->from_host_f32(weights, {c.tokens, c.top_k})};
+    const auto routing = testing::random_routing(c.tokens, c.experts, c.top_k, 65);
     GluActivation activation;
     if (c.gpt_oss) activation = {GluActivation::Kind::gpt_oss, 7.0f, 1.702f};
-    const Tensor expected = cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, activation);
-    const Tensor got = gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, activation);
+    const auto [expected, got] = moe_experts(x, routing, c.top_k, cpu_experts, gpu_experts, activation);
     ASSERT_EQ(got.shape, expected.shape) << what;
     EXPECT_LE(relative_error(gpu->to_host_f32(got), cpu->to_host_f32(expected)), 2e-2) << what;
   }

@@ -121,6 +121,17 @@ class CudaVsCpuTest : public ::testing::Test {
   struct Pair {
     Tensor cpu, gpu;
   };
+  // The routed experts of x on both backends (moe_experts), routed as `routing` (ids and weights [tokens, top_k]).
+  Pair moe_experts(const Pair& x, const RandomRouting& routing, int64_t top_k, const ExpertWeights& cpu_experts,
+                   const ExpertWeights& gpu_experts, const GluActivation& activation = {}) {
+    const int64_t tokens = static_cast<int64_t>(routing.ids.size()) / top_k;
+    const ExpertRouting cpu_routing{cpu->from_host_i32(routing.ids, {tokens, top_k}),
+                                    cpu->from_host_f32(routing.weights, {tokens, top_k})};
+    const ExpertRouting gpu_routing{gpu->from_host_i32(routing.ids, {tokens, top_k}),
+                                    gpu->from_host_f32(routing.weights, {tokens, top_k})};
+    return {cpu->moe_experts(x.cpu, cpu_routing, cpu_experts, activation),
+            gpu->moe_experts(x.gpu, gpu_routing, gpu_experts, activation)};
+  }
   Pair input(const std::vector<float>& values, std::vector<int64_t> shape) {
     return {cpu->from_host_f32(values, shape), weight_on(*gpu, values, shape)};
   }
