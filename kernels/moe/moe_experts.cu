@@ -272,7 +272,6 @@ __global__ void __launch_bounds__(kGemmThreads) mxfp4_tiles_kernel(MoeGemmParams
 // lane, coalesced) and dots it with every real row of the tile, eight at a time; the rows are tiny and cached.
 constexpr int kSkinnyWarps = 8;
 constexpr int kSkinnyRows = 8;
-constexpr int kSkinnyAhead = 2;  // a lane's weight loads in flight per column
 
 // A lane's weights of a row per step, with their scale (one per lane: 16 codes lie in one 128-column block, 8 in one
 // MXFP4 group), turned into float32 8 at a time: 8 bf16 or 16 e4m3 codes (16 bytes: a warp streams 512 contiguous
@@ -376,44 +375,25 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) skinny_gemm_kernel(MoeGemmP
     const int rows = min(kSkinnyRows, num_rows - r0);
     float acc[kColumns][kSkinnyRows] = {};
     constexpr int kStep = kLaneWeights<Format>;
-    constexpr int kWarpStep = 32 * kStep;
-    // Each register of the ring takes the weights kSkinnyAhead warp steps on as soon as its own are used, so that
-    // kSkinnyAhead loads a column stay in flight (the linear GEMV's ring): a load at a time left a lane waiting
-    // on each, which bounded short rows and FP8's 16 codes a lane.
-    LaneWeights<Format> ahead[kSkinnyAhead][kColumns];
+    for (int k = lane * kStep; k < p.k; k += 32 * kStep) {
+      LaneWeights<Format> lane_weights[kColumns];
 #pragma unroll
-    for (int a = 0; a < kSkinnyAhead; ++a) {
-      const int k = lane * kStep + a * kWarpStep;
-      if (k >= p.k) break;
+      for (int j = 0; j < kColumns; ++j) lane_weights[j].load(p, expert, n + j * out_n, k);
 #pragma unroll
-      for (int j = 0; j < kColumns; ++j) ahead[a][j].load(p, expert, n + j * out_n, k);
-    }
-    for (int k0 = lane * kStep; k0 < p.k; k0 += kSkinnyAhead * kWarpStep) {
+      for (int c = 0; c < kStep / 8; ++c) {
+        float w[kColumns][8];
 #pragma unroll
-      for (int a = 0; a < kSkinnyAhead; ++a) {
-        const int k = k0 + a * kWarpStep;
-        if (k >= p.k) break;
+        for (int j = 0; j < kColumns; ++j) lane_weights[j].get8(c, w[j]);
 #pragma unroll
-        for (int c = 0; c < kStep / 8; ++c) {
-          float w[kColumns][8];
+        for (int r = 0; r < kSkinnyRows; ++r) {
+          if (r >= rows) break;
+          float a[8];
+          load_f32x8(p.input + source_row[r0 + r] * p.k + k + 8 * c, a);
 #pragma unroll
-          for (int j = 0; j < kColumns; ++j) ahead[a][j].get8(c, w[j]);
+          for (int j = 0; j < kColumns; ++j) {
 #pragma unroll
-          for (int r = 0; r < kSkinnyRows; ++r) {
-            if (r >= rows) break;
-            float x[8];
-            load_f32x8(p.input + source_row[r0 + r] * p.k + k + 8 * c, x);
-#pragma unroll
-            for (int j = 0; j < kColumns; ++j) {
-#pragma unroll
-              for (int i = 0; i < 8; ++i) acc[j][r] += w[j][i] * x[i];
-            }
+            for (int i = 0; i < 8; ++i) acc[j][r] += w[j][i] * a[i];
           }
-        }
-        const int next = k + kSkinnyAhead * kWarpStep;
-        if (next < p.k) {
-#pragma unroll
-          for (int j = 0; j < kColumns; ++j) ahead[a][j].load(p, expert, n + j * out_n, next);
         }
       }
     }
