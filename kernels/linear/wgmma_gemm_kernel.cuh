@@ -20,7 +20,10 @@
 //   a range of K slices, written in float32 to a workspace; reduce_splits adds the ranges up.
 // - Grouped products (group_rows): every group's tiles in one launch; the blocks count each group's m tiles from
 //   its rows once, into shared memory, and skip the units past them.
-// Tiles are 128 weight rows (n) by 64 x consumers rows of x (m); TMA's zero fill covers partial tiles and slices.
+// - A consumer warpgroup whose 64 rows of a tile lie past its group's (a group's last tile, half used) issues no
+//   wgmmas: it only hands the stages back, and the tensor cores run the other's alone.
+// Tiles are 128 or 256 weight rows (n; wgmma_gemm_schedule.h says which) by 64 x consumers rows of x (m); TMA's
+// zero fill covers partial tiles and slices.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -44,14 +47,16 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 
-template <int Consumers>
+template <int Consumers, int TileN>
 struct Config {
   static constexpr int kTileM = 64 * Consumers;
+  static constexpr int kTileN = TileN;
+  static constexpr int kAccumulators = TileN / 2;  // a thread's floats of its warpgroup's 64 x TileN outputs
   static constexpr int kThreads = (Consumers + 1) * kWarpgroupThreads;
   static constexpr uint32_t kXBytes = kTileM * kTileK;
-  static constexpr uint32_t kWBytes = kTileN * kTileK;
+  static constexpr uint32_t kWBytes = TileN * kTileK;
   static constexpr uint32_t kStageBytes = kXBytes + kWBytes;
-  static constexpr int kStages = Consumers == 2 ? 6 : 8;  // 192 KB either way
+  static constexpr int kStages = 192 * 1024 / kStageBytes;  // 4 to 8 stages
   static constexpr size_t kSmemBytes = swizzle128::kAtomBytes + kStages * kStageBytes;
 };
 
@@ -88,10 +93,12 @@ __device__ __forceinline__ void store_two(__nv_bfloat16* dst, float v0, float v1
 }
 
 // Waits for iteration's stage and issues its slice's four wgmmas (32 bytes of K each) into d as one group: e4m3
-// into a fresh partial sum (Fp8), bf16 added to d. Returns the stage.
-template <int Consumers, bool Fp8>
-__device__ __forceinline__ int issue_slice(uint32_t base, uint64_t* full, int iteration, float (&d)[64]) {
-  using C = Config<Consumers>;
+// into a fresh partial sum of the 128 weight rows from w_first_row (Fp8), bf16 added to d (every weight row of the
+// tile). Returns the stage.
+template <typename C, bool Fp8, int N>
+__device__ __forceinline__ int issue_slice(uint32_t base, uint64_t* full, int iteration, float (&d)[N],
+                                           int w_first_row) {
+  static_assert(N == (Fp8 ? 64 : C::kAccumulators), "a partial sum of 128 columns, or the tile's accumulators");
   const int stage = iteration % C::kStages;
   mbarrier_wait_parity(&full[stage], (iteration / C::kStages) & 1);
   const uint32_t x_tile = base + stage * C::kStageBytes;
@@ -101,9 +108,11 @@ __device__ __forceinline__ int issue_slice(uint32_t base, uint64_t* full, int it
 #pragma unroll
   for (int step = 0; step < kTileK / 32; ++step) {
     const uint64_t x_desc = swizzle128::k_major_descriptor(x_tile, C::kTileM, 64 * warpgroup, step);
-    const uint64_t w_desc = swizzle128::k_major_descriptor(w_tile, kTileN, 0, step);
+    const uint64_t w_desc = swizzle128::k_major_descriptor(w_tile, C::kTileN, w_first_row, step);
     if constexpr (Fp8) {
       wgmma_m64n128k32_e4m3_ss(d, x_desc, w_desc, step > 0);
+    } else if constexpr (C::kTileN == 256) {
+      wgmma_m64n256k16_ss(d, x_desc, w_desc, 1);
     } else {
       wgmma_m64n128k16_ss(d, x_desc, w_desc, 1);
     }
@@ -112,47 +121,67 @@ __device__ __forceinline__ int issue_slice(uint32_t base, uint64_t* full, int it
   return stage;
 }
 
-// A block-FP8 unit's slices: per slice a fresh partial sum, promoted with the slice's scales into acc.
-template <int Consumers>
+// The slices of a unit whose rows for this warpgroup are all past its group's: each stage goes back once it has
+// landed (every warp's arrival completes a stage's phase; arriving before the copy could count in an earlier one).
+template <typename C>
+__device__ __forceinline__ void pass_slices(const UnitTile& tile, uint64_t* full, uint64_t* empty, int& iteration) {
+  for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
+    const int stage = iteration % C::kStages;
+    mbarrier_wait_parity(&full[stage], (iteration / C::kStages) & 1);
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(&empty[stage]);
+  }
+}
+
+// A block-FP8 unit's slices: per slice and 128 weight rows of the tile (one block of the weight's scales) a fresh
+// partial sum, promoted with the slice's scales into that block's accumulators. A 256-row tile runs its two blocks
+// one after the other on the same stage (the second only where the weight has its rows), so the partial sum stays
+// 64 registers beside the 128 accumulators.
+template <typename C>
 __device__ __forceinline__ void scaled_slices(const Fp8GemmParams& p, const Schedule& schedule, const UnitTile& tile,
                                               int row, uint32_t base, uint64_t* full, uint64_t* empty,
-                                              int& iteration, float (&acc)[64]) {
+                                              int& iteration, float (&acc)[C::kAccumulators]) {
+  constexpr int kBlocks = C::kTileN / 128;
   const int lane = threadIdx.x % 32;
+  const int blocks = min(kBlocks, (p.n - tile.n0 + 127) / 128);
   const float* w_scales = p.weight.scales + tile.group * p.group_weight_scales +
-                          static_cast<int64_t>(tile.n0 / kTileN) * p.weight.scale_stride;
+                          static_cast<int64_t>(tile.n0 / 128) * p.weight.scale_stride;
   // The tile's rows' scales: x_scales[slice * stride + row - group_row0] from `x_scales`.
   const int64_t x_scale_stride = p.group_rows ? tile.row_end - tile.group_row0 : p.x_scale_stride;
   const float* x_scales_of_group = p.x_scales + static_cast<int64_t>(tile.group_row0) * schedule.slices;
   float partial[64];
   for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
-    const int stage = issue_slice<Consumers, true>(base, full, iteration, partial);
-    // The scales load while the wgmmas run.
-    const float w_scale = w_scales[slice];
-    const float* x_scales = x_scales_of_group + slice * x_scale_stride - tile.group_row0;
-    const float scale_lo = row < tile.row_end ? x_scales[row] * w_scale : 0.0f;
-    const float scale_hi = row + 8 < tile.row_end ? x_scales[row + 8] * w_scale : 0.0f;
-    wgmma_wait<0>();
-    wgmma_fence_operands(partial);
-    if (lane == 0) mbarrier_arrive(&empty[stage]);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      acc[4 * j] += partial[4 * j] * scale_lo;
-      acc[4 * j + 1] += partial[4 * j + 1] * scale_lo;
-      acc[4 * j + 2] += partial[4 * j + 2] * scale_hi;
-      acc[4 * j + 3] += partial[4 * j + 3] * scale_hi;
+    for (int block = 0; block < kBlocks; ++block) {
+      if (block == blocks) break;
+      const int stage = issue_slice<C, true>(base, full, iteration, partial, 128 * block);
+      // The scales load while the wgmmas run.
+      const float w_scale = w_scales[block * p.weight.scale_stride + slice];
+      const float* x_scales = x_scales_of_group + slice * x_scale_stride - tile.group_row0;
+      const float scale_lo = row < tile.row_end ? x_scales[row] * w_scale : 0.0f;
+      const float scale_hi = row + 8 < tile.row_end ? x_scales[row + 8] * w_scale : 0.0f;
+      wgmma_wait<0>();
+      wgmma_fence_operands(partial);
+      if (block == blocks - 1 && lane == 0) mbarrier_arrive(&empty[stage]);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        acc[64 * block + 4 * j] += partial[4 * j] * scale_lo;
+        acc[64 * block + 4 * j + 1] += partial[4 * j + 1] * scale_lo;
+        acc[64 * block + 4 * j + 2] += partial[4 * j + 2] * scale_hi;
+        acc[64 * block + 4 * j + 3] += partial[4 * j + 3] * scale_hi;
+      }
     }
   }
 }
 
 // A bf16 unit's slices, accumulated in place: slice s's stage goes back to the producer once slice s + 1's wgmmas
 // are issued and slice s's have completed.
-template <int Consumers>
+template <typename C>
 __device__ __forceinline__ void plain_slices(const UnitTile& tile, uint32_t base, uint64_t* full, uint64_t* empty,
-                                             int& iteration, float (&acc)[64]) {
+                                             int& iteration, float (&acc)[C::kAccumulators]) {
   const int lane = threadIdx.x % 32;
   int held = -1;  // the stage whose wgmmas may still be running
   for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
-    const int stage = issue_slice<Consumers, false>(base, full, iteration, acc);
+    const int stage = issue_slice<C, false>(base, full, iteration, acc, 0);
     wgmma_wait<1>();
     if (held >= 0 && lane == 0) mbarrier_arrive(&empty[held]);
     held = stage;
@@ -162,11 +191,11 @@ __device__ __forceinline__ void plain_slices(const UnitTile& tile, uint32_t base
   if (held >= 0 && lane == 0) mbarrier_arrive(&empty[held]);
 }
 
-template <int Consumers, typename Params>
-__global__ void __launch_bounds__(Config<Consumers>::kThreads, 1)
+template <int Consumers, int TileN, typename Params>
+__global__ void __launch_bounds__(Config<Consumers, TileN>::kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                 const Params p, const Schedule schedule, float* split_workspace) {
-  using C = Config<Consumers>;
+  using C = Config<Consumers, TileN>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ uint64_t full[C::kStages];   // a phase completes when the stage's tiles have landed
   __shared__ uint64_t empty[C::kStages];  // a phase completes when every consumer warp is done with the stage
@@ -204,8 +233,7 @@ __global__ void __launch_bounds__(Config<Consumers>::kThreads, 1)
   __syncthreads();
   allow_dependent_grids();
   const auto unit_tile = [&](int unit) {
-    return p.group_rows ? grouped_unit(unit, schedule.n_tiles, schedule.slices, cumulative_tiles, p.num_groups,
-                                       p.group_rows, C::kTileM)
+    return p.group_rows ? grouped_unit(schedule, unit, cumulative_tiles, p.num_groups, p.group_rows)
                         : plain_unit(schedule.tile(unit), p.m);
   };
 
@@ -238,20 +266,24 @@ __global__ void __launch_bounds__(Config<Consumers>::kThreads, 1)
   for (int unit = blockIdx.x; unit < schedule.units(); unit += gridDim.x) {
     const UnitTile tile = unit_tile(unit);
     if (!tile.valid) continue;
+    if (tile.m0 + 64 * warpgroup >= tile.row_end) {  // nothing of this warpgroup's to compute or store
+      pass_slices<C>(tile, full, empty, iteration);
+      continue;
+    }
     // This thread's accumulator rows (wgmma.cuh's fragment layout): row and row + 8.
     const int row = tile.m0 + 64 * warpgroup + 16 * warp + lane / 4;
-    float acc[64] = {};
+    float acc[C::kAccumulators] = {};
     if constexpr (kBlockScaled<Params>) {
-      scaled_slices<Consumers>(p, schedule, tile, row, base, full, empty, iteration, acc);
+      scaled_slices<C>(p, schedule, tile, row, base, full, empty, iteration, acc);
     } else {
-      plain_slices<Consumers>(tile, base, full, empty, iteration, acc);
+      plain_slices<C>(tile, base, full, empty, iteration, acc);
     }
 
     const bool pairs = p.n % 2 == 0;  // two adjacent outputs make one aligned store
     float* split_out =
         split_workspace ? split_workspace + static_cast<int64_t>(tile.split) * p.m * p.n : nullptr;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < C::kAccumulators / 4; ++j) {
       const int column = tile.n0 + 8 * j + 2 * (lane % 4);
       if (column >= p.n) continue;
 #pragma unroll
@@ -309,12 +341,12 @@ inline int device_sms() {
   return sms;
 }
 
-template <int Consumers, typename Params>
+template <int Consumers, int TileN, typename Params>
 void launch_tiles(const char* name, const Params& p, const void* x, const void* weight, uint64_t row_bytes,
                   const Schedule& schedule, float* split_workspace, cudaStream_t stream) {
-  using C = Config<Consumers>;
+  using C = Config<Consumers, TileN>;
   static const bool attributes_set = [name] {
-    const cudaError_t err = cudaFuncSetAttribute(gemm_kernel<Consumers, Params>,
+    const cudaError_t err = cudaFuncSetAttribute(gemm_kernel<Consumers, TileN, Params>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
     if (err != cudaSuccess) throw std::runtime_error(std::string(name) + ": " + cudaGetErrorString(err));
     return true;
@@ -322,10 +354,10 @@ void launch_tiles(const char* name, const Params& p, const void* x, const void* 
   (void)attributes_set;
   const uint64_t weight_rows = static_cast<uint64_t>(p.n) * (p.group_rows ? p.num_groups : 1);
   const CUtensorMap x_map = byte_tensor_map_2d_swizzled(x, row_bytes, p.m, row_bytes, kTileK, C::kTileM);
-  const CUtensorMap w_map = byte_tensor_map_2d_swizzled(weight, row_bytes, weight_rows, row_bytes, kTileK, kTileN);
+  const CUtensorMap w_map = byte_tensor_map_2d_swizzled(weight, row_bytes, weight_rows, row_bytes, kTileK, TileN);
   const dim3 grid(static_cast<unsigned>(std::min(schedule.units(), device_sms())));
-  launch_dependent(name, gemm_kernel<Consumers, Params>, grid, C::kThreads, C::kSmemBytes, stream, x_map, w_map, p,
-                   schedule, split_workspace);
+  launch_dependent(name, gemm_kernel<Consumers, TileN, Params>, grid, C::kThreads, C::kSmemBytes, stream, x_map,
+                   w_map, p, schedule, split_workspace);
 }
 
 // out = x times weight transposed (+ bias); x and weight have rows of row_bytes. A grouped product (p.group_rows)
@@ -345,9 +377,11 @@ void launch_gemm(const char* name, const Params& p, const void* x, const void* w
   if (schedule.splits == 1) split_workspace = nullptr;
   const auto bytes = static_cast<uint64_t>(row_bytes);
   if (schedule.tile_m == 64) {
-    launch_tiles<1>(name, p, x, weight, bytes, schedule, split_workspace, stream);
+    launch_tiles<1, kTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
+  } else if (schedule.tile_n == kTileN) {
+    launch_tiles<2, kTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   } else {
-    launch_tiles<2>(name, p, x, weight, bytes, schedule, split_workspace, stream);
+    launch_tiles<2, kWideTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   }
   if (split_workspace) {
     const int64_t total = static_cast<int64_t>(p.m) * p.n;

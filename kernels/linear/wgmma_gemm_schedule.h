@@ -1,6 +1,6 @@
 #pragma once
 // How the TMA + wgmma GEMMs (wgmma_gemm_kernel.cuh: block FP8 and bf16) share out their work: output tiles of
-// tile_m rows of x by 128 weight rows, each with a range of K slices of 128 bytes (all of them, unless K is split).
+// tile_m rows of x by tile_n weight rows, each with a range of K slices of 128 bytes (all of them, unless K is split).
 // K is counted in bytes of a row here: a slice is 128 e4m3 codes (one scale block) or 64 bf16 values. Plain
 // arithmetic, callable from host and device, so that tests/kernels/linear/wgmma_gemm_schedule_test.cpp checks it on
 // the CPU.
@@ -11,6 +11,11 @@
 namespace tern::kernels::wgmma_gemm {
 
 constexpr int kTileN = 128;
+// Tiles of 128 rows take 256 weight rows where n is wider than 128 (and, in a plain product, the wider tiles
+// still give every SM one): both tiles come out of L2 for every slice, and at 128 x 128 that traffic is what bounds
+// the GEMM (the bf16 expert GEMMs of a prefill at 417 TFLOP/s and the FP8 GEMM at 776 moved about 6 TB/s on an
+// H100); 128 x 256 moves a quarter less a FLOP.
+constexpr int kWideTileN = 256;
 constexpr int kTileK = 128;  // bytes of K a slice: one scale block of e4m3 codes
 // Consecutive units walk the output tiles of a band of kBandTiles row tiles column tile by column tile, so that
 // the blocks running at once share x's and the weight's tiles in L2.
@@ -25,6 +30,7 @@ struct Tile {
 
 struct Schedule {
   int tile_m = 64;
+  int tile_n = kTileN;
   int m_tiles = 0, n_tiles = 0, slices = 0, splits = 1, slices_per_split = 0;
 
   TERN_HOST_DEVICE int units() const { return m_tiles * n_tiles * splits; }
@@ -40,7 +46,7 @@ struct Schedule {
     const int n_tile = within / band_rows;
     const int first_slice = split * slices_per_split;
     const int end_slice = first_slice + slices_per_split < slices ? first_slice + slices_per_split : slices;
-    return {m_tile * tile_m, n_tile * kTileN, first_slice, end_slice, split};
+    return {m_tile * tile_m, n_tile * tile_n, first_slice, end_slice, split};
   }
 };
 
@@ -70,10 +76,10 @@ TERN_HOST_DEVICE constexpr int group_m_tiles(int rows, int tile_m) { return (row
 // and each weight tile once for all of its group's m tiles, where the column-major order (every m tile of a column,
 // then the next column) brought x back from memory for each column. The m tiles are counted up to a bound known
 // before the groups' rows are (grouped_schedule); units past the groups' tiles are not valid.
-TERN_HOST_DEVICE inline UnitTile grouped_unit(int unit, int n_tiles, int slices, const int* cumulative_tiles,
-                                              int num_groups, const int32_t* group_rows, int tile_m) {
+TERN_HOST_DEVICE inline UnitTile grouped_unit(const Schedule& s, int unit, const int* cumulative_tiles,
+                                              int num_groups, const int32_t* group_rows) {
   UnitTile t;
-  const int m_tile = unit / n_tiles;
+  const int m_tile = unit / s.n_tiles;
   if (m_tile >= cumulative_tiles[num_groups]) return t;
   int lo = 0, hi = num_groups;  // cumulative_tiles[lo] <= m_tile < cumulative_tiles[hi]
   while (hi - lo > 1) {
@@ -87,22 +93,24 @@ TERN_HOST_DEVICE inline UnitTile grouped_unit(int unit, int n_tiles, int slices,
   t.valid = true;
   t.group = lo;
   t.group_row0 = group_rows[lo];
-  t.m0 = group_rows[lo] + (m_tile - cumulative_tiles[lo]) * tile_m;
+  t.m0 = group_rows[lo] + (m_tile - cumulative_tiles[lo]) * s.tile_m;
   t.row_end = group_rows[lo + 1];
-  t.n0 = unit % n_tiles * kTileN;
+  t.n0 = unit % s.n_tiles * s.tile_n;
   t.first_slice = 0;
-  t.end_slice = slices;
+  t.end_slice = s.slices;
   return t;
 }
 
 // The schedule of a grouped product of m rows (k_bytes a row) in num_groups groups: tiles by the mean of a group's
 // `tile_basis_rows` (m, or fewer where x is sized for the worst case and the groups hold fewer real rows), and as
 // many m tiles as any split of the m rows into the groups can take (ceil(m / tile_m) + num_groups), never split-K.
+// 64-row tiles are few rows an expert, bound by the weight's bytes rather than by L2, and keep 128 columns.
 TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k_bytes, int num_groups, int tile_basis_rows) {
   Schedule s;
   s.tile_m = tile_rows(num_groups > 0 ? tile_basis_rows / num_groups : tile_basis_rows);
+  if (s.tile_m == 128 && n > kTileN) s.tile_n = kWideTileN;
   s.m_tiles = group_m_tiles(m, s.tile_m) + num_groups;
-  s.n_tiles = (n + kTileN - 1) / kTileN;
+  s.n_tiles = (n + s.tile_n - 1) / s.tile_n;
   s.slices = (k_bytes + kTileK - 1) / kTileK;
   s.slices_per_split = s.slices;
   return s;
@@ -114,7 +122,10 @@ TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k_bytes, int sm
   Schedule s;
   s.tile_m = tile_rows(m);
   s.m_tiles = (m + s.tile_m - 1) / s.tile_m;
-  s.n_tiles = (n + kTileN - 1) / kTileN;
+  if (s.tile_m == 128 && n > kTileN && s.m_tiles * ((n + kWideTileN - 1) / kWideTileN) >= sms) {
+    s.tile_n = kWideTileN;
+  }
+  s.n_tiles = (n + s.tile_n - 1) / s.tile_n;
   s.slices = (k_bytes + kTileK - 1) / kTileK;
   const int tiles = s.m_tiles * s.n_tiles;
   int wanted = 1;

@@ -205,6 +205,7 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
       {2100, 4, 2, 64, 64, Glu::gpt_oss, 2, 2},    // gpt-oss's GLU with biases, the second of two ranks
       {1000, 8, 2, 136, 96, Glu::swiglu, 0, 8},    // K of 136: a partial 64-value slice
       {700, 64, 8, 1024, 128, Glu::swiglu, 0, 64},  // 128-row tiles on 64 experts
+      {768, 64, 8, 1024, 384, Glu::swiglu, 0, 64},  // ... 256 columns wide: gate/up 3 column tiles, down 4
       // ... over more experts than the TMA GEMM's counting threads (a run of groups each).
       {3000, 1100, 2, 64, 16, Glu::swiglu, 0, 1100},
       {4500, 4096, 2, 64, 16, Glu::swiglu, 0, 4096},
