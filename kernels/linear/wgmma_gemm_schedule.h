@@ -53,6 +53,10 @@ struct Schedule {
 // Tiles of 64 rows of x for up to 64 rows (one consumer warpgroup), else of 128 (two).
 TERN_HOST_DEVICE constexpr int tile_rows(int m) { return m <= 64 ? 64 : 128; }
 
+// Whether tiles of tile_m rows may take kWideTileN weight rows for an n-row weight: 128-row tiles (64-row ones are
+// few rows, bound by the weight's bytes rather than by L2) of a weight wider than one 128-row tile.
+TERN_HOST_DEVICE constexpr bool wide_tiles_fit(int tile_m, int n) { return tile_m == 128 && n > kTileN; }
+
 // A unit as the kernel works it: x's rows [m0, row_end) of one group (all of x in a plain product), whose scales
 // start at the group's first row group_row0, the output columns from n0 of the group's weight, and K slices.
 struct UnitTile {
@@ -104,11 +108,10 @@ TERN_HOST_DEVICE inline UnitTile grouped_unit(const Schedule& s, int unit, const
 // The schedule of a grouped product of m rows (k_bytes a row) in num_groups groups: tiles by the mean of a group's
 // `tile_basis_rows` (m, or fewer where x is sized for the worst case and the groups hold fewer real rows), and as
 // many m tiles as any split of the m rows into the groups can take (ceil(m / tile_m) + num_groups), never split-K.
-// 64-row tiles are few rows an expert, bound by the weight's bytes rather than by L2, and keep 128 columns.
 TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k_bytes, int num_groups, int tile_basis_rows) {
   Schedule s;
   s.tile_m = tile_rows(num_groups > 0 ? tile_basis_rows / num_groups : tile_basis_rows);
-  if (s.tile_m == 128 && n > kTileN) s.tile_n = kWideTileN;
+  if (wide_tiles_fit(s.tile_m, n)) s.tile_n = kWideTileN;
   s.m_tiles = group_m_tiles(m, s.tile_m) + num_groups;
   s.n_tiles = (n + s.tile_n - 1) / s.tile_n;
   s.slices = (k_bytes + kTileK - 1) / kTileK;
@@ -122,7 +125,7 @@ TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k_bytes, int sm
   Schedule s;
   s.tile_m = tile_rows(m);
   s.m_tiles = (m + s.tile_m - 1) / s.tile_m;
-  if (s.tile_m == 128 && n > kTileN && s.m_tiles * ((n + kWideTileN - 1) / kWideTileN) >= sms) {
+  if (wide_tiles_fit(s.tile_m, n) && s.m_tiles * ((n + kWideTileN - 1) / kWideTileN) >= sms) {
     s.tile_n = kWideTileN;
   }
   s.n_tiles = (n + s.tile_n - 1) / s.tile_n;
