@@ -1,10 +1,12 @@
 // Block-FP8 linears (the CUDA backend's path for FP8 checkpoints and --quantization fp8) against bf16, through the
 // same calls the backend makes: the FP8 tensor-core GEMM (kernels/linear/fp8_gemm) with and without the activation
-// quantization before it (kernels/linear/block_fp8), and the GEMV on FP8 codes (kernels/linear/gemv), beside
-// cuBLASLt's bf16 GEMM (src/backend/cuda/gemm.*).
+// quantization before it (kernels/linear/block_fp8), the GEMV and the few-rows GEMM on FP8 codes
+// (kernels/linear/gemv, few_rows_gemm), beside cuBLASLt's bf16 GEMM (src/backend/cuda/gemm.*).
 // Compute: 8192^3 and the Llama-3.1-8B prefill shapes at 4,096 rows, TFLOP/s beside cuBLASLt bf16 in the same run.
-// Bandwidth: the 8B decode shapes at 1, 4 and 16 rows, and one batch-1 decode step's FP8 GEMVs back to back, as a
-// share of a device-to-device copy measured in the same run; every call reads a weight copy that is not in L2.
+// Bandwidth: the 8B decode shapes at 1, 4, 8 and 16 rows, and one decode step's linears back to back (32 layers of
+// distinct weights), as a share of a device-to-device copy measured in the same run; every call reads a weight copy
+// that is not in L2. Decode calls are timed as a recorded step runs them: 20 calls back to back in a CUDA graph,
+// each launched as a dependent of the one before, so the host's launch time stays out.
 // Random data, medians of CUDA-event-timed runs after warm-up.
 // Usage: fp8_linear_bench
 #include <cuda_bf16.h>
@@ -13,16 +15,19 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
 #include "cuda_bench.cuh"
 #include "linear/block_fp8.h"
+#include "linear/few_rows_gemm.h"
 #include "linear/fp8_gemm.h"
 #include "linear/gemv.h"
 
 using tern::bench::check;
 using tern::bench::fill_random;
+using tern::bench::graph_median_ms;
 using tern::bench::median_ms;
 using tern::bench::print_device_and_copy_anchor;
 
@@ -117,39 +122,50 @@ int main() {
                 flop / (fp8_ms * 1e9), flop / (quantized_ms * 1e9));
   }
 
+  const auto few_rows = [&](const __nv_fp8_e4m3* w, int64_t m, int64_t n, int64_t k) {
+    tern::kernels::FewRowsGemmParams p;
+    p.x = x;
+    p.fp8 = {w, weight_scales, static_cast<int>(scale_stride(k))};
+    p.out = out;
+    p.m = static_cast<int>(m);
+    p.n = static_cast<int>(n);
+    p.k = static_cast<int>(k);
+    tern::kernels::launch_few_rows_gemm(p, stream);
+  };
+
   const Shape decode_shapes[] = {{"qkv", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate_up", 28672, 4096},
                                  {"down", 4096, 14336}};
+  constexpr int kGraphCalls = 20;
   std::printf("%-8s %4s %12s %-22s %10s %7s %8s\n", "linear", "m", "n x k", "kernel", "time (us)", "TB/s", "of copy");
   for (const Shape& s : decode_shapes) {
+    // As many copies of the bf16 weight (2 GB) as of the codes (1 GB).
     const size_t copies = weight_bytes / static_cast<size_t>(s.n * s.k);
-    size_t call = 0;
-    const auto next_codes = [&] { return codes + (call++ % copies) * s.n * s.k; };
-    for (const int64_t m : {1, 4, 16}) {
-      const double bytes = 1.0 * s.n * s.k + 2.0 * m * (s.k + s.n);
-      const auto report = [&](const char* kernel, double ms) {
+    const auto codes_of = [&](int call) { return codes + (call % copies) * s.n * s.k; };
+    const auto weight_of = [&](int call) { return weight + (call % copies) * s.n * s.k; };
+    for (const int64_t m : {1, 4, 8, 16}) {
+      const auto report = [&](const char* kernel, double weight_bytes_per_value, double ms) {
+        const double bytes = weight_bytes_per_value * s.n * s.k + 2.0 * m * (s.k + s.n);
         const double tbs = bytes / (ms * 1e-3) / 1e12;
         std::printf("%-8s %4lld %6lldx%-5lld %-22s %10.1f %7.2f %7.0f%%\n", s.name, static_cast<long long>(m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k), kernel, ms * 1e3, tbs,
                     100 * tbs / copy_tbs);
       };
+      const auto timed = [&](auto&& call) { return graph_median_ms(call, kGraphCalls, 3, 20, stream); };
       if (m == 1) {
-        report("fp8 gemv", median_ms(
-                               [&] {
-                                 tern::kernels::launch_gemv(
-                                     fp8_gemv_params(x, next_codes(), weight_scales, out, s.n, s.k), stream);
-                               },
-                               5, 50, stream));
+        report("fp8 gemv", 1, timed([&](int i) {
+                 tern::kernels::launch_gemv(fp8_gemv_params(x, codes_of(i), weight_scales, out, s.n, s.k), stream);
+               }));
       }
-      report("quantize + fp8 gemm", median_ms(
-                                            [&] {
-                                              quantize(m, s.k);
-                                              fp8_gemm(next_codes(), m, s.n, s.k);
-                                            },
-                                            5, 50, stream));
+      report("fp8 few rows", 1, timed([&](int i) { few_rows(codes_of(i), m, s.n, s.k); }));
+      report("quantize + fp8 gemm", 1, timed([&](int i) {
+               quantize(m, s.k);
+               fp8_gemm(codes_of(i), m, s.n, s.k);
+             }));
+      report("bf16 cublas", 2, timed([&](int i) { gemm.run(x, weight_of(i), nullptr, out, m, s.n, s.k); }));
     }
   }
-  // One batch-1 decode step's FP8 GEMVs back to back, as a recorded step runs them: 32 layers of distinct weights
-  // (7 GB, so every weight comes from memory), each launched as a dependent of the one before.
+  // One decode step's linears back to back, as a recorded step runs them: 32 layers of distinct weights (7 GB, so
+  // every weight comes from memory), each launched as a dependent of the one before.
   {
     std::vector<std::pair<__nv_fp8_e4m3*, Shape>> chain;
     size_t total_bytes = 0;
@@ -162,17 +178,36 @@ int main() {
         total_bytes += s.n * s.k;
       }
     }
-    const double chain_ms = median_ms(
-        [&] {
-          for (const auto& [w, s] : chain) {
-            tern::kernels::launch_gemv(fp8_gemv_params(x, w, weight_scales, out, s.n, s.k), stream);
-          }
-        },
-        2, 10, stream);
-    std::printf("batch 1: one decode step's %zu FP8 GEMVs back to back: %.3f ms for %.2f GB, %.2f TB/s (%.0f%% of "
-                "copy)\n",
-                chain.size(), chain_ms, total_bytes / 1e9, total_bytes / (chain_ms * 1e-3) / 1e12,
-                100 * total_bytes / (chain_ms * 1e-3) / 1e12 / copy_tbs);
+    const auto report_chain = [&](const char* what, double ms) {
+      std::printf("one decode step's %zu FP8 linears back to back, %s: %.3f ms for %.2f GB, %.2f TB/s (%.0f%% of "
+                  "copy)\n",
+                  chain.size(), what, ms, total_bytes / 1e9, total_bytes / (ms * 1e-3) / 1e12,
+                  100 * total_bytes / (ms * 1e-3) / 1e12 / copy_tbs);
+    };
+    report_chain("batch 1, gemv", graph_median_ms(
+                                      [&](int) {
+                                        for (const auto& [w, s] : chain) {
+                                          tern::kernels::launch_gemv(
+                                              fp8_gemv_params(x, w, weight_scales, out, s.n, s.k), stream);
+                                        }
+                                      },
+                                      1, 2, 10, stream));
+    for (const int64_t m : {1, 8, 16}) {
+      const std::string what = "batch " + std::to_string(m) + ", few rows";
+      report_chain(what.c_str(), graph_median_ms(
+                                     [&](int) {
+                                       for (const auto& [w, s] : chain) few_rows(w, m, s.n, s.k);
+                                     },
+                                     1, 2, 10, stream));
+    }
+    report_chain("batch 8, quantize + fp8 gemm", graph_median_ms(
+                                                     [&](int) {
+                                                       for (const auto& [w, s] : chain) {
+                                                         quantize(8, s.k);
+                                                         fp8_gemm(w, 8, s.n, s.k);
+                                                       }
+                                                     },
+                                                     1, 2, 10, stream));
     for (const auto& link : chain) check(cudaFree(link.first), "free");
   }
   return 0;

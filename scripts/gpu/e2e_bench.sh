@@ -4,7 +4,8 @@
 # names another config in .device/configs (e.g. qwen3-30b-a3b.json): makes the checkpoint and measures transformers
 # (scripts/gpu/hf_bench.py), then `tern bench --backend cuda` on the same checkpoint and workloads. Logs and JSON
 # results go to $OUT (or ./gpu-logs). E2E_WORKLOADS picks tern's runs (default: the three transformers also runs);
-# decode_32k is one 32,768-token prompt and 128 new tokens, long_131k one of 131,072, long_131k_b8 eight of them.
+# decode_batch16 is 16 prompts of 128 tokens decoding 256 each (the few-rows linears), decode_32k one
+# 32,768-token prompt and 128 new tokens, long_131k one of 131,072, long_131k_b8 eight of them.
 # E2E_FLAGS are added to every tern run (e.g. "--quantization fp8"). With --skip-hf a checkpoint an earlier call
 # wrote is used again.
 #   [E2E_CONFIG=name.json] [E2E_WORKLOADS="decode_batch1 long_131k"] [E2E_FLAGS=...] bash scripts/gpu/e2e_bench.sh [--skip-hf]
@@ -52,6 +53,7 @@ run() {  # name, then bench flags
 for workload in ${E2E_WORKLOADS:-decode_batch1 prefill_8x2048 throughput_128x512x128}; do
   case "$workload" in
     decode_batch1) run decode_batch1 --num-prompts 1 --input-len 128 --output-len 256 ;;
+    decode_batch16) run decode_batch16 --num-prompts 16 --input-len 128 --output-len 256 ;;
     prefill_8x2048) run prefill_8x2048 --num-prompts 8 --input-len 2048 --output-len 1 ;;
     throughput_128x512x128) run throughput_128x512x128 --num-prompts 128 --input-len 512 --output-len 128 ;;
     decode_32k) run decode_32k --num-prompts 1 --input-len 32768 --output-len 128 ;;

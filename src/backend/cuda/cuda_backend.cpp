@@ -36,6 +36,7 @@
 #include "elementwise/rope_kv.h"
 #include "elementwise/sample.h"
 #include "linear/block_fp8.h"
+#include "linear/few_rows_gemm.h"
 #include "linear/fp8_gemm.h"
 #include "linear/gemv.h"
 #include "moe/moe_experts.h"
@@ -1862,14 +1863,28 @@ class CudaBackend final : public Backend {
     launch(what, [&] { kernels::launch_gemv(p, stream_); });
   }
 
-  // x [m, K] times a block-FP8 weight: the GEMV on its codes for one row (W8A16); for more, x quantized per row and
-  // 128 columns (W8A8, DeepSeek's dynamic activation scheme) and the FP8 tensor-core GEMM (kernels/linear/fp8_gemm).
+  // x [m, K] times a block-FP8 weight: the GEMV on its codes for one row, the few-rows GEMM on them up to 16 rows
+  // (both W8A16); for more, x quantized per row and 128 columns (W8A8, DeepSeek's dynamic activation scheme) and the
+  // FP8 tensor-core GEMM (kernels/linear/fp8_gemm).
   Tensor block_fp8_linear(const Tensor& in, const Tensor& weight, const std::optional<Tensor>& bias, DType out_dtype,
                           int64_t m) {
     const int64_t n = weight.size(0), k = weight.size(1);
     Tensor out = allocator_->allocate(out_dtype, {m, n});
     if (m == 1 && out_dtype == DType::BF16 && kernels::gemv_supports_fp8(m, n, k) && aligned16(in.data)) {
       gemv(in, weight, bias, out, "linear (block-FP8 gemv)");
+      return out;
+    }
+    if (kernels::few_rows_gemm_supports(m, n, k) && aligned16(in.data)) {
+      kernels::FewRowsGemmParams p;
+      p.x = in.ptr<bf16>();
+      p.fp8 = fp8_codes(weight);
+      p.bias = bias ? bias->data : nullptr;
+      p.out = out.data;
+      p.f32_out = out_dtype == DType::F32;
+      p.m = static_cast<int>(m);
+      p.n = checked_int(n, "output features");
+      p.k = checked_int(k, "input features");
+      launch("linear (block-FP8 few rows)", [&] { kernels::launch_few_rows_gemm(p, stream_); });
       return out;
     }
     Tensor codes = allocator_->allocate(DType::F8_E4M3, {m, k});

@@ -1,6 +1,7 @@
 // Block-FP8 linear weights on the CUDA backend: load_linear_weight keeps a weight whose parts fit one 128x128 grid
-// as e4m3 codes with its block scales. One row multiplies through the GEMV on the codes (W8A16), more rows through
-// the FP8 tensor-core GEMM over activations quantized per row and 128 columns (W8A8), each against float64
+// as e4m3 codes with its block scales. Up to 16 rows multiply through the GEMV (one row) or the few-rows GEMM on the
+// codes (W8A16), more rows through the FP8 tensor-core GEMM over activations quantized per row and 128 columns
+// (W8A8), each against float64
 // products of the same operands; the fused pre-norm GEMVs and the MoE experts against the CPU backend's ops on the
 // dequantized weights; weights off the grid load as bf16; transformers' own FP8 checkpoint against its float64
 // reference; and fixture models under --quantization fp8 against the CPU's W8A16 logits.
@@ -22,20 +23,33 @@ namespace {
 using testing::random_bf16_values;
 using testing::relative_error;
 
-// A weight quantized to 128x128 blocks of scales that differ from block to block (powers of two apart), so that
-// a scale taken from the wrong block shows.
+// A weight quantized to 128x128 blocks.
 struct Fp8Weight {
   std::vector<float> values;
   TensorInfo source;
   std::unique_ptr<BlockFp8Weight> quantized;
   std::vector<float> dequantized;  // [n, k]: code times scale, as every backend must read it
 
+  // Random values whose blocks' scales differ from block to block (powers of two apart), so that a scale taken from
+  // the wrong block shows.
   Fp8Weight(int64_t n, int64_t k, uint32_t seed) : values(random_bf16_values(static_cast<size_t>(n * k), seed, 0.05f)) {
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t c = 0; c < k; ++c) {
         values[r * k + c] *= std::ldexp(1.0f, static_cast<int>((r / 128 + 2 * (c / 128)) % 5) - 2);
       }
     }
+    quantize(n, k);
+  }
+
+  // These values as they are.
+  Fp8Weight(int64_t n, int64_t k, std::vector<float> weights) : values(std::move(weights)) { quantize(n, k); }
+
+  std::span<const TensorInfo* const> parts() const { return {&part, 1}; }
+
+  const TensorInfo* part = nullptr;
+
+ private:
+  void quantize(int64_t n, int64_t k) {
     source.name = "fp8_test.weight";
     source.dtype = DType::F32;
     source.shape = {n, k};
@@ -46,10 +60,6 @@ struct Fp8Weight {
     dequantized.resize(values.size());
     dequantize_to_f32(quantized->info(), dequantized.data());
   }
-
-  std::span<const TensorInfo* const> parts() const { return {&part, 1}; }
-
-  const TensorInfo* part = nullptr;
 };
 
 // x's rows as the GEMM's input quantization leaves them: per row and 128 columns, scale = amax / 448 (1 for zeros)
@@ -102,19 +112,21 @@ TEST_F(CudaBlockFp8Test, LoadsCodesAndScalesOfWeightsOnTheGrid) {
   EXPECT_EQ(gpu->load_linear_weight(off_grid).dtype, DType::BF16);
 }
 
-// One row takes the GEMV on the codes: float32 sums of exact weights, so only the output's bf16 rounding differs from
-// float64. More rows take the FP8 tensor-core GEMM (kernels/linear/fp8_gemm): against float64 products of the same
-// quantized activations, only the summation order and the output's rounding differ; a scale taken from another
-// block or row would be off by 2x or more. Rows and columns past a 128-row tile and K past a 128-column slice
-// (partial tiles and blocks) included; nothing is said on stderr.
+// Up to 16 rows take the GEMV (one row) or the few-rows GEMM (kernels/linear/few_rows_gemm) on the codes: float32
+// sums of exact weights and x as it is, so only the summation order and the output's rounding differ from float64.
+// More rows take the FP8 tensor-core GEMM (kernels/linear/fp8_gemm): against float64 products of the same quantized
+// activations, only the summation order and the output's rounding differ. A scale taken from another block or row
+// would be off by 2x or more. Rows and columns past a 128-row tile and K past a 128-column slice (partial tiles and
+// blocks) included, and a K of fewer column groups than the few-rows GEMM has warps (320) or that it does not take
+// (336: the tensor-core GEMM then); nothing is said on stderr.
 TEST_F(CudaBlockFp8Test, LinearMatchesFloat64ProductsOfTheQuantizedOperands) {
   struct Shape {
     int64_t n, k;
     std::vector<int64_t> rows;
   };
-  const std::vector<int64_t> rows = {1, 2, 5, 8, 37, 300};
-  for (const Shape& s :
-       {Shape{384, 512, rows}, Shape{256, 2048, rows}, Shape{200, 320, rows}, Shape{4096, 4096, {1, 8}}}) {
+  const std::vector<int64_t> rows = {1, 2, 5, 8, 9, 16, 37, 300};
+  for (const Shape& s : {Shape{384, 512, rows}, Shape{256, 2048, rows}, Shape{200, 320, rows},
+                         Shape{136, 336, {1, 3, 17}}, Shape{4096, 4096, {1, 8, 16}}}) {
     const Fp8Weight w(s.n, s.k, 10);
     const Tensor weight = gpu->load_linear_weight(w.parts());
     ASSERT_EQ(weight.dtype, DType::F8_E4M3);
@@ -133,15 +145,49 @@ TEST_F(CudaBlockFp8Test, LinearMatchesFloat64ProductsOfTheQuantizedOperands) {
       EXPECT_EQ(log, "") << what;
       ASSERT_EQ(out.shape, (std::vector<int64_t>{m, s.n})) << what;
       EXPECT_EQ(wide.dtype, DType::F32);
-      // The GEMV (one row, bf16 out) multiplies x as it is, the FP8 GEMM its quantized rows.
-      const auto error = [&](const Tensor& got, bool gemv, const std::vector<float>* bias_of) {
+      // The GEMV and the few-rows GEMM multiply x as it is, the FP8 GEMM its quantized rows.
+      const bool few_rows = m <= 16 && s.k % 64 == 0;
+      const auto error = [&](const Tensor& got, bool x_as_is, const std::vector<float>* bias_of) {
         const std::vector<float> values = gpu->to_host_f32(got);
-        return relative_error(values, products(gemv ? x_values : x_quantized, w.dequantized, bias_of, m, s.n, s.k));
+        return relative_error(values, products(x_as_is ? x_values : x_quantized, w.dequantized, bias_of, m, s.n, s.k));
       };
-      EXPECT_LE(error(out, m == 1, nullptr), 8e-3) << what;
-      EXPECT_LE(error(with_bias, m == 1, &bias_values), 8e-3) << what << " + bias";
-      EXPECT_LE(error(wide, false, &bias_values), 8e-3) << what << " float32";
+      EXPECT_LE(error(out, m == 1 || few_rows, nullptr), 8e-3) << what;
+      EXPECT_LE(error(with_bias, m == 1 || few_rows, &bias_values), 8e-3) << what << " + bias";
+      // float32 out (no GEMV): the few-rows GEMM's sums as they are.
+      EXPECT_LE(error(wide, few_rows, &bias_values), few_rows ? 1e-4 : 8e-3) << what << " float32";
     }
+  }
+}
+
+// Every finite e4m3 code, subnormals and negative ones included, read by the few-rows GEMM as its exact value: with
+// a block's largest value 448 its scale is 1, so each weight is its code's value, and x's one-hot rows pick single
+// weights, which bf16 and float32 outputs hold exactly. Rows r + c of the codes' list, so that each column holds
+// every code across the rows; 1, 8 and 16 rows (one and two n8 tiles of x's rows).
+TEST_F(CudaBlockFp8Test, FewRowsReadEveryCodeExactly) {
+  std::vector<float> codes;
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) continue;  // NaN
+    const int exponent = (code >> 3) & 0xf, mantissa = code & 7;
+    const float magnitude = exponent == 0 ? std::ldexp(mantissa / 8.0f, -6)
+                                          : std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+    codes.push_back(code & 0x80 ? -magnitude : magnitude);
+  }
+  constexpr int64_t kRows = 256, kColumns = 256;
+  std::vector<float> values(kRows * kColumns);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kColumns; ++c) values[r * kColumns + c] = codes[(r + c) % codes.size()];
+  }
+  const Fp8Weight w(kRows, kColumns, values);
+  ASSERT_EQ(w.dequantized, values);
+  const Tensor weight = gpu->load_linear_weight(w.parts());
+  ASSERT_EQ(weight.dtype, DType::F8_E4M3);
+  for (const int64_t m : {1, 8, 16}) {
+    std::vector<float> x_values(static_cast<size_t>(m * kColumns), 0.0f);
+    for (int64_t r = 0; r < m; ++r) x_values[r * kColumns + (37 * r + 5) % kColumns] = 1.0f;
+    const Tensor x = testing::bf16_tensor(*gpu, x_values, {m, kColumns});
+    const std::vector<float> expected = products(x_values, values, nullptr, m, kRows, kColumns);
+    EXPECT_EQ(gpu->to_host_f32(gpu->linear_f32(x, weight, nullptr)), expected) << m << " rows, float32";
+    if (m > 1) EXPECT_EQ(gpu->to_host_f32(gpu->linear(x, weight, nullptr)), expected) << m << " rows, bf16";
   }
 }
 
