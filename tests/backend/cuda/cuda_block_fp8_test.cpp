@@ -1,10 +1,10 @@
 // Block-FP8 linear weights on the CUDA backend: load_linear_weight keeps a weight whose parts fit one 128x128 grid
 // as e4m3 codes with its block scales. Up to 16 rows multiply through the GEMV (one row) or the few-rows GEMM on the
 // codes (W8A16), more rows through the FP8 tensor-core GEMM over activations quantized per row and 128 columns
-// (W8A8), each against float64
-// products of the same operands; the fused pre-norm GEMVs and the MoE experts against the CPU backend's ops on the
-// dequantized weights; weights off the grid load as bf16; transformers' own FP8 checkpoint against its float64
-// reference; and fixture models under --quantization fp8 against the CPU's W8A16 logits.
+// (W8A8), each against float64 products of the same operands; the fused pre-norm GEMVs and the MoE experts against
+// the CPU backend's ops on the dequantized weights; weights off the grid load as bf16; transformers' own FP8
+// checkpoint against its float64 reference; and fixture models under --quantization fp8 against the CPU's W8A16
+// logits.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
