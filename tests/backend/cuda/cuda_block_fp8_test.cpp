@@ -187,7 +187,9 @@ TEST_F(CudaBlockFp8Test, FewRowsReadEveryCodeExactly) {
     const Tensor x = testing::bf16_tensor(*gpu, x_values, {m, kColumns});
     const std::vector<float> expected = products(x_values, values, nullptr, m, kRows, kColumns);
     EXPECT_EQ(gpu->to_host_f32(gpu->linear_f32(x, weight, nullptr)), expected) << m << " rows, float32";
-    if (m > 1) EXPECT_EQ(gpu->to_host_f32(gpu->linear(x, weight, nullptr)), expected) << m << " rows, bf16";
+    if (m > 1) {
+      EXPECT_EQ(gpu->to_host_f32(gpu->linear(x, weight, nullptr)), expected) << m << " rows, bf16";
+    }
   }
 }
 
