@@ -33,18 +33,10 @@ using tern::bench::print_device_and_copy_anchor;
 
 namespace {
 
-// BlockFp8Layout::stride_for (backend/block_fp8_layout.h, C++20, which nvcc here does not compile).
-int64_t scale_stride(int64_t k) { return ((k + 127) / 128 + 3) / 4 * 4; }
-
-tern::kernels::GemvParams fp8_gemv_params(const __nv_bfloat16* x, const __nv_fp8_e4m3* codes, const float* scales,
-                                          __nv_bfloat16* out, int64_t n, int64_t k) {
-  tern::kernels::GemvParams p;
-  p.x = x;
-  p.fp8 = {codes, scales, static_cast<int>(scale_stride(k))};
-  p.out = out;
-  p.n = static_cast<int>(n);
-  p.k = static_cast<int>(k);
-  return p;
+// A weight's codes with float32 scales in the backend's layout: rows of ceil(k / 128) scales rounded up to 4
+// (BlockFp8Layout::stride_for, backend/block_fp8_layout.h, C++20, which nvcc here does not compile).
+tern::kernels::BlockFp8Codes block_fp8_codes(const __nv_fp8_e4m3* codes, const float* scales, int64_t k) {
+  return {codes, scales, static_cast<int>(((k + 127) / 128 + 3) / 4 * 4)};
 }
 
 }  // namespace
@@ -84,7 +76,7 @@ int main() {
     p.x = x_codes;
     p.x_scales = x_scales;
     p.x_scale_stride = m;
-    p.weight = {w, weight_scales, static_cast<int>(scale_stride(k))};
+    p.weight = block_fp8_codes(w, weight_scales, k);
     p.out = out;
     p.m = static_cast<int>(m);
     p.n = static_cast<int>(n);
@@ -122,10 +114,19 @@ int main() {
                 flop / (fp8_ms * 1e9), flop / (quantized_ms * 1e9));
   }
 
+  const auto gemv = [&](const __nv_fp8_e4m3* w, int64_t n, int64_t k) {
+    tern::kernels::GemvParams p;
+    p.x = x;
+    p.fp8 = block_fp8_codes(w, weight_scales, k);
+    p.out = out;
+    p.n = static_cast<int>(n);
+    p.k = static_cast<int>(k);
+    tern::kernels::launch_gemv(p, stream);
+  };
   const auto few_rows = [&](const __nv_fp8_e4m3* w, int64_t m, int64_t n, int64_t k) {
     tern::kernels::FewRowsGemmParams p;
     p.x = x;
-    p.fp8 = {w, weight_scales, static_cast<int>(scale_stride(k))};
+    p.fp8 = block_fp8_codes(w, weight_scales, k);
     p.out = out;
     p.m = static_cast<int>(m);
     p.n = static_cast<int>(n);
@@ -152,9 +153,7 @@ int main() {
       };
       const auto timed = [&](auto&& call) { return graph_median_ms(call, kGraphCalls, 3, 20, stream); };
       if (m == 1) {
-        report("fp8 gemv", 1, timed([&](int i) {
-                 tern::kernels::launch_gemv(fp8_gemv_params(x, codes_of(i), weight_scales, out, s.n, s.k), stream);
-               }));
+        report("fp8 gemv", 1, timed([&](int i) { gemv(codes_of(i), s.n, s.k); }));
       }
       report("fp8 few rows", 1, timed([&](int i) { few_rows(codes_of(i), m, s.n, s.k); }));
       report("quantize + fp8 gemm", 1, timed([&](int i) {
@@ -186,10 +185,7 @@ int main() {
     };
     report_chain("batch 1, gemv", graph_median_ms(
                                       [&](int) {
-                                        for (const auto& [w, s] : chain) {
-                                          tern::kernels::launch_gemv(
-                                              fp8_gemv_params(x, w, weight_scales, out, s.n, s.k), stream);
-                                        }
+                                        for (const auto& [w, s] : chain) gemv(w, s.n, s.k);
                                       },
                                       1, 2, 10, stream));
     for (const int64_t m : {1, 8, 16}) {
