@@ -19,12 +19,14 @@ constexpr int kMaxRows = 16;       // x's rows: two n8 tiles
 // were all slower: more registers or shared memory a block leave fewer warps an SM.
 constexpr int kInFlight = 4;
 
-// Weights are read once: past L1, leaving it to x, which every block rereads.
+// Weights are read once: past L1, leaving it to x, which every block rereads. volatile: the loads below are
+// guarded (column groups past K), and the compiler may execute a plain asm statement unconditionally (it did so
+// in a kernel built on this load, reading past a weight's last row: docs/BENCHMARKS.md, fifty-eighth session).
 __device__ __forceinline__ uint4 load_streaming(const void* address) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(address));
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(address));
   return v;
 }
 
