@@ -4,7 +4,7 @@
 // device-to-device copy measured in the same run, from a graph of 64 layers back to back (as a recorded step runs
 // them), each routed to other experts so that they come from memory, not L2. Prefill (4,096 tokens): TFLOP/s of
 // the expert GEMMs. Random data and routing, medians of CUDA-event-timed runs after warm-up.
-// Usage: moe_experts_bench
+// Usage: moe_experts_bench [bf16|fp8|mxfp4 ...] (the formats to run; all by default)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_bench.cuh"
@@ -89,7 +90,19 @@ struct Shape {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::vector<Format> formats;
+  for (int i = 1; i < argc; ++i) {
+    const std::string name = argv[i];
+    const Format all[] = {Format::bf16, Format::fp8, Format::mxfp4};
+    const auto named = std::find_if(std::begin(all), std::end(all), [&](Format f) { return name == format_name(f); });
+    if (named == std::end(all)) {
+      std::fprintf(stderr, "moe_experts_bench: unknown format \"%s\" (bf16, fp8 or mxfp4)\n", argv[i]);
+      return 2;
+    }
+    formats.push_back(*named);
+  }
+  if (formats.empty()) formats = {Format::bf16, Format::fp8, Format::mxfp4};
   const double copy_tbs = tern::bench::print_device_and_copy_anchor();
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -102,7 +115,7 @@ int main() {
   for (const Shape& s : shapes) {
     const int64_t max_tokens = 4096;
     __nv_bfloat16* x = tern::bench::random_bf16(static_cast<size_t>(max_tokens * s.hidden), 7);
-    for (const Format format : {Format::bf16, Format::fp8, Format::mxfp4}) {
+    for (const Format format : formats) {
       const Experts gate_up(format, s.experts, 2 * s.intermediate, s.hidden, 11);
       const Experts down(format, s.experts, s.hidden, s.intermediate, 12);
       for (const int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{128}, max_tokens}) {

@@ -1,0 +1,262 @@
+#include <stdexcept>
+#include <string>
+
+#include "common/dependent_launch.cuh"
+#include "elementwise/gated_activation_device.cuh"
+#include "linear/fp8_mma_fragments.cuh"
+#include "moe/moe_fp8_few_rows.h"
+
+namespace tern::kernels {
+
+namespace {
+
+using namespace fp8_mma;
+
+constexpr int kWarps = 8;
+constexpr int kInFlight = 4;        // column groups a lane has loads in flight for (linear/few_rows_gemm's measure)
+constexpr int kSlotsAtOnce = 8;     // a token's slots whose weights a summing block streams side by side
+constexpr int kMaxSummedSlots = 64;
+
+// The lane's 16 codes of a weight row of one expert (row `row` of its [n, k]) at the first column group, and the
+// float32 scales of the row's 128-row block (each expert's own grid of scales).
+struct ExpertRow {
+  const char* codes;
+  const float* scales;
+
+  __device__ ExpertRow(const MoeGemmParams& p, int expert, int row, int t)
+      : codes(reinterpret_cast<const char*>(p.fp8.codes) + (static_cast<int64_t>(expert) * p.n + row) * p.k + 16 * t),
+        scales(p.fp8.scales + (static_cast<int64_t>(expert) * expert_scale_rows(p.n) + row / 128) *
+                                  p.fp8.scale_stride) {}
+
+  __device__ __forceinline__ uint4 load(int group) const {
+    return load_streaming(codes + static_cast<int64_t>(kGroupColumns) * group);
+  }
+  __device__ __forceinline__ float scale(int group) const { return __ldg(scales + group * kGroupColumns / 128); }
+};
+
+// acc[c] += each group's products of weight rows lo and hi (rows g and g + 8 of the block) and x's rows (lane g's
+// row x_row, null past the tile's rows), times the rows' block scales, over warp `warp`'s column groups.
+__device__ void stream_rows(const MoeGemmParams& p, const ExpertRow& lo, const ExpertRow& hi,
+                            const __nv_bfloat16* x_row, int warp, int t, float (&acc)[4]) {
+  const int groups = p.k / kGroupColumns;
+  uint4 loaded[kInFlight][2];
+#pragma unroll
+  for (int u = 0; u < kInFlight; ++u) {
+    const int group = warp + u * kWarps;
+    if (group < groups) {
+      loaded[u][0] = lo.load(group);
+      loaded[u][1] = hi.load(group);
+    }
+  }
+  for (int first = 0; warp + first * kWarps < groups; first += kInFlight) {
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const int group = warp + (first + u) * kWarps;
+      if (group >= groups) break;
+      uint32_t x[1][8];
+      load_x_words(x_row, group * kGroupColumns + 16 * t, x[0]);
+      float sums[1][4];
+      group_products<1>(loaded[u][0], loaded[u][1], x, sums);
+      const float lo_scale = lo.scale(group), hi_scale = hi.scale(group);
+      acc[0] += lo_scale * sums[0][0];
+      acc[1] += lo_scale * sums[0][1];
+      acc[2] += hi_scale * sums[0][2];
+      acc[3] += hi_scale * sums[0][3];
+      const int ahead = group + kInFlight * kWarps;
+      if (ahead < groups) {
+        loaded[u][0] = lo.load(ahead);
+        loaded[u][1] = hi.load(ahead);
+      }
+    }
+  }
+}
+
+// The local expert of pair `pair` under pair tiles (MoeGemmParams::pair_expert), -1 when another rank holds it.
+__device__ __forceinline__ int pair_local_expert(const MoeGemmParams& p, int64_t pair) {
+  const int e = p.pair_expert[pair] - p.first_expert;
+  return e >= 0 && e < p.num_experts ? e : -1;
+}
+
+// A tile's rows times 16 weight rows of its expert: 16 consecutive output columns, or with Gated 8 gate rows and
+// their 8 up rows (the A fragment's rows g and g + 8 hold gate c and up c of the same lane) for 8 columns of the
+// activation. The tile's real rows come first (the grouping fills an expert's rows in order), 8 at a time; a pair
+// tile is its pair's row alone.
+template <bool Gated>
+__global__ void __launch_bounds__(kWarps * 32) tile_rows_kernel(const MoeGemmParams p) {
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  __shared__ int64_t source_row[kMoeTileRows];
+  __shared__ float partial[kWarps][4][32];
+  int expert, num_rows;
+  int64_t row0;
+  if (p.pair_expert) {
+    expert = pair_local_expert(p, blockIdx.y);
+    if (expert < 0) return;
+    row0 = blockIdx.y;
+    if (threadIdx.x == 0) source_row[0] = p.gather_by_pair ? row0 / p.top_k : row0;
+    __syncthreads();
+    num_rows = 1;
+  } else {
+    expert = p.tile_expert[blockIdx.y];
+    if (expert < 0) return;
+    row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
+    const int32_t pair = threadIdx.x < kMoeTileRows ? p.row_pair[row0 + threadIdx.x] : -1;
+    if (threadIdx.x < kMoeTileRows) source_row[threadIdx.x] = p.gather_by_pair ? pair / p.top_k : row0 + threadIdx.x;
+    num_rows = __syncthreads_count(pair >= 0);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int out_n = Gated ? p.n / 2 : p.n;
+  const int first_column = blockIdx.x * (Gated ? 8 : 16);
+  // Rows past the end read the last row; their sums are not written.
+  const int lo_row = min(first_column + g, out_n - 1);
+  const int hi_row = Gated ? lo_row + out_n : min(first_column + g + 8, p.n - 1);
+  const ExpertRow lo(p, expert, lo_row, t), hi(p, expert, hi_row, t);
+  const __nv_bfloat16* bias = p.bias ? p.bias + static_cast<int64_t>(expert) * p.n : nullptr;
+  for (int r0 = 0; r0 < num_rows; r0 += 8) {
+    float acc[4] = {};
+    stream_rows(p, lo, hi, r0 + g < num_rows ? p.input + source_row[r0 + g] * p.k : nullptr, warp, t, acc);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) partial[warp][c][lane] = acc[c];
+    __syncthreads();
+    // Accumulator c of lane l: weight row l / 4 (+ 8 for c >= 2), tile row r0 + 2 (l % 4) + c % 2; the warps' sums
+    // in warp order.
+    const auto warps_sum = [&](int c, int l) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += partial[w][c][l];
+      return sum;
+    };
+    if constexpr (Gated) {
+      if (threadIdx.x < 64) {
+        const int l = threadIdx.x % 32, half = threadIdx.x / 32;
+        const int column = first_column + l / 4, row = r0 + 2 * (l % 4) + half;
+        if (column < out_n && row < num_rows) {
+          // Gate and up rounded to bf16 as the unfused path stores them.
+          const float gate = __bfloat162float(
+              __float2bfloat16(warps_sum(half, l) + (bias ? __bfloat162float(bias[column]) : 0.0f)));
+          const float up = __bfloat162float(
+              __float2bfloat16(warps_sum(2 + half, l) + (bias ? __bfloat162float(bias[column + out_n]) : 0.0f)));
+          p.out[(row0 + row) * out_n + column] = __float2bfloat16(gated_activation(gate, up, p.activation));
+        }
+      }
+    } else {
+      if (threadIdx.x < 128) {
+        const int c = threadIdx.x / 32, l = threadIdx.x % 32;
+        const int column = first_column + l / 4 + (c >= 2 ? 8 : 0), row = r0 + 2 * (l % 4) + c % 2;
+        if (column < p.n && row < num_rows) {
+          p.out[(row0 + row) * p.n + column] =
+              __float2bfloat16(warps_sum(c, l) + (bias ? __bfloat162float(bias[column]) : 0.0f));
+        }
+      }
+    }
+    __syncthreads();  // the next rows write `partial` again
+  }
+}
+
+// A down projection under pair tiles with pair_weights: token blockIdx.y's slots summed for 16 output columns. Each
+// warp streams its column groups of kSlotsAtOnce slots' weight rows side by side (slot u's next group requested as
+// soon as its current one is used), the slot's input row as x's one row (lane g = 0). Each slot's product is
+// rounded to bf16 (plus its bias) as the down GEMM stores it, then the slots are added weighted in slot order, as
+// launch_moe_combine adds them.
+__global__ void __launch_bounds__(kWarps * 32) slots_summed_kernel(const MoeGemmParams p) {
+  __shared__ int slot_expert[kMaxSummedSlots];
+  __shared__ float slot_weight[kMaxSummedSlots];
+  __shared__ float partial[kWarps][kSlotsAtOnce][16];
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int64_t first_pair = static_cast<int64_t>(blockIdx.y) * p.top_k;
+  for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
+    slot_expert[j] = pair_local_expert(p, first_pair + j);
+    slot_weight[j] = p.pair_weights[first_pair + j];
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int first_column = blockIdx.x * 16;
+  const int lo_row = min(first_column + g, p.n - 1), hi_row = min(first_column + g + 8, p.n - 1);
+  const int groups = p.k / kGroupColumns;
+  float sum = 0.0f;  // thread i < 16: column first_column + i
+  for (int j0 = 0; j0 < p.top_k; j0 += kSlotsAtOnce) {
+    // Slot u of this pass: its rows (a slot of another rank's expert reads nothing), x row and sums.
+    const auto slot_of = [&](int u) { return j0 + u < p.top_k ? slot_expert[j0 + u] : -1; };
+    uint4 loaded[kSlotsAtOnce][2];
+    float acc[kSlotsAtOnce][2] = {};
+#pragma unroll
+    for (int u = 0; u < kSlotsAtOnce; ++u) {
+      const int expert = slot_of(u);
+      if (expert >= 0 && warp < groups) {
+        loaded[u][0] = ExpertRow(p, expert, lo_row, t).load(warp);
+        loaded[u][1] = ExpertRow(p, expert, hi_row, t).load(warp);
+      }
+    }
+    for (int group = warp; group < groups; group += kWarps) {
+#pragma unroll
+      for (int u = 0; u < kSlotsAtOnce; ++u) {
+        const int expert = slot_of(u);
+        if (expert < 0) continue;
+        const ExpertRow lo(p, expert, lo_row, t), hi(p, expert, hi_row, t);
+        uint32_t x[1][8];
+        load_x_words(g == 0 ? p.input + (first_pair + j0 + u) * p.k : nullptr, group * kGroupColumns + 16 * t, x[0]);
+        float sums[1][4];
+        group_products<1>(loaded[u][0], loaded[u][1], x, sums);
+        acc[u][0] += lo.scale(group) * sums[0][0];  // x column 0: the slot's row
+        acc[u][1] += hi.scale(group) * sums[0][2];
+        if (group + kWarps < groups) {
+          loaded[u][0] = lo.load(group + kWarps);
+          loaded[u][1] = hi.load(group + kWarps);
+        }
+      }
+    }
+    if (t == 0) {
+#pragma unroll
+      for (int u = 0; u < kSlotsAtOnce; ++u) {
+        partial[warp][u][g] = acc[u][0];
+        partial[warp][u][g + 8] = acc[u][1];
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+      const int column = min(first_column + static_cast<int>(threadIdx.x), p.n - 1);
+      for (int u = 0; u < kSlotsAtOnce && j0 + u < p.top_k; ++u) {
+        const int expert = slot_expert[j0 + u];
+        if (expert < 0) continue;
+        float product = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) product += partial[w][u][threadIdx.x];
+        const float bias = p.bias ? __bfloat162float(p.bias[static_cast<int64_t>(expert) * p.n + column]) : 0.0f;
+        sum += slot_weight[j0 + u] * __bfloat162float(__float2bfloat16(product + bias));
+      }
+    }
+    __syncthreads();  // the next slots write `partial` again
+  }
+  if (threadIdx.x < 16 && first_column + static_cast<int>(threadIdx.x) < p.n) {
+    p.out[static_cast<int64_t>(blockIdx.y) * p.n + first_column + threadIdx.x] = __float2bfloat16(sum);
+  }
+}
+
+}  // namespace
+
+bool moe_fp8_few_rows_supports(const MoeGemmParams& p) {
+  return p.fp8.codes && p.few_rows && p.k % kGroupColumns == 0 && (!p.pair_weights || p.top_k <= kMaxSummedSlots);
+}
+
+void launch_moe_fp8_few_rows(const MoeGemmParams& p, cudaStream_t stream) {
+  if (!moe_fp8_few_rows_supports(p)) {
+    throw std::invalid_argument("moe_fp8_few_rows: block-FP8 experts with few rows and K a multiple of 64, got K = " +
+                                std::to_string(p.k));
+  }
+  const unsigned tiles = static_cast<unsigned>(p.max_tiles);
+  if (p.pair_weights) {
+    launch_dependent("moe_experts (FP8 few rows)", slots_summed_kernel, dim3((p.n + 15) / 16, tiles), kWarps * 32, 0,
+                     stream, p);
+  } else if (p.fuse_gated_activation) {
+    launch_dependent("moe_experts (FP8 few rows)", tile_rows_kernel<true>, dim3((p.n / 2 + 7) / 8, tiles),
+                     kWarps * 32, 0, stream, p);
+  } else {
+    launch_dependent("moe_experts (FP8 few rows)", tile_rows_kernel<false>, dim3((p.n + 15) / 16, tiles),
+                     kWarps * 32, 0, stream, p);
+  }
+}
+
+}  // namespace tern::kernels
