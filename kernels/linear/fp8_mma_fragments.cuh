@@ -96,3 +96,35 @@ __device__ __forceinline__ void group_products(const uint4& lo_row, const uint4&
 }
 
 }  // namespace tern::kernels::fp8_mma
+
+// bf16 weights through the same mma (the MoE experts' few-rows products): a 32-column group is 8 values of rows g
+// and g + 8 a lane (16 bytes, as an FP8 group's codes), the 4 lanes of a row covering it. Step s takes words 2s and
+// 2s + 1 of the lane's 4 as the A fragment's k pairs {2t, 2t + 1} and {2t + 8, 2t + 9}, and x's fragment the same
+// words of the lane's 8 x columns: no conversion and no permutation.
+namespace tern::kernels::bf16_mma {
+
+constexpr int kGroupColumns = 32;
+constexpr int kSteps = 2;
+
+// The lane's 8 columns of a group (from `column`) of one x row, zeros for a null row.
+__device__ __forceinline__ uint4 load_x(const __nv_bfloat16* row, int column) {
+  return row ? *reinterpret_cast<const uint4*>(row + column) : make_uint4(0, 0, 0, 0);
+}
+
+// One group's products with one n8 tile of x's rows: sums as the mma's accumulators (rows g, g + 8; x columns 2t,
+// 2t + 1).
+__device__ __forceinline__ void group_products(const uint4& lo_row, const uint4& hi_row, const uint4& x,
+                                               float (&sums)[4]) {
+  const uint32_t lo[4] = {lo_row.x, lo_row.y, lo_row.z, lo_row.w};
+  const uint32_t hi[4] = {hi_row.x, hi_row.y, hi_row.z, hi_row.w};
+  const uint32_t xw[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int c = 0; c < 4; ++c) sums[c] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const uint32_t a[4] = {lo[2 * s], hi[2 * s], lo[2 * s + 1], hi[2 * s + 1]};
+    mma_bf16_16816(sums, a, xw[2 * s], xw[2 * s + 1]);
+  }
+}
+
+}  // namespace tern::kernels::bf16_mma

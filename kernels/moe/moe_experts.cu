@@ -8,7 +8,7 @@
 #include "linear/bf16_gemm.h"
 #include "linear/fp8_gemm.h"
 #include "moe/moe_experts.h"
-#include "moe/moe_fp8_few_rows.h"
+#include "moe/moe_few_rows_mma.h"
 
 namespace tern::kernels {
 
@@ -674,9 +674,7 @@ void launch_tma_tiles(const MoeGemmParams& p, cudaStream_t stream) {
 
 template <ExpertFormat Format>
 void launch_moe_gemm_kernel(const MoeGemmParams& p, cudaStream_t stream) {
-  if constexpr (Format == ExpertFormat::fp8) {
-    if (moe_fp8_few_rows_supports(p)) return launch_moe_fp8_few_rows(p, stream);
-  }
+  if (moe_few_rows_mma_supports(p)) return launch_moe_few_rows_mma(p, stream);
   if (p.pair_weights) {
     const dim3 grid((p.n + kSkinnyWarps - 1) / kSkinnyWarps, static_cast<unsigned>(p.max_tiles));
     launch_dependent("moe_experts", skinny_combine_kernel<Format>, grid, kSkinnyWarps * 32, 0, stream, p);

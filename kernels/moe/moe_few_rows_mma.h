@@ -14,9 +14,10 @@
 
 namespace tern::kernels {
 
-// Whether launch_moe_fp8_few_rows takes these few-rows products of block-FP8 experts: K a multiple of 64.
-bool moe_fp8_few_rows_supports(const MoeGemmParams& p);
+// Whether launch_moe_few_rows_mma takes these few-rows products: bf16 experts with K a multiple of 32, block-FP8
+// ones with K a multiple of 64.
+bool moe_few_rows_mma_supports(const MoeGemmParams& p);
 
-void launch_moe_fp8_few_rows(const MoeGemmParams& p, cudaStream_t stream);
+void launch_moe_few_rows_mma(const MoeGemmParams& p, cudaStream_t stream);
 
 }  // namespace tern::kernels

@@ -4,69 +4,104 @@
 #include "common/dependent_launch.cuh"
 #include "elementwise/gated_activation_device.cuh"
 #include "linear/fp8_mma_fragments.cuh"
-#include "moe/moe_fp8_few_rows.h"
+#include "moe/moe_few_rows_mma.h"
 
 namespace tern::kernels {
 
 namespace {
-
-using namespace fp8_mma;
 
 constexpr int kWarps = 8;
 constexpr int kInFlight = 4;        // column groups a lane has loads in flight for (linear/few_rows_gemm's measure)
 constexpr int kSlotsAtOnce = 8;     // a token's slots whose weights a summing block streams side by side
 constexpr int kMaxSummedSlots = 64;
 
-// The lane's 16 codes of a weight row of one expert (row `row` of its [n, k]) at the first column group, and the
-// float32 scales of the row's 128-row block (each expert's own grid of scales).
-struct ExpertRow {
-  const char* codes;
-  const float* scales;
+// Rows g and g + 8 of a block's 16 weight rows of one expert, as lane (g, t) reads them a column group at a time:
+// block FP8 (64 columns a group, the rows' 128-row block scales; each expert has its own grid of scales) or bf16
+// (32 columns). scaled_products gives a group's products with lane g's x row as the mma's accumulators.
+struct Fp8ExpertRows {
+  static constexpr int kGroupColumns = fp8_mma::kGroupColumns;
+  const char* lo;
+  const char* hi;
+  const float* lo_scales;
+  const float* hi_scales;
 
-  __device__ ExpertRow(const MoeGemmParams& p, int expert, int row, int t)
-      : codes(reinterpret_cast<const char*>(p.fp8.codes) + (static_cast<int64_t>(expert) * p.n + row) * p.k + 16 * t),
-        scales(p.fp8.scales + (static_cast<int64_t>(expert) * expert_scale_rows(p.n) + row / 128) *
-                                  p.fp8.scale_stride) {}
+  __device__ Fp8ExpertRows(const MoeGemmParams& p, int expert, int lo_row, int hi_row, int t)
+      : lo(codes_of(p, expert, lo_row, t)),
+        hi(codes_of(p, expert, hi_row, t)),
+        lo_scales(scales_of(p, expert, lo_row)),
+        hi_scales(scales_of(p, expert, hi_row)) {}
 
-  __device__ __forceinline__ uint4 load(int group) const {
-    return load_streaming(codes + static_cast<int64_t>(kGroupColumns) * group);
+  __device__ __forceinline__ void load(int group, uint4 (&w)[2]) const {
+    w[0] = fp8_mma::load_streaming(lo + static_cast<int64_t>(kGroupColumns) * group);
+    w[1] = fp8_mma::load_streaming(hi + static_cast<int64_t>(kGroupColumns) * group);
   }
-  __device__ __forceinline__ float scale(int group) const { return __ldg(scales + group * kGroupColumns / 128); }
+
+  __device__ __forceinline__ void scaled_products(const uint4 (&w)[2], const __nv_bfloat16* x_row, int group, int t,
+                                                  float (&sums)[4]) const {
+    uint32_t x[1][8];
+    fp8_mma::load_x_words(x_row, group * kGroupColumns + 16 * t, x[0]);
+    float group_sums[1][4];
+    fp8_mma::group_products<1>(w[0], w[1], x, group_sums);
+    const float lo_scale = __ldg(lo_scales + group * kGroupColumns / 128);
+    const float hi_scale = __ldg(hi_scales + group * kGroupColumns / 128);
+    sums[0] = lo_scale * group_sums[0][0];
+    sums[1] = lo_scale * group_sums[0][1];
+    sums[2] = hi_scale * group_sums[0][2];
+    sums[3] = hi_scale * group_sums[0][3];
+  }
+
+ private:
+  __device__ static const char* codes_of(const MoeGemmParams& p, int expert, int row, int t) {
+    return reinterpret_cast<const char*>(p.fp8.codes) + (static_cast<int64_t>(expert) * p.n + row) * p.k + 16 * t;
+  }
+  __device__ static const float* scales_of(const MoeGemmParams& p, int expert, int row) {
+    return p.fp8.scales + (static_cast<int64_t>(expert) * expert_scale_rows(p.n) + row / 128) * p.fp8.scale_stride;
+  }
 };
 
-// acc[c] += each group's products of weight rows lo and hi (rows g and g + 8 of the block) and x's rows (lane g's
-// row x_row, null past the tile's rows), times the rows' block scales, over warp `warp`'s column groups.
-__device__ void stream_rows(const MoeGemmParams& p, const ExpertRow& lo, const ExpertRow& hi,
-                            const __nv_bfloat16* x_row, int warp, int t, float (&acc)[4]) {
-  const int groups = p.k / kGroupColumns;
+struct Bf16ExpertRows {
+  static constexpr int kGroupColumns = bf16_mma::kGroupColumns;
+  const __nv_bfloat16* lo;
+  const __nv_bfloat16* hi;
+
+  __device__ Bf16ExpertRows(const MoeGemmParams& p, int expert, int lo_row, int hi_row, int t)
+      : lo(p.weight + (static_cast<int64_t>(expert) * p.n + lo_row) * p.k + 8 * t),
+        hi(p.weight + (static_cast<int64_t>(expert) * p.n + hi_row) * p.k + 8 * t) {}
+
+  __device__ __forceinline__ void load(int group, uint4 (&w)[2]) const {
+    w[0] = fp8_mma::load_streaming(lo + static_cast<int64_t>(kGroupColumns) * group);
+    w[1] = fp8_mma::load_streaming(hi + static_cast<int64_t>(kGroupColumns) * group);
+  }
+
+  __device__ __forceinline__ void scaled_products(const uint4 (&w)[2], const __nv_bfloat16* x_row, int group, int t,
+                                                  float (&sums)[4]) const {
+    bf16_mma::group_products(w[0], w[1], bf16_mma::load_x(x_row, group * kGroupColumns + 8 * t), sums);
+  }
+};
+
+// acc[c] += each group's products of the rows and x's rows (lane g's row x_row, null past the tile's rows), over
+// warp `warp`'s column groups.
+template <typename ExpertRows>
+__device__ void stream_rows(const MoeGemmParams& p, const ExpertRows& rows, const __nv_bfloat16* x_row,
+                            int warp, int t, float (&acc)[4]) {
+  const int groups = p.k / ExpertRows::kGroupColumns;
   uint4 loaded[kInFlight][2];
 #pragma unroll
   for (int u = 0; u < kInFlight; ++u) {
     const int group = warp + u * kWarps;
-    if (group < groups) {
-      loaded[u][0] = lo.load(group);
-      loaded[u][1] = hi.load(group);
-    }
+    if (group < groups) rows.load(group, loaded[u]);
   }
   for (int first = 0; warp + first * kWarps < groups; first += kInFlight) {
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) {
       const int group = warp + (first + u) * kWarps;
       if (group >= groups) break;
-      uint32_t x[1][8];
-      load_x_words(x_row, group * kGroupColumns + 16 * t, x[0]);
-      float sums[1][4];
-      group_products<1>(loaded[u][0], loaded[u][1], x, sums);
-      const float lo_scale = lo.scale(group), hi_scale = hi.scale(group);
-      acc[0] += lo_scale * sums[0][0];
-      acc[1] += lo_scale * sums[0][1];
-      acc[2] += hi_scale * sums[0][2];
-      acc[3] += hi_scale * sums[0][3];
+      float sums[4];
+      rows.scaled_products(loaded[u], x_row, group, t, sums);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[c] += sums[c];
       const int ahead = group + kInFlight * kWarps;
-      if (ahead < groups) {
-        loaded[u][0] = lo.load(ahead);
-        loaded[u][1] = hi.load(ahead);
-      }
+      if (ahead < groups) rows.load(ahead, loaded[u]);
     }
   }
 }
@@ -81,7 +116,7 @@ __device__ __forceinline__ int pair_local_expert(const MoeGemmParams& p, int64_t
 // their 8 up rows (the A fragment's rows g and g + 8 hold gate c and up c of the same lane) for 8 columns of the
 // activation. The tile's real rows come first (the grouping fills an expert's rows in order), 8 at a time; a pair
 // tile is its pair's row alone.
-template <bool Gated>
+template <bool Gated, typename ExpertRows>
 __global__ void __launch_bounds__(kWarps * 32) tile_rows_kernel(const MoeGemmParams p) {
   wait_for_prior_grids();
   allow_dependent_grids();
@@ -111,11 +146,11 @@ __global__ void __launch_bounds__(kWarps * 32) tile_rows_kernel(const MoeGemmPar
   // Rows past the end read the last row; their sums are not written.
   const int lo_row = min(first_column + g, out_n - 1);
   const int hi_row = Gated ? lo_row + out_n : min(first_column + g + 8, p.n - 1);
-  const ExpertRow lo(p, expert, lo_row, t), hi(p, expert, hi_row, t);
+  const ExpertRows rows(p, expert, lo_row, hi_row, t);
   const __nv_bfloat16* bias = p.bias ? p.bias + static_cast<int64_t>(expert) * p.n : nullptr;
   for (int r0 = 0; r0 < num_rows; r0 += 8) {
     float acc[4] = {};
-    stream_rows(p, lo, hi, r0 + g < num_rows ? p.input + source_row[r0 + g] * p.k : nullptr, warp, t, acc);
+    stream_rows(p, rows, r0 + g < num_rows ? p.input + source_row[r0 + g] * p.k : nullptr, warp, t, acc);
 #pragma unroll
     for (int c = 0; c < 4; ++c) partial[warp][c][lane] = acc[c];
     __syncthreads();
@@ -159,6 +194,7 @@ __global__ void __launch_bounds__(kWarps * 32) tile_rows_kernel(const MoeGemmPar
 // soon as its current one is used), the slot's input row as x's one row (lane g = 0). Each slot's product is
 // rounded to bf16 (plus its bias) as the down GEMM stores it, then the slots are added weighted in slot order, as
 // launch_moe_combine adds them.
+template <typename ExpertRows>
 __global__ void __launch_bounds__(kWarps * 32) slots_summed_kernel(const MoeGemmParams p) {
   __shared__ int slot_expert[kMaxSummedSlots];
   __shared__ float slot_weight[kMaxSummedSlots];
@@ -175,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32) slots_summed_kernel(const MoeGemm
   const int g = lane / 4, t = lane % 4;
   const int first_column = blockIdx.x * 16;
   const int lo_row = min(first_column + g, p.n - 1), hi_row = min(first_column + g + 8, p.n - 1);
-  const int groups = p.k / kGroupColumns;
+  const int groups = p.k / ExpertRows::kGroupColumns;
   float sum = 0.0f;  // thread i < 16: column first_column + i
   for (int j0 = 0; j0 < p.top_k; j0 += kSlotsAtOnce) {
     // Slot u of this pass: its rows (a slot of another rank's expert reads nothing), x row and sums.
@@ -185,27 +221,19 @@ __global__ void __launch_bounds__(kWarps * 32) slots_summed_kernel(const MoeGemm
 #pragma unroll
     for (int u = 0; u < kSlotsAtOnce; ++u) {
       const int expert = slot_of(u);
-      if (expert >= 0 && warp < groups) {
-        loaded[u][0] = ExpertRow(p, expert, lo_row, t).load(warp);
-        loaded[u][1] = ExpertRow(p, expert, hi_row, t).load(warp);
-      }
+      if (expert >= 0 && warp < groups) ExpertRows(p, expert, lo_row, hi_row, t).load(warp, loaded[u]);
     }
     for (int group = warp; group < groups; group += kWarps) {
 #pragma unroll
       for (int u = 0; u < kSlotsAtOnce; ++u) {
         const int expert = slot_of(u);
         if (expert < 0) continue;
-        const ExpertRow lo(p, expert, lo_row, t), hi(p, expert, hi_row, t);
-        uint32_t x[1][8];
-        load_x_words(g == 0 ? p.input + (first_pair + j0 + u) * p.k : nullptr, group * kGroupColumns + 16 * t, x[0]);
-        float sums[1][4];
-        group_products<1>(loaded[u][0], loaded[u][1], x, sums);
-        acc[u][0] += lo.scale(group) * sums[0][0];  // x column 0: the slot's row
-        acc[u][1] += hi.scale(group) * sums[0][2];
-        if (group + kWarps < groups) {
-          loaded[u][0] = lo.load(group + kWarps);
-          loaded[u][1] = hi.load(group + kWarps);
-        }
+        const ExpertRows rows(p, expert, lo_row, hi_row, t);
+        float sums[4];
+        rows.scaled_products(loaded[u], g == 0 ? p.input + (first_pair + j0 + u) * p.k : nullptr, group, t, sums);
+        acc[u][0] += sums[0];  // x column 0: the slot's row
+        acc[u][1] += sums[2];
+        if (group + kWarps < groups) rows.load(group + kWarps, loaded[u]);
       }
     }
     if (t == 0) {
@@ -237,25 +265,41 @@ __global__ void __launch_bounds__(kWarps * 32) slots_summed_kernel(const MoeGemm
 
 }  // namespace
 
-bool moe_fp8_few_rows_supports(const MoeGemmParams& p) {
-  return p.fp8.codes && p.few_rows && p.k % kGroupColumns == 0 && (!p.pair_weights || p.top_k <= kMaxSummedSlots);
+bool moe_few_rows_mma_supports(const MoeGemmParams& p) {
+  if (!p.few_rows || (p.pair_weights && p.top_k > kMaxSummedSlots)) return false;
+  if (p.fp8.codes) return p.k % Fp8ExpertRows::kGroupColumns == 0;
+  return p.weight && p.k % Bf16ExpertRows::kGroupColumns == 0;
 }
 
-void launch_moe_fp8_few_rows(const MoeGemmParams& p, cudaStream_t stream) {
-  if (!moe_fp8_few_rows_supports(p)) {
-    throw std::invalid_argument("moe_fp8_few_rows: block-FP8 experts with few rows and K a multiple of 64, got K = " +
-                                std::to_string(p.k));
-  }
+namespace {
+
+template <typename ExpertRows>
+void launch_kernels(const MoeGemmParams& p, cudaStream_t stream) {
   const unsigned tiles = static_cast<unsigned>(p.max_tiles);
   if (p.pair_weights) {
-    launch_dependent("moe_experts (FP8 few rows)", slots_summed_kernel, dim3((p.n + 15) / 16, tiles), kWarps * 32, 0,
-                     stream, p);
+    launch_dependent("moe_experts (few rows, mma)", slots_summed_kernel<ExpertRows>, dim3((p.n + 15) / 16, tiles),
+                     kWarps * 32, 0, stream, p);
   } else if (p.fuse_gated_activation) {
-    launch_dependent("moe_experts (FP8 few rows)", tile_rows_kernel<true>, dim3((p.n / 2 + 7) / 8, tiles),
+    launch_dependent("moe_experts (few rows, mma)", tile_rows_kernel<true, ExpertRows>, dim3((p.n / 2 + 7) / 8, tiles),
                      kWarps * 32, 0, stream, p);
   } else {
-    launch_dependent("moe_experts (FP8 few rows)", tile_rows_kernel<false>, dim3((p.n + 15) / 16, tiles),
+    launch_dependent("moe_experts (few rows, mma)", tile_rows_kernel<false, ExpertRows>, dim3((p.n + 15) / 16, tiles),
                      kWarps * 32, 0, stream, p);
+  }
+}
+
+}  // namespace
+
+void launch_moe_few_rows_mma(const MoeGemmParams& p, cudaStream_t stream) {
+  if (!moe_few_rows_mma_supports(p)) {
+    throw std::invalid_argument(
+        "moe_few_rows_mma: bf16 or block-FP8 experts with few rows and K a multiple of 32 (bf16) or 64 (FP8), got K "
+        "= " + std::to_string(p.k));
+  }
+  if (p.fp8.codes) {
+    launch_kernels<Fp8ExpertRows>(p, stream);
+  } else {
+    launch_kernels<Bf16ExpertRows>(p, stream);
   }
 }
 
