@@ -3,7 +3,7 @@
 
 #include "common/dependent_launch.cuh"
 #include "linear/few_rows_gemm.h"
-#include "linear/fp8_mma_fragments.cuh"
+#include "linear/weight_mma_fragments.cuh"
 
 namespace tern::kernels {
 

@@ -3,7 +3,7 @@
 
 #include "common/dependent_launch.cuh"
 #include "elementwise/gated_activation_device.cuh"
-#include "linear/fp8_mma_fragments.cuh"
+#include "linear/weight_mma_fragments.cuh"
 #include "moe/moe_few_rows_mma.h"
 
 namespace tern::kernels {

@@ -1,6 +1,7 @@
 #pragma once
-// Block-FP8 weights streamed through mma.sync m16n8k16 (W8A16): what the few-rows GEMM (linear/few_rows_gemm) and
-// the MoE experts' few-rows products (moe/moe_fp8_few_rows) share. A lane (g = lane / 4, t = lane % 4) reads 16
+// Weights streamed through mma.sync m16n8k16 as its A side, x's rows as its B side: what the few-rows GEMM
+// (linear/few_rows_gemm, block FP8) and the MoE experts' few-rows products (moe/moe_few_rows_mma, block FP8 and
+// bf16) share. Block FP8 (W8A16): a lane (g = lane / 4, t = lane % 4) reads 16
 // codes of two weight rows (g and g + 8 of a 16-row slab) per 64-column group, the 4 lanes of a row covering the
 // group; the rows are the mma's m16 side and x's rows its n8 side. Which columns an mma step's fragment slots stand
 // for is ours to choose, as long as x's fragment names the same ones: step s of a group takes word s of the lane's
