@@ -65,9 +65,9 @@ struct MoeGemmParams {
   int n = 0;
   int k = 0;  // a multiple of 8
   // Experts get a few rows each (decode): one warp per output column reads its weight row once for all of a
-  // tile's rows instead of a tensor-core tile (then padding rows are left unwritten; nothing reads them). bf16
-  // experts with K a multiple of 32 and block-FP8 ones with K a multiple of 64 take moe_few_rows_mma.h's kernels
-  // instead, 16 weight rows a block on mma.sync, with the same outputs.
+  // tile's rows instead of a tensor-core tile (then padding rows are left unwritten; nothing reads them). Over
+  // grouped tiles, bf16 experts with K a multiple of 32 and block-FP8 ones with K a multiple of 64 take
+  // moe_few_rows_mma.h's kernels instead, 16 weight rows a block on mma.sync.
   bool few_rows = false;
   // few_rows only: a gate/up projection (n = 2 * width, the gate columns first) whose out is the gated activation
   // [max_tiles * kMoeTileRows, width] instead: the warp of column c computes gate c and up c + width of its rows,

@@ -12,8 +12,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kInFlight = 4;        // column groups a lane has loads in flight for (linear/few_rows_gemm's measure)
-constexpr int kSlotsAtOnce = 8;     // a token's slots whose weights a summing block streams side by side
-constexpr int kMaxSummedSlots = 64;
 
 // Rows g and g + 8 of a block's 16 weight rows of one expert, as lane (g, t) reads them a column group at a time:
 // block FP8 (64 columns a group, the rows' 128-row block scales; each expert has its own grid of scales) or bf16
@@ -106,12 +104,6 @@ __device__ void stream_rows(const MoeGemmParams& p, const ExpertRows& rows, cons
   }
 }
 
-// The local expert of pair `pair` under pair tiles (MoeGemmParams::pair_expert), -1 when another rank holds it.
-__device__ __forceinline__ int pair_local_expert(const MoeGemmParams& p, int64_t pair) {
-  const int e = p.pair_expert[pair] - p.first_expert;
-  return e >= 0 && e < p.num_experts ? e : -1;
-}
-
 // A tile's rows times 16 weight rows of its expert: 16 consecutive output columns, or with Gated 8 gate rows and
 // their 8 up rows (the A fragment's rows g and g + 8 hold gate c and up c of the same lane) for 8 columns of the
 // activation. The tile's real rows come first (the grouping fills an expert's rows in order), 8 at a time; a pair
@@ -122,23 +114,12 @@ __global__ void __launch_bounds__(kWarps * 32) tile_rows_kernel(const MoeGemmPar
   allow_dependent_grids();
   __shared__ int64_t source_row[kMoeTileRows];
   __shared__ float partial[kWarps][4][32];
-  int expert, num_rows;
-  int64_t row0;
-  if (p.pair_expert) {
-    expert = pair_local_expert(p, blockIdx.y);
-    if (expert < 0) return;
-    row0 = blockIdx.y;
-    if (threadIdx.x == 0) source_row[0] = p.gather_by_pair ? row0 / p.top_k : row0;
-    __syncthreads();
-    num_rows = 1;
-  } else {
-    expert = p.tile_expert[blockIdx.y];
-    if (expert < 0) return;
-    row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
-    const int32_t pair = threadIdx.x < kMoeTileRows ? p.row_pair[row0 + threadIdx.x] : -1;
-    if (threadIdx.x < kMoeTileRows) source_row[threadIdx.x] = p.gather_by_pair ? pair / p.top_k : row0 + threadIdx.x;
-    num_rows = __syncthreads_count(pair >= 0);
-  }
+  const int expert = p.tile_expert[blockIdx.y];
+  if (expert < 0) return;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMoeTileRows;
+  const int32_t pair = threadIdx.x < kMoeTileRows ? p.row_pair[row0 + threadIdx.x] : -1;
+  if (threadIdx.x < kMoeTileRows) source_row[threadIdx.x] = p.gather_by_pair ? pair / p.top_k : row0 + threadIdx.x;
+  const int num_rows = __syncthreads_count(pair >= 0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int out_n = Gated ? p.n / 2 : p.n;
@@ -189,84 +170,10 @@ __global__ void __launch_bounds__(kWarps * 32) tile_rows_kernel(const MoeGemmPar
   }
 }
 
-// A down projection under pair tiles with pair_weights: token blockIdx.y's slots summed for 16 output columns. Each
-// warp streams its column groups of kSlotsAtOnce slots' weight rows side by side (slot u's next group requested as
-// soon as its current one is used), the slot's input row as x's one row (lane g = 0). Each slot's product is
-// rounded to bf16 (plus its bias) as the down GEMM stores it, then the slots are added weighted in slot order, as
-// launch_moe_combine adds them.
-template <typename ExpertRows>
-__global__ void __launch_bounds__(kWarps * 32) slots_summed_kernel(const MoeGemmParams p) {
-  __shared__ int slot_expert[kMaxSummedSlots];
-  __shared__ float slot_weight[kMaxSummedSlots];
-  __shared__ float partial[kWarps][kSlotsAtOnce][16];
-  wait_for_prior_grids();
-  allow_dependent_grids();
-  const int64_t first_pair = static_cast<int64_t>(blockIdx.y) * p.top_k;
-  for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
-    slot_expert[j] = pair_local_expert(p, first_pair + j);
-    slot_weight[j] = p.pair_weights[first_pair + j];
-  }
-  __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int first_column = blockIdx.x * 16;
-  const int lo_row = min(first_column + g, p.n - 1), hi_row = min(first_column + g + 8, p.n - 1);
-  const int groups = p.k / ExpertRows::kGroupColumns;
-  float sum = 0.0f;  // thread i < 16: column first_column + i
-  for (int j0 = 0; j0 < p.top_k; j0 += kSlotsAtOnce) {
-    // Slot u of this pass: its rows (a slot of another rank's expert reads nothing), x row and sums.
-    const auto slot_of = [&](int u) { return j0 + u < p.top_k ? slot_expert[j0 + u] : -1; };
-    uint4 loaded[kSlotsAtOnce][2];
-    float acc[kSlotsAtOnce][2] = {};
-#pragma unroll
-    for (int u = 0; u < kSlotsAtOnce; ++u) {
-      const int expert = slot_of(u);
-      if (expert >= 0 && warp < groups) ExpertRows(p, expert, lo_row, hi_row, t).load(warp, loaded[u]);
-    }
-    for (int group = warp; group < groups; group += kWarps) {
-#pragma unroll
-      for (int u = 0; u < kSlotsAtOnce; ++u) {
-        const int expert = slot_of(u);
-        if (expert < 0) continue;
-        const ExpertRows rows(p, expert, lo_row, hi_row, t);
-        float sums[4];
-        rows.scaled_products(loaded[u], g == 0 ? p.input + (first_pair + j0 + u) * p.k : nullptr, group, t, sums);
-        acc[u][0] += sums[0];  // x column 0: the slot's row
-        acc[u][1] += sums[2];
-        if (group + kWarps < groups) rows.load(group + kWarps, loaded[u]);
-      }
-    }
-    if (t == 0) {
-#pragma unroll
-      for (int u = 0; u < kSlotsAtOnce; ++u) {
-        partial[warp][u][g] = acc[u][0];
-        partial[warp][u][g + 8] = acc[u][1];
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < 16) {
-      const int column = min(first_column + static_cast<int>(threadIdx.x), p.n - 1);
-      for (int u = 0; u < kSlotsAtOnce && j0 + u < p.top_k; ++u) {
-        const int expert = slot_expert[j0 + u];
-        if (expert < 0) continue;
-        float product = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) product += partial[w][u][threadIdx.x];
-        const float bias = p.bias ? __bfloat162float(p.bias[static_cast<int64_t>(expert) * p.n + column]) : 0.0f;
-        sum += slot_weight[j0 + u] * __bfloat162float(__float2bfloat16(product + bias));
-      }
-    }
-    __syncthreads();  // the next slots write `partial` again
-  }
-  if (threadIdx.x < 16 && first_column + static_cast<int>(threadIdx.x) < p.n) {
-    p.out[static_cast<int64_t>(blockIdx.y) * p.n + first_column + threadIdx.x] = __float2bfloat16(sum);
-  }
-}
-
 }  // namespace
 
 bool moe_few_rows_mma_supports(const MoeGemmParams& p) {
-  if (!p.few_rows || (p.pair_weights && p.top_k > kMaxSummedSlots)) return false;
+  if (!p.few_rows || p.pair_expert) return false;
   if (p.fp8.codes) return p.k % Fp8ExpertRows::kGroupColumns == 0;
   return p.weight && p.k % Bf16ExpertRows::kGroupColumns == 0;
 }
@@ -276,10 +183,7 @@ namespace {
 template <typename ExpertRows>
 void launch_kernels(const MoeGemmParams& p, cudaStream_t stream) {
   const unsigned tiles = static_cast<unsigned>(p.max_tiles);
-  if (p.pair_weights) {
-    launch_dependent("moe_experts (few rows, mma)", slots_summed_kernel<ExpertRows>, dim3((p.n + 15) / 16, tiles),
-                     kWarps * 32, 0, stream, p);
-  } else if (p.fuse_gated_activation) {
+  if (p.fuse_gated_activation) {
     launch_dependent("moe_experts (few rows, mma)", tile_rows_kernel<true, ExpertRows>, dim3((p.n / 2 + 7) / 8, tiles),
                      kWarps * 32, 0, stream, p);
   } else {

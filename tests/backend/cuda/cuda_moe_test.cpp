@@ -238,9 +238,12 @@ TEST_F(CudaMoeTest, MoeExpertsMatchesCpu) {
   }
 }
 
-// One token's experts run as pair tiles (no grouping, the slots summed in the down GEMM); the same token in a batch
-// takes the grouped few-rows path, whose per-row arithmetic is the same: its row must match bit for bit. More slots
-// than the down GEMM loads at once (10), a rank's share with slots on other ranks, gpt-oss's biases.
+// One token's experts run as pair tiles (no grouping, the slots summed in the down GEMM: a warp per output column);
+// the same token in a batch takes the grouped few-rows path. Where K leaves that on the warp per column too (K of
+// 136 and 48: no multiple of 32) the per-row arithmetic is the same and its row must match bit for bit; where the
+// batch's products run on tensor cores (kernels/moe/moe_few_rows_mma) their float32 sums add up in another order,
+// and the row must match within bf16 rounding. More slots than the down GEMM loads at once (10), a rank's share
+// with slots on other ranks, gpt-oss's biases.
 TEST_F(CudaMoeTest, OneTokenMatchesItsRowInABatch) {
   const ExpertsCase cases[] = {
       {3, 128, 8, 256, 64, Glu::swiglu, 0, 128},
@@ -277,7 +280,11 @@ TEST_F(CudaMoeTest, OneTokenMatchesItsRowInABatch) {
       const Tensor alone =
           gpu->moe_experts(gpu->from_host_f32(row(x_values, c.hidden), {1, c.hidden}), routing, experts, activation);
       ASSERT_EQ(alone.shape, (std::vector<int64_t>{1, c.hidden})) << what;
-      EXPECT_EQ(gpu->to_host_f32(alone), row(batch, c.hidden)) << what << ", token " << t;
+      if (c.hidden % 32 != 0 && c.intermediate % 32 != 0) {
+        EXPECT_EQ(gpu->to_host_f32(alone), row(batch, c.hidden)) << what << ", token " << t;
+      } else {
+        EXPECT_LE(relative_error(gpu->to_host_f32(alone), row(batch, c.hidden)), 1e-2) << what << ", token " << t;
+      }
     }
   }
 }
