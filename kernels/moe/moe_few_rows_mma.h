@@ -9,7 +9,7 @@
 // the gated activation (a block's rows are 8 gate rows and their 8 up rows, each rounded to bf16 before the
 // activation). The warp per column converts every weight to float32 and is bound by its instructions: at 16
 // tokens it ran FP8 experts no faster than bf16 ones. One token's pair tiles (batch 1) stay on it: there these
-// kernels measured 10-25% slower (docs/BENCHMARKS.md).
+// kernels measured 4-24% slower (docs/BENCHMARKS.md).
 #include <cuda_runtime.h>
 
 #include "moe/moe_experts.h"
