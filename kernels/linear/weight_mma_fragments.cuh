@@ -21,12 +21,14 @@ namespace tern::kernels::fp8_mma {
 constexpr int kGroupColumns = 64;  // a column group: 16 codes of a row for each of 4 lanes
 constexpr int kSteps = 4;          // k16 steps of the mma a group
 
-// Weights are read once: past L1, leaving it to x, which every block rereads.
+// Weights are read once: past L1, leaving it to x, which every block rereads. volatile: callers guard these loads
+// (groups past K, rows past the weight's), and the compiler may execute a plain asm statement unconditionally,
+// as it did with the MoE kernels' first groups (out-of-bounds reads at the last expert's last rows).
 __device__ __forceinline__ uint4 load_streaming(const void* address) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(address));
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(address));
   return v;
 }
 
