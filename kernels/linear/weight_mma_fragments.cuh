@@ -16,14 +16,11 @@
 
 #include "common/device_math.cuh"
 
-namespace tern::kernels::fp8_mma {
+namespace tern::kernels {
 
-constexpr int kGroupColumns = 64;  // a column group: 16 codes of a row for each of 4 lanes
-constexpr int kSteps = 4;          // k16 steps of the mma a group
-
-// Weights are read once: past L1, leaving it to x, which every block rereads. volatile: callers guard these loads
-// (groups past K, rows past the weight's), and the compiler may execute a plain asm statement unconditionally,
-// as it did with the MoE kernels' first groups (out-of-bounds reads at the last expert's last rows).
+// Weights, FP8 or bf16, are read once: past L1, leaving it to x, which every block rereads. volatile: callers guard
+// these loads (groups past K, rows past the weight's), and the compiler may execute a plain asm statement
+// unconditionally, as it did with the MoE kernels' first groups (out-of-bounds reads at the last expert's last rows).
 __device__ __forceinline__ uint4 load_streaming(const void* address) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -31,6 +28,13 @@ __device__ __forceinline__ uint4 load_streaming(const void* address) {
                : "l"(address));
   return v;
 }
+
+}  // namespace tern::kernels
+
+namespace tern::kernels::fp8_mma {
+
+constexpr int kGroupColumns = 64;  // a column group: 16 codes of a row for each of 4 lanes
+constexpr int kSteps = 4;          // k16 steps of the mma a group
 
 // Codes 1 and 3 of a word (bytes b0-b3, b0 lowest) as the bf16 pair {b1, b3}, each 2^-120 times its value: the
 // sign stays in the top bit and exponent and mantissa move down 4 bits into bf16's fields, subnormals included.

@@ -30,8 +30,8 @@ struct Fp8ExpertRows {
         hi_scales(scales_of(p, expert, hi_row)) {}
 
   __device__ __forceinline__ void load(int group, uint4 (&w)[2]) const {
-    w[0] = fp8_mma::load_streaming(lo + static_cast<int64_t>(kGroupColumns) * group);
-    w[1] = fp8_mma::load_streaming(hi + static_cast<int64_t>(kGroupColumns) * group);
+    w[0] = load_streaming(lo + static_cast<int64_t>(kGroupColumns) * group);
+    w[1] = load_streaming(hi + static_cast<int64_t>(kGroupColumns) * group);
   }
 
   __device__ __forceinline__ void scaled_products(const uint4 (&w)[2], const __nv_bfloat16* x_row, int group, int t,
@@ -67,8 +67,8 @@ struct Bf16ExpertRows {
         hi(p.weight + (static_cast<int64_t>(expert) * p.n + hi_row) * p.k + 8 * t) {}
 
   __device__ __forceinline__ void load(int group, uint4 (&w)[2]) const {
-    w[0] = fp8_mma::load_streaming(lo + static_cast<int64_t>(kGroupColumns) * group);
-    w[1] = fp8_mma::load_streaming(hi + static_cast<int64_t>(kGroupColumns) * group);
+    w[0] = load_streaming(lo + static_cast<int64_t>(kGroupColumns) * group);
+    w[1] = load_streaming(hi + static_cast<int64_t>(kGroupColumns) * group);
   }
 
   __device__ __forceinline__ void scaled_products(const uint4 (&w)[2], const __nv_bfloat16* x_row, int group, int t,
@@ -170,16 +170,6 @@ __global__ void __launch_bounds__(kWarps * 32) tile_rows_kernel(const MoeGemmPar
   }
 }
 
-}  // namespace
-
-bool moe_few_rows_mma_supports(const MoeGemmParams& p) {
-  if (!p.few_rows || p.pair_expert) return false;
-  if (p.fp8.codes) return p.k % Fp8ExpertRows::kGroupColumns == 0;
-  return p.weight && p.k % Bf16ExpertRows::kGroupColumns == 0;
-}
-
-namespace {
-
 template <typename ExpertRows>
 void launch_kernels(const MoeGemmParams& p, cudaStream_t stream) {
   const unsigned tiles = static_cast<unsigned>(p.max_tiles);
@@ -193,6 +183,12 @@ void launch_kernels(const MoeGemmParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool moe_few_rows_mma_supports(const MoeGemmParams& p) {
+  if (!p.few_rows || p.pair_expert) return false;
+  if (p.fp8.codes) return p.k % Fp8ExpertRows::kGroupColumns == 0;
+  return p.weight && p.k % Bf16ExpertRows::kGroupColumns == 0;
+}
 
 void launch_moe_few_rows_mma(const MoeGemmParams& p, cudaStream_t stream) {
   if (!moe_few_rows_mma_supports(p)) {
