@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "linear/fp8_gemm.h"
@@ -47,6 +49,8 @@ void random_codes(size_t count, std::mt19937& rng, std::vector<__nv_fp8_e4m3>& c
 struct Product {
   int m, n, k;
 };
+
+void PrintTo(const Product& s, std::ostream* os) { *os << s.m << " x " << s.n << " x " << s.k; }
 
 class Fp8GemmTest : public ::testing::TestWithParam<Product> {};
 
@@ -110,7 +114,11 @@ TEST_P(Fp8GemmTest, WideTilesMatchFloat64) {
 // 300 rows: three 128-row tiles, the last partial, by 65 weight tiles of 256, the last of 128 rows; 1,024 rows:
 // eight whole tiles by 17 whole weight tiles.
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8GemmTest,
-                         ::testing::Values(Product{300, 16512, 272}, Product{1024, 4352, 384}));
+                         ::testing::Values(Product{300, 16512, 272}, Product{1024, 4352, 384}),
+                         [](const ::testing::TestParamInfo<Product>& info) {
+                           const Product& s = info.param;
+                           return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+                         });
 
 }  // namespace
 }  // namespace tern::kernels
