@@ -11,14 +11,13 @@
 #include <vector>
 
 #include "elementwise/row_topk.h"
+#include "kernels/device_test_buffers.h"
 
 namespace tern::kernels {
 namespace {
 
-bool has_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
+using testing::has_gpu;
+using testing::to_device;
 
 // The kernel's order: larger first, NaN above everything, -0 equal to +0, equal values by the lower index.
 bool ranks_ahead(float a, int i, float b, int j) {
@@ -35,14 +34,6 @@ std::vector<int32_t> reference_topk(const float* row, int n, int k) {
   order.resize(std::min(n, k));
   order.resize(k, -1);
   return order;
-}
-
-template <typename T>
-T* to_device(const std::vector<T>& v) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return p;
 }
 
 // Runs the kernel over rows of `stride` values (lengths per row, or all `stride` long) and checks every row.

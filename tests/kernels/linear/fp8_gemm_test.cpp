@@ -16,22 +16,13 @@
 #include <vector>
 
 #include "linear/fp8_gemm.h"
+#include "kernels/device_test_buffers.h"
 
 namespace tern::kernels {
 namespace {
 
-bool has_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-template <typename T>
-T* to_device(const std::vector<T>& v) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, v.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return p;
-}
+using testing::has_gpu;
+using testing::to_device;
 
 // Random finite e4m3 codes (no NaN) and their values.
 void random_codes(size_t count, std::mt19937& rng, std::vector<__nv_fp8_e4m3>& codes, std::vector<float>& values) {
