@@ -119,10 +119,14 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
 }
-// The same for 8 bytes (through L1: cp.async.cg copies 16 only).
+// The same for 8 and 4 bytes (through L1: cp.async.cg copies 16 only).
 __device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, int src_bytes = 8) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int src_bytes = 4) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>

@@ -8,10 +8,16 @@
 // - Warp specialization: a producer warpgroup, of which one thread issues TMA copies of x's and the weight's slice
 //   tiles into a ring of stages (full / empty mbarriers), and one or two consumer warpgroups of 64 rows each that run
 //   the wgmmas. The consumers never wait for a copy they issued.
-// - Block FP8, promotion: per slice a consumer issues four wgmmas into a fresh partial sum, waits for them, releases
-//   the stage and adds the partial sum times its row's x scale and its block's weight scale into float32
-//   accumulators: the scales change every 128 columns of K, so they cannot be applied after the sum. The two
-//   consumers drift apart so that one's promotion runs on the CUDA cores while the other's wgmmas run.
+// - Block FP8, promotion: per slice a consumer issues four wgmmas into a fresh partial sum and adds the partial sum
+//   times its row's x scale and its block's weight scale into float32 accumulators: the scales change every 128
+//   columns of K, so they cannot be applied after the sum. Two partial sums take the slices in turn, so that one
+//   slice's promotion on the CUDA cores runs while the next slice's wgmmas run (DeepGEMM waits for each slice's
+//   wgmmas before promoting them, and its two consumers' drift hides part of the wait: on 128 x 256 tiles that
+//   reached half the tensor pipe, docs/BENCHMARKS.md). The producer warp's lanes copy a slice's scales into its
+//   stage with cp.async (DeepGEMM brings x's by TMA), and each lane's arrival on the stage waits for its copies:
+//   loaded by the consumers beside the slice's wgmmas, the scales held up the promotion of the slice before for
+//   longer than the wgmmas ran, and a producer that waited for them handed out stages too slowly (Nsight Compute's
+//   samples, 8192^3).
 // - bf16: the wgmmas accumulate straight into the accumulators, and a slice's stage is released once the next
 //   slice's wgmmas are issued (one group in flight), so the tensor cores never wait on the loop.
 // - Persistent blocks, one an SM: each takes the units (wgmma_gemm_schedule.h) gridDim.x apart, so that the
@@ -22,8 +28,8 @@
 //   its rows once, into shared memory, and skip the units past them.
 // - A consumer warpgroup whose 64 rows of a tile lie past its group's (a group's last tile, half used) issues no
 //   wgmmas: it only hands the stages back, and the tensor cores run the other's alone.
-// Tiles are 128 or 256 weight rows (n; wgmma_gemm_schedule.h says which) by 64 x consumers rows of x (m); TMA's
-// zero fill covers partial tiles and slices.
+// Tiles are 128 weight rows (n; bf16 also 256, wgmma_gemm_schedule.h says where) by 64 x consumers rows of x (m);
+// TMA's zero fill covers partial tiles and slices.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -43,7 +49,8 @@
 namespace tern::kernels::wgmma_gemm {
 
 constexpr int kWarpgroupThreads = 128;
-// 65,536 registers an SM: 128 x 40 for the producer, 256 x 232 for two consumers.
+// 65,536 registers an SM: 128 x 40 for the producer, 256 x 232 for two consumers. (setmaxnreg.inc waits for the
+// registers the producer frees: a producer that kept more than 40 would leave the consumers waiting for ever.)
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 
@@ -57,7 +64,10 @@ struct Config {
   static constexpr uint32_t kWBytes = TileN * kTileK;
   static constexpr uint32_t kStageBytes = kXBytes + kWBytes;
   static constexpr int kStages = 192 * 1024 / kStageBytes;  // 4 to 8 stages
-  static constexpr size_t kSmemBytes = swizzle128::kAtomBytes + kStages * kStageBytes;
+  // Block FP8: a stage's scales after all stages' tiles, x's of the tile's rows then the weight's block's.
+  static constexpr int kScaleFloats = kTileM + 1;
+  static constexpr size_t kSmemBytes =
+      swizzle128::kAtomBytes + kStages * kStageBytes + kStages * kScaleFloats * sizeof(float);
 };
 
 template <typename Params>
@@ -93,12 +103,11 @@ __device__ __forceinline__ void store_two(__nv_bfloat16* dst, float v0, float v1
 }
 
 // Waits for iteration's stage and issues its slice's four wgmmas (32 bytes of K each) into d as one group: e4m3
-// into a fresh partial sum of the 128 weight rows from w_first_row (Fp8), bf16 added to d (every weight row of the
-// tile). Returns the stage.
+// into a fresh partial sum (Fp8), bf16 added to d. Returns the stage.
 template <typename C, bool Fp8, int N>
-__device__ __forceinline__ int issue_slice(uint32_t base, uint64_t* full, int iteration, float (&d)[N],
-                                           int w_first_row) {
-  static_assert(N == (Fp8 ? 64 : C::kAccumulators), "a partial sum of 128 columns, or the tile's accumulators");
+__device__ __forceinline__ int issue_slice(uint32_t base, uint64_t* full, int iteration, float (&d)[N]) {
+  static_assert(N == C::kAccumulators, "the tile's columns");
+  static_assert(!Fp8 || C::kTileN == 128, "a block-FP8 slice's partial sum is one block of 128 weight rows");
   const int stage = iteration % C::kStages;
   mbarrier_wait_parity(&full[stage], (iteration / C::kStages) & 1);
   const uint32_t x_tile = base + stage * C::kStageBytes;
@@ -108,7 +117,7 @@ __device__ __forceinline__ int issue_slice(uint32_t base, uint64_t* full, int it
 #pragma unroll
   for (int step = 0; step < kTileK / 32; ++step) {
     const uint64_t x_desc = swizzle128::k_major_descriptor(x_tile, C::kTileM, 64 * warpgroup, step);
-    const uint64_t w_desc = swizzle128::k_major_descriptor(w_tile, C::kTileN, w_first_row, step);
+    const uint64_t w_desc = swizzle128::k_major_descriptor(w_tile, C::kTileN, 0, step);
     if constexpr (Fp8) {
       wgmma_m64n128k32_e4m3_ss(d, x_desc, w_desc, step > 0);
     } else if constexpr (C::kTileN == 256) {
@@ -132,44 +141,86 @@ __device__ __forceinline__ void pass_slices(const UnitTile& tile, uint64_t* full
   }
 }
 
-// A block-FP8 unit's slices: per slice and 128 weight rows of the tile (one block of the weight's scales) a fresh
-// partial sum, promoted with the slice's scales into that block's accumulators. A 256-row tile runs its two blocks
-// one after the other on the same stage (the second only where the weight has its rows), so the partial sum stays
-// 64 registers beside the 128 accumulators.
+// Block FP8: the scales of a unit's slice, copied into its stage's by the producer warp's lanes: x's of the tile's
+// rows (0 past its group's) and the weight's of its block of 128 rows. The copies are asynchronous and each lane's
+// arrival on the stage's full barrier waits for its own: a producer that waited for the loads from global memory
+// would hand out a stage no faster than their latency, longer than a slice's wgmmas run.
 template <typename C>
-__device__ __forceinline__ void scaled_slices(const Fp8GemmParams& p, const Schedule& schedule, const UnitTile& tile,
-                                              int row, uint32_t base, uint64_t* full, uint64_t* empty,
-                                              int& iteration, float (&acc)[C::kAccumulators]) {
-  constexpr int kBlocks = C::kTileN / 128;
-  const int lane = threadIdx.x % 32;
-  const int blocks = min(kBlocks, (p.n - tile.n0 + 127) / 128);
-  const float* w_scales = p.weight.scales + tile.group * p.group_weight_scales +
-                          static_cast<int64_t>(tile.n0 / 128) * p.weight.scale_stride;
-  // The tile's rows' scales: x_scales[slice * stride + row - group_row0] from `x_scales`.
+__device__ __forceinline__ void copy_stage_scales(const Fp8GemmParams& p, const Schedule& schedule,
+                                                  const UnitTile& tile, int slice, int lane, float* scales,
+                                                  uint64_t* full) {
+  // The tile's rows' scales: x_scales[row] from `x_scales` (each group's own [slices, rows] layout).
   const int64_t x_scale_stride = p.group_rows ? tile.row_end - tile.group_row0 : p.x_scale_stride;
-  const float* x_scales_of_group = p.x_scales + static_cast<int64_t>(tile.group_row0) * schedule.slices;
-  float partial[64];
-  for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
+  const float* x_scales = p.x_scales + static_cast<int64_t>(tile.group_row0) * schedule.slices +
+                          slice * x_scale_stride - tile.group_row0;
+  for (int i = lane; i < C::kTileM; i += 32) {
+    const int row = tile.m0 + i;
+    const bool inside = row < tile.row_end;
+    cp_async_4(scales + i, x_scales + (inside ? row : tile.m0), inside ? 4 : 0);
+  }
+  if (lane == 0) {
+    cp_async_4(scales + C::kTileM, p.weight.scales + tile.group * p.group_weight_scales +
+                                       static_cast<int64_t>(tile.n0 / 128) * p.weight.scale_stride + slice);
+  }
+  cp_async_mbarrier_arrive_noinc(full);
+}
+
+// A block-FP8 unit's slices (a tile of 128 weight rows: one block of the weight's scales), into two partial sums in
+// turn: slice s + 1's wgmmas run while slice s's partial sum is promoted with its row's x scale and its block's
+// weight scale into the accumulators, so that the tensor cores never wait for the promotion. (A 256-row tile would
+// have no registers for a second partial sum beside its 128 accumulators.) The loop is written out for both
+// partial sums: registers cannot be indexed by a variable, and ptxas serializes the wgmmas (C7514) where it cannot
+// tell which partial sum is in flight.
+template <typename C>
+__device__ __forceinline__ void scaled_slices(const UnitTile& tile, int row, uint32_t base, const float* stage_scales,
+                                              uint64_t* full, uint64_t* empty, int& iteration,
+                                              float (&acc)[C::kAccumulators]) {
+  const int lane = threadIdx.x % 32;
+  // A slice's scales, read from its stage (the producer warp copied them: a load from global memory here would
+  // stall the promotion of the slice before for longer than a slice's wgmmas run).
+  const auto scales = [&](int stage, float& lo, float& hi) {
+    const float* scales = stage_scales + stage * C::kScaleFloats;
+    lo = scales[row - tile.m0] * scales[C::kTileM];
+    hi = scales[row + 8 - tile.m0] * scales[C::kTileM];
+  };
+  const auto promote = [&](float (&partial)[64], int stage, float lo, float hi) {
+    wgmma_fence_operands(partial);
+    if (lane == 0) mbarrier_arrive(&empty[stage]);
 #pragma unroll
-    for (int block = 0; block < kBlocks; ++block) {
-      if (block == blocks) break;
-      const int stage = issue_slice<C, true>(base, full, iteration, partial, 128 * block);
-      // The scales load while the wgmmas run.
-      const float w_scale = w_scales[block * p.weight.scale_stride + slice];
-      const float* x_scales = x_scales_of_group + slice * x_scale_stride - tile.group_row0;
-      const float scale_lo = row < tile.row_end ? x_scales[row] * w_scale : 0.0f;
-      const float scale_hi = row + 8 < tile.row_end ? x_scales[row + 8] * w_scale : 0.0f;
-      wgmma_wait<0>();
-      wgmma_fence_operands(partial);
-      if (block == blocks - 1 && lane == 0) mbarrier_arrive(&empty[stage]);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        acc[64 * block + 4 * j] += partial[4 * j] * scale_lo;
-        acc[64 * block + 4 * j + 1] += partial[4 * j + 1] * scale_lo;
-        acc[64 * block + 4 * j + 2] += partial[4 * j + 2] * scale_hi;
-        acc[64 * block + 4 * j + 3] += partial[4 * j + 3] * scale_hi;
-      }
+    for (int j = 0; j < 16; ++j) {
+      acc[4 * j] += partial[4 * j] * lo;
+      acc[4 * j + 1] += partial[4 * j + 1] * lo;
+      acc[4 * j + 2] += partial[4 * j + 2] * hi;
+      acc[4 * j + 3] += partial[4 * j + 3] * hi;
     }
+  };
+  float partial0[64], partial1[64];
+  float lo0, hi0, lo1, hi1;
+  int slice = tile.first_slice;
+  int stage0 = issue_slice<C, true>(base, full, iteration++, partial0);
+  scales(stage0, lo0, hi0);
+  ++slice;
+  while (true) {
+    if (slice == tile.end_slice) {
+      wgmma_wait<0>();
+      promote(partial0, stage0, lo0, hi0);
+      return;
+    }
+    const int stage1 = issue_slice<C, true>(base, full, iteration++, partial1);
+    scales(stage1, lo1, hi1);
+    ++slice;
+    wgmma_wait<1>();
+    promote(partial0, stage0, lo0, hi0);
+    if (slice == tile.end_slice) {
+      wgmma_wait<0>();
+      promote(partial1, stage1, lo1, hi1);
+      return;
+    }
+    stage0 = issue_slice<C, true>(base, full, iteration++, partial0);
+    scales(stage0, lo0, hi0);
+    ++slice;
+    wgmma_wait<1>();
+    promote(partial1, stage1, lo1, hi1);
   }
 }
 
@@ -181,7 +232,7 @@ __device__ __forceinline__ void plain_slices(const UnitTile& tile, uint32_t base
   const int lane = threadIdx.x % 32;
   int held = -1;  // the stage whose wgmmas may still be running
   for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
-    const int stage = issue_slice<C, false>(base, full, iteration, acc, 0);
+    const int stage = issue_slice<C, false>(base, full, iteration, acc);
     wgmma_wait<1>();
     if (held >= 0 && lane == 0) mbarrier_arrive(&empty[held]);
     held = stage;
@@ -197,16 +248,22 @@ __global__ void __launch_bounds__(Config<Consumers, TileN>::kThreads, 1)
                 const Params p, const Schedule schedule, float* split_workspace) {
   using C = Config<Consumers, TileN>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ uint64_t full[C::kStages];   // a phase completes when the stage's tiles have landed
+  // The producer's threads: block FP8's a warp (its lanes copy the scales), bf16's one.
+  constexpr int kProducerLanes = kBlockScaled<Params> ? 32 : 1;
+  // A phase completes when the stage's tiles have landed, the first producer lane has announced their bytes and,
+  // for block FP8, every lane's scales have landed.
+  constexpr int kFullArrivals = kBlockScaled<Params> ? kProducerLanes + 1 : 1;
+  __shared__ uint64_t full[C::kStages];
   __shared__ uint64_t empty[C::kStages];  // a phase completes when every consumer warp is done with the stage
   __shared__ int cumulative_tiles[kMaxGroups + 1];  // grouped: m tiles before each group
   // Swizzle atoms must be 1024-byte aligned; the dynamic shared memory base is only promised 16 bytes.
   const uint32_t raw_address = smem_address(smem_raw);
   const uint32_t base = (raw_address + swizzle128::kAtomBytes - 1) & ~(swizzle128::kAtomBytes - 1);
   uint8_t* smem = smem_raw + (base - raw_address);
+  float* stage_scales = reinterpret_cast<float*>(smem + C::kStages * C::kStageBytes);
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < C::kStages; ++stage) {
-      mbarrier_init(&full[stage], 1);
+      mbarrier_init(&full[stage], kFullArrivals);
       mbarrier_init(&empty[stage], Consumers * 4);
     }
     mbarrier_init_fence();
@@ -240,7 +297,8 @@ __global__ void __launch_bounds__(Config<Consumers, TileN>::kThreads, 1)
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == Consumers) {
     setmaxnreg_dec<kProducerRegisters>();
-    if (threadIdx.x % kWarpgroupThreads == 0) {
+    const int lane = threadIdx.x % 32;
+    if (threadIdx.x / 32 == Consumers * 4 && lane < kProducerLanes) {  // lanes of the warpgroup's first warp
       int iteration = 0;
       for (int unit = blockIdx.x; unit < schedule.units(); unit += gridDim.x) {
         const UnitTile tile = unit_tile(unit);
@@ -249,11 +307,20 @@ __global__ void __launch_bounds__(Config<Consumers, TileN>::kThreads, 1)
         for (int slice = tile.first_slice; slice < tile.end_slice; ++slice, ++iteration) {
           const int stage = iteration % C::kStages;
           mbarrier_wait_parity(&empty[stage], ((iteration / C::kStages) & 1) ^ 1);
+          if constexpr (kBlockScaled<Params>) {
+            copy_stage_scales<C>(p, schedule, tile, slice, lane, stage_scales + stage * C::kScaleFloats,
+                                 &full[stage]);
+            if (lane != 0) continue;
+          }
           uint8_t* x_tile = smem + stage * C::kStageBytes;
           mbarrier_arrive_expect_tx(&full[stage], C::kStageBytes);
           tensor_copy_2d_g2s(x_tile, &x_map, slice * kTileK, tile.m0, &full[stage]);
           tensor_copy_2d_g2s(x_tile + C::kXBytes, &w_map, slice * kTileK, w_row, &full[stage]);
         }
+      }
+      if constexpr (kBlockScaled<Params>) {
+        cp_async_commit();  // a lane leaves with none of its scale copies in flight
+        cp_async_wait<0>();
       }
     }
     return;
@@ -274,7 +341,7 @@ __global__ void __launch_bounds__(Config<Consumers, TileN>::kThreads, 1)
     const int row = tile.m0 + 64 * warpgroup + 16 * warp + lane / 4;
     float acc[C::kAccumulators] = {};
     if constexpr (kBlockScaled<Params>) {
-      scaled_slices<C>(p, schedule, tile, row, base, full, empty, iteration, acc);
+      scaled_slices<C>(tile, row, base, stage_scales, full, empty, iteration, acc);
     } else {
       plain_slices<C>(tile, base, full, empty, iteration, acc);
     }
@@ -371,16 +438,18 @@ void launch_gemm(const char* name, const Params& p, const void* x, const void* w
                                 std::to_string(kMaxGroups) + ")");
   }
   if (p.m == 0 || p.n == 0) return;
+  constexpr bool kWideTiles = !kBlockScaled<Params>;
   const Schedule schedule =
-      p.group_rows ? grouped_schedule(p.m, p.n, row_bytes, p.num_groups, p.routed_rows > 0 ? p.routed_rows : p.m)
-                   : make_schedule(p.m, p.n, row_bytes, device_sms(), split_workspace != nullptr);
+      p.group_rows ? grouped_schedule(p.m, p.n, row_bytes, p.num_groups, p.routed_rows > 0 ? p.routed_rows : p.m,
+                                      kWideTiles)
+                   : make_schedule(p.m, p.n, row_bytes, device_sms(), split_workspace != nullptr, kWideTiles);
   if (schedule.splits == 1) split_workspace = nullptr;
   const auto bytes = static_cast<uint64_t>(row_bytes);
   if (schedule.tile_m == 64) {
     launch_tiles<1, kTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   } else if (schedule.tile_n == kTileN) {
     launch_tiles<2, kTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
-  } else {
+  } else if constexpr (kWideTiles) {
     launch_tiles<2, kWideTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   }
   if (split_workspace) {

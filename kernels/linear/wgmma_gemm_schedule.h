@@ -11,10 +11,11 @@
 namespace tern::kernels::wgmma_gemm {
 
 constexpr int kTileN = 128;
-// Tiles of 128 rows take 256 weight rows where n is wider than 128 (and, in a plain product, the wider tiles
-// still give every SM one): both tiles come out of L2 for every slice, and at 128 x 128 that traffic is what bounds
-// the GEMM (the bf16 expert GEMMs of a prefill at 417 TFLOP/s and the FP8 GEMM at 776 moved about 6 TB/s on an
-// H100); 128 x 256 moves a quarter less a FLOP.
+// bf16 tiles of 128 rows take 256 weight rows where n is wider than 128 (and, in a plain product, the wider tiles
+// still give every SM one): both tiles come out of L2 for every slice, and 128 x 256 moves a quarter less a FLOP
+// than 128 x 128 (the bf16 expert GEMMs of a prefill ran at 417 TFLOP/s on 128 x 128 tiles, moving about 6 TB/s
+// on an H100). Block-FP8 tiles stay 128 wide: their registers hold a second partial sum instead
+// (wgmma_gemm_kernel.cuh).
 constexpr int kWideTileN = 256;
 constexpr int kTileK = 128;  // bytes of K a slice: one scale block of e4m3 codes
 // Consecutive units walk the output tiles of a band of kBandTiles row tiles column tile by column tile, so that
@@ -53,9 +54,12 @@ struct Schedule {
 // Tiles of 64 rows of x for up to 64 rows (one consumer warpgroup), else of 128 (two).
 TERN_HOST_DEVICE constexpr int tile_rows(int m) { return m <= 64 ? 64 : 128; }
 
-// Whether tiles of tile_m rows may take kWideTileN weight rows for an n-row weight: 128-row tiles (64-row ones are
-// few rows, bound by the weight's bytes rather than by L2) of a weight wider than one 128-row tile.
-TERN_HOST_DEVICE constexpr bool wide_tiles_fit(int tile_m, int n) { return tile_m == 128 && n > kTileN; }
+// Whether tiles of tile_m rows may take kWideTileN weight rows for an n-row weight: where the kernel takes wide
+// tiles at all (`wide_tiles`: bf16), 128-row tiles (64-row ones are few rows, bound by the weight's bytes rather
+// than by L2) of a weight wider than one 128-row tile.
+TERN_HOST_DEVICE constexpr bool wide_tiles_fit(bool wide_tiles, int tile_m, int n) {
+  return wide_tiles && tile_m == 128 && n > kTileN;
+}
 
 // A unit as the kernel works it: x's rows [m0, row_end) of one group (all of x in a plain product), whose scales
 // start at the group's first row group_row0, the output columns from n0 of the group's weight, and K slices.
@@ -108,10 +112,11 @@ TERN_HOST_DEVICE inline UnitTile grouped_unit(const Schedule& s, int unit, const
 // The schedule of a grouped product of m rows (k_bytes a row) in num_groups groups: tiles by the mean of a group's
 // `tile_basis_rows` (m, or fewer where x is sized for the worst case and the groups hold fewer real rows), and as
 // many m tiles as any split of the m rows into the groups can take (ceil(m / tile_m) + num_groups), never split-K.
-TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k_bytes, int num_groups, int tile_basis_rows) {
+TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k_bytes, int num_groups, int tile_basis_rows,
+                                                  bool wide_tiles) {
   Schedule s;
   s.tile_m = tile_rows(num_groups > 0 ? tile_basis_rows / num_groups : tile_basis_rows);
-  if (wide_tiles_fit(s.tile_m, n)) s.tile_n = kWideTileN;
+  if (wide_tiles_fit(wide_tiles, s.tile_m, n)) s.tile_n = kWideTileN;
   s.m_tiles = group_m_tiles(m, s.tile_m) + num_groups;
   s.n_tiles = (n + s.tile_n - 1) / s.tile_n;
   s.slices = (k_bytes + kTileK - 1) / kTileK;
@@ -121,11 +126,11 @@ TERN_HOST_DEVICE inline Schedule grouped_schedule(int m, int n, int k_bytes, int
 
 // The schedule of an [m, k] x [n, k]^T product (k_bytes a row) on `sms` SMs. With `may_split`, where the tiles
 // alone would leave SMs idle, K is cut into ranges so that every SM gets a unit (never an empty range).
-TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k_bytes, int sms, bool may_split) {
+TERN_HOST_DEVICE inline Schedule make_schedule(int m, int n, int k_bytes, int sms, bool may_split, bool wide_tiles) {
   Schedule s;
   s.tile_m = tile_rows(m);
   s.m_tiles = (m + s.tile_m - 1) / s.tile_m;
-  if (wide_tiles_fit(s.tile_m, n) && s.m_tiles * ((n + kWideTileN - 1) / kWideTileN) >= sms) {
+  if (wide_tiles_fit(wide_tiles, s.tile_m, n) && s.m_tiles * ((n + kWideTileN - 1) / kWideTileN) >= sms) {
     s.tile_n = kWideTileN;
   }
   s.n_tiles = (n + s.tile_n - 1) / s.tile_n;
