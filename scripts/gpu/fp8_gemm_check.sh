@@ -7,11 +7,14 @@
 # .device/baseline/fp8_linear_bench.xz (after staging: stage.sh empties .device).
 # - fp8_gemm_test against the float64 product; a hang (setmaxnreg waiting for registers the producer keeps, a
 #   barrier's count) ends the call there;
+# - compute-sanitizer memcheck and racecheck on two of fp8_gemm_test's products (a partial row tile and a partial
+#   weight tile; four slices, so that both partial sums end a tile);
 # - fp8_linear_bench twice, alternating with the baseline's where there is one;
 # - the backend's block-FP8, MoE, MXFP4 and DeepSeek-V4 tests;
 # - Nsight Compute on the 8192^3 product: throughputs, and the SASS instructions its warps stalled on most
 #   (scripts/gpu/ncu_stall_lines.py).
-# Logs in $OUT (or ./gpu-logs); exits non-zero if a test failed.
+# Logs in $OUT (or ./gpu-logs), eight files (what the device tool brings back at most); exits non-zero if a test
+# failed.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${OUT:-$root/gpu-logs}"
@@ -32,6 +35,13 @@ if [ $rc -eq 124 ]; then
 fi
 [ $rc -eq 0 ] || status=1
 
+rm -f "$out/sanitizer.txt"
+for tool in memcheck racecheck; do
+  echo "== compute-sanitizer --tool $tool" >>"$out/sanitizer.txt"
+  timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/fp8_gemm_test" --gtest_brief=1 \
+    --gtest_filter='*300x16448x272:*1024x2176x512' >>"$out/sanitizer.txt" 2>&1 || status=1
+done
+
 rm -f "$out/bench_baseline.txt" "$out/bench.txt"
 for run in 1 2; do
   [ -x "$baseline" ] && timeout 120 "$baseline" >>"$out/bench_baseline.txt" 2>&1
@@ -51,6 +61,7 @@ ncu -i "$out/fp8_8192.ncu-rep" --page source --csv --print-source sass 2>&1 | gz
 rm -f "$out/fp8_8192.ncu-rep"
 
 echo "== fp8_gemm_test"; grep -E "^\[ +(OK|FAILED|PASSED|SKIPPED) " "$out/fp8_gemm_test.txt"
+echo "== compute-sanitizer"; grep -E "^== |ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.txt"
 echo "== backend"; grep -E "^\[ +(FAILED|PASSED) |tests ran" "$out/backend.txt"
 echo "== Nsight Compute, 8192^3"
 grep -E "SM Frequency|Duration|L2 Cache Throughput|Issue Slots Busy|Eligible Warps Per" "$out/ncu.txt"
