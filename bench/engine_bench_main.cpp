@@ -5,7 +5,7 @@
 #include "cli/run.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"tern-engine-bench: the offline engine benchmark of `tern bench`"};
+  CLI::App app{"tern-engine-bench: the offline engine benchmark of `tern bench`", "tern-engine-bench"};
   app.require_subcommand(1);
   tern::cli::add_bench_command(app);
   return tern::cli::run(app, argc, argv);

@@ -2,7 +2,7 @@
 #include "cli/run.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"tern: LLM inference and serving engine"};
+  CLI::App app{"tern: LLM inference and serving engine", "tern"};
   app.require_subcommand(1);
   tern::cli::add_generate_command(app);
   tern::cli::add_chat_command(app);
