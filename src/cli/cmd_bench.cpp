@@ -14,6 +14,7 @@
 #include "cli/bench_run.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "engine/scheduler.h"
@@ -269,12 +270,12 @@ void add_bench_command(CLI::App& app) {
       "bench", "Offline engine benchmark: N prompts at once; prints throughput and latency percentiles as JSON");
   options->model.add_to(*cmd, /*model_required=*/false);  // not needed with --scheduler-only
   cmd->add_option("--num-prompts", options->num_prompts, "Requests submitted at once (multi-turn: conversations)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--input-len", options->input_len,
                   "Prompt tokens per request (multi-turn: per user message, which each turn adds to the conversation)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--output-len", options->output_len, "Generated tokens per request (multi-turn: per turn)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   // --seed is the sampling seed (SamplingFlags); the prompts have their own.
   cmd->add_option("--prompt-seed", options->seed, "Seed of the random prompts, or of the text windows' offsets");
   options->dataset.add_to(*cmd);
@@ -285,7 +286,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--scheduler-only", options->scheduler_only,
                 "Measure the scheduler's host time per step with no model (use --num-prompts 256)");
   cmd->add_option("--scheduler-steps", options->scheduler_steps, "Decode steps measured with --scheduler-only")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   options->sampling.add_to(*cmd);
   options->engine.add_to(*cmd);
   cmd->callback([options] {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/grammar_matcher.h"
@@ -180,9 +181,9 @@ void add_bench_grammar_command(CLI::App& app) {
   cmd->add_option("--tokenizer", options->tokenizers, "Directory with tokenizer.json (repeatable)")->required();
   cmd->add_option("--schema", options->schema, "JSON schema file (default: a built-in typical schema)");
   cmd->add_option("--regex", options->regex, "Regular expression to measure");
-  cmd->add_option("--masks", options->num_masks, "Masks measured per grammar")->check(CLI::PositiveNumber);
+  cmd->add_option("--masks", options->num_masks, "Masks measured per grammar")->check(positive());
   cmd->add_option("--walk-tokens", options->max_walk_tokens, "Tokens before a random walk restarts")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_flag("--reuse-grammar", options->reuse_grammar,
                 "Share one compiled grammar across all walks (GrammarCache hits on a repeated schema); default: "
                 "compile a fresh grammar per walk (a schema the server has not seen)");

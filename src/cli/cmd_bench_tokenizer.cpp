@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
@@ -50,9 +51,9 @@ void add_bench_tokenizer_command(CLI::App& app) {
   cmd->add_option("--text", options->text, "Text file; blank lines separate the documents encoded one by one")
       ->required();
   cmd->add_option("--threads", options->threads, "Threads of the batch encode (0: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--repeat", options->repeat, "Runs of each measurement; the best is reported")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->callback([options] {
     const std::string text = read_file(options->text);
     const std::vector<std::string> documents = split_documents(text);

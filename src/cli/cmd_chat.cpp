@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/streamed_generation.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -221,7 +222,7 @@ void add_chat_command(CLI::App& app) {
   options->engine.max_num_seqs = 1;  // one conversation: the KV cache holds one sequence of the whole context
   cmd->add_option("--system", options->system_prompt, "System prompt");
   cmd->add_option("--max-tokens", options->max_tokens, "Most tokens a reply (default: until the context is full)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_flag("--hide-reasoning", options->hide_reasoning,
                 "Leave out the model's reasoning (<think>...</think>), shown dimmed otherwise");
   options->sampling.add_to(*cmd);

@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "gateway/gateway_server.h"
 
@@ -44,33 +45,33 @@ void add_gateway_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_flag("--metrics-without-auth", config.metrics_without_auth,
                 "Serve /metrics to anyone, without the admin key (its labels name the replicas' URLs)");
-  cmd->add_option("--threads", config.num_io_threads, "I/O threads")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--threads", config.num_io_threads, "I/O threads")->check(positive())->capture_default_str();
   cmd->add_option("--cache-threshold", config.cache_aware.cache_threshold,
                   "cache_aware: least fraction of a request's text a replica must hold to be chosen for it")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(between(0.0, 1.0))->capture_default_str();
   cmd->add_option("--balance-abs-threshold", config.cache_aware.balance_abs_threshold,
                   "cache_aware: load is imbalanced when max - min outstanding exceeds this ...")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   cmd->add_option("--balance-rel-threshold", config.cache_aware.balance_rel_threshold,
                   "... and max exceeds min times this; then requests go to the least loaded replica")
-      ->check(CLI::Range(1.0, 1e9))->capture_default_str();
+      ->check(between(1.0, 1e9))->capture_default_str();
   cmd->add_option("--max-tree-chars", config.cache_aware.max_tree_chars,
                   "cache_aware: bytes of request text remembered per replica (LRU beyond)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--health-interval", options->health_interval_s, "Seconds between health checks of each replica")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--health-timeout", options->health_timeout_s, "Seconds a health check may take")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--connect-timeout", options->connect_timeout_s, "Seconds to connect to and send to a replica")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--prefill-timeout", options->prefill_timeout_s,
                   "Seconds a prefill replica has to answer (prefill and KV transfer); then the decode replica "
                   "prefills the request itself")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--drain-timeout", options->drain_timeout_s,
                   "Seconds to let in-flight requests (streams included) finish after SIGTERM or SIGINT before "
                   "closing their connections; new connections are refused meanwhile, a second signal stops at once")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   cmd->callback([options, admin_api_key_option] {
     auto& config = options->config;
     config.admin_api_key = api_key_setting(admin_api_key_option->count() > 0, options->admin_api_key,

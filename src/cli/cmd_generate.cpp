@@ -6,6 +6,7 @@
 #include "cli/engine_options.h"
 #include "cli/options.h"
 #include "cli/streamed_generation.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
 #include "model/model.h"
@@ -101,7 +102,7 @@ void add_generate_command(CLI::App& app) {
       ->needs(text);
   cmd->add_flag("--echo", options->echo, "Print the --prompt text before what is generated")->needs(text);
   cmd->add_option("--max-tokens", options->max_tokens, "Most tokens to generate")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   options->sampling.add_to(*cmd);
   options->engine.add_to(*cmd);
   cmd->callback([options, ids, text] {

@@ -8,6 +8,7 @@
 #include "cli/engine_options.h"
 #include "cli/load_progress_display.h"
 #include "cli/options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "disagg/disagg_role.h"
 #include "grammar/grammar_cache.h"
@@ -113,29 +114,29 @@ void add_serve_command(CLI::App& app) {
   options->engine.add_to(*cmd);
   options->output_parsers.add_to(*cmd);
   cmd->add_option("--http-threads", config.http.num_io_threads, "Threads serving connections")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--worker-threads", config.http.num_worker_threads,
-                  "Threads parsing, templating and tokenizing requests")->check(CLI::PositiveNumber)->capture_default_str();
+                  "Threads parsing, templating and tokenizing requests")->check(positive())->capture_default_str();
   cmd->add_option("--header-timeout", options->header_timeout_s,
                   "Seconds a client has to send a request head (and again its body)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--drain-timeout", options->drain_timeout_s,
                   "Seconds to let in-flight requests finish after SIGTERM before cancelling them")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   cmd->add_option("--grammar-cache-memory", options->grammar_cache_mib,
                   "MiB of compiled structured-output grammars kept for reuse (least recently used evicted past it)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   CLI::Option* structured_outputs_option = cmd->add_option(
       "--structured-outputs-config", options->structured_outputs_config,
       "Structured outputs, as vLLM's JSON object: {\"enable_in_reasoning\": true} applies a chat output's JSON "
       "constraint from the first token, over the model's reasoning too (default: after the reasoning, where a "
       "reasoning parser reads it)");
   cmd->add_option("--max-body-size", options->max_body_mib, "Largest request body in MiB (larger: 413)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--max-sequences-per-request", config.max_sequences_per_request,
                   "Most sequences (prompts x n) one request may ask for; more is refused with 400")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_flag("--disable-log-requests", options->disable_log_requests, "No per-request log lines on stderr");
   cmd->add_option("--role", options->disagg.role,
                   "Prefill/decode disaggregation: prefill, decode or both (prefill and send KV when a request "
@@ -151,11 +152,11 @@ void add_serve_command(CLI::App& app) {
                   "Port of the KV transfer endpoint (decode; 0: any free port, printed on stderr)");
   cmd->add_option("--kv-transfer-chunk-blocks", options->disagg.blocks_per_chunk,
                   "KV blocks per transfer message (default: 8 over tcp, 32 through ipc)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--kv-transfer-timeout", options->disagg.transfer_timeout_s,
                   "Seconds a prefill instance waits to connect to a decode instance, to send a chunk or for its "
                   "answer, before it gives up on the transfer (the decode instance then prefills itself)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->callback([options, api_key_option, structured_outputs_option] {
     auto& config = options->config;
     config.api_key = api_key_setting(api_key_option->count() > 0, options->api_key, "--api-key", "TERN_API_KEY");

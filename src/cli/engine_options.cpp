@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "cli/load_progress_display.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "kvcache/kv_cache_budget.h"
 #include "model/hub_cache.h"
@@ -22,7 +23,7 @@ void ModelFlags::add_to(CLI::App& cmd, bool model_required) {
                  "instruction set is forced with TERN_CPU_ISA=avx2 or avx512")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd.add_option("--threads", threads, "CPU backend threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--threads", threads, "CPU backend threads (0: all cores)")->check(non_negative());
   cmd.add_option("--quantization", quantization,
                  "none, or fp8: quantize the linear layers' and experts' bf16/f16/f32 weights to block FP8 at load "
                  "(128x128 blocks with float32 scales, the layout of DeepSeek's FP8 checkpoints; vLLM's online FP8). "
@@ -50,18 +51,18 @@ void EngineFlags::add_to(CLI::App& cmd) {
                  "Share of the device's memory the weights, the largest step's activations and the KV cache may "
                  "take (on the CPU: the KV cache's share of the host's available memory); the KV cache holds no "
                  "more than --max-num-seqs sequences of --max-model-len tokens")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(between(0.0, 1.0))->capture_default_str();
   cmd.add_option("--num-kv-blocks", num_kv_blocks, "KV cache size in blocks (overrides the memory flags)")
-      ->check(CLI::NonNegativeNumber);
-  cmd.add_option("--block-size", block_size, "Tokens per KV block")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(non_negative());
+  cmd.add_option("--block-size", block_size, "Tokens per KV block")->check(positive())->capture_default_str();
   add_kv_cache_dtype_option(cmd, kv_cache_dtype);
   cmd.add_option("--max-num-batched-tokens", max_num_batched_tokens, "Token budget of one step")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd.add_option("--max-num-seqs", max_num_seqs, "Most sequences running at once")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd.add_option("--max-model-len", max_model_len,
                  "Tokens per sequence, prompt included (0: the model's context, lowered to what the KV cache holds)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd.add_flag("--no-prefix-cache", no_prefix_cache, "Do not reuse cached prompt prefixes");
   cmd.add_flag("--no-chunked-prefill", no_chunked_prefill, "Admit a prompt only when all of it fits one step");
   cmd.add_option("--scheduling-policy", policy, "fcfs or priority")->check(CLI::IsMember({"fcfs", "priority"}));
@@ -156,22 +157,22 @@ std::string model_identity(const std::filesystem::path& dir) {
 void add_parallel_options(CLI::App& cmd, ParallelConfig& parallel) {
   cmd.add_option("--tensor-parallel-size,--tp", parallel.tensor_parallel_size,
                  "GPUs (or CPU ranks) the model is split over, one thread each, meeting through NCCL on GPUs")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd.add_option("--expert-parallel-size,--ep", parallel.expert_parallel_size,
                  "1, or the number of ranks: MoE experts split over the ranks instead of replicated on each")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd.add_option("--num-redundant-experts", parallel.num_redundant_experts,
                  "Extra expert slots per MoE layer, holding replicas of the busiest experts (with --ep; the experts "
                  "plus these must split evenly over the ranks)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd.add_option("--decode-context-parallel-size,--dcp", parallel.decode_context_parallel_size,
                  "1, or the tensor-parallel size: each rank caches every N-th token of each sequence (N times the "
                  "context per rank's memory) and runs attention whole, merging the ranks' partial results")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd.add_option("--data-parallel-size,--dp", parallel.data_parallel_size,
                  "Ranks (GPUs, or CPU threads) with data-parallel attention: each runs its own requests with its own "
                  "KV cache, and the MoE layers send tokens to their experts' ranks (needs --ep equal to it and --tp 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
 }
 
 void add_kv_cache_dtype_option(CLI::App& cmd, std::string& kv_cache_dtype) {
@@ -187,7 +188,7 @@ void add_eplb_interval_option(CLI::App& cmd, std::optional<int64_t>& eplb_interv
   cmd.add_option("--eplb-interval", eplb_interval_steps,
                  "Engine steps between expert placements by measured load (0: never; default 1000 with redundant "
                  "experts, else 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
 }
 
 int64_t eplb_interval_or_default(const std::optional<int64_t>& eplb_interval_steps, int64_t num_redundant_experts) {
@@ -196,10 +197,10 @@ int64_t eplb_interval_or_default(const std::optional<int64_t>& eplb_interval_ste
 }
 
 void SamplingFlags::add_to(CLI::App& cmd) {
-  cmd.add_option("--temperature", temperature, "Sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--top-p", top_p, "Nucleus sampling probability mass")->check(CLI::Range(0.0, 1.0));
-  cmd.add_option("--min-p", min_p, "Drop tokens below min_p times the most likely")->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--temperature", temperature, "Sampling temperature (0: greedy)")->check(non_negative());
+  cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0: all)")->check(non_negative());
+  cmd.add_option("--top-p", top_p, "Nucleus sampling probability mass")->check(between(0.0, 1.0));
+  cmd.add_option("--min-p", min_p, "Drop tokens below min_p times the most likely")->check(between(0.0, 1.0));
   cmd.add_option("--repetition-penalty", repetition_penalty, "Penalty on prompt and output tokens (1: none)");
   cmd.add_option("--frequency-penalty", frequency_penalty, "Penalty per occurrence in the output");
   cmd.add_option("--presence-penalty", presence_penalty, "Penalty for appearing in the output");
