@@ -8,7 +8,8 @@ namespace tern::kernels {
 
 int64_t fp8_gemm_workspace_floats(int m, int n, int k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
-  const wgmma_gemm::Schedule s = wgmma_gemm::make_schedule(m, n, k, wgmma_gemm::device_sms(), true, false);
+  const wgmma_gemm::Schedule s = wgmma_gemm::make_schedule(m, n, k, wgmma_gemm::device_sms(), true,
+                                                           wgmma_gemm::kWideTiles<Fp8GemmParams>);
   return s.splits > 1 ? static_cast<int64_t>(s.splits) * m * n : 0;
 }
 

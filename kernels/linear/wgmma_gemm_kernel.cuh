@@ -72,6 +72,10 @@ struct Config {
 
 template <typename Params>
 constexpr bool kBlockScaled = std::is_same_v<Params, Fp8GemmParams>;
+// Whether a product may take kWideTileN weight rows a tile (wgmma_gemm_schedule.h): bf16 only, block FP8's registers
+// hold a second partial sum instead. fp8_gemm_workspace_floats sizes split-K by the same schedule.
+template <typename Params>
+constexpr bool kWideTiles = !kBlockScaled<Params>;
 
 // v plus the bias of output column `column` of group `group`'s weight (none without a bias).
 template <typename Params>
@@ -438,18 +442,17 @@ void launch_gemm(const char* name, const Params& p, const void* x, const void* w
                                 std::to_string(kMaxGroups) + ")");
   }
   if (p.m == 0 || p.n == 0) return;
-  constexpr bool kWideTiles = !kBlockScaled<Params>;
   const Schedule schedule =
       p.group_rows ? grouped_schedule(p.m, p.n, row_bytes, p.num_groups, p.routed_rows > 0 ? p.routed_rows : p.m,
-                                      kWideTiles)
-                   : make_schedule(p.m, p.n, row_bytes, device_sms(), split_workspace != nullptr, kWideTiles);
+                                      kWideTiles<Params>)
+                   : make_schedule(p.m, p.n, row_bytes, device_sms(), split_workspace != nullptr, kWideTiles<Params>);
   if (schedule.splits == 1) split_workspace = nullptr;
   const auto bytes = static_cast<uint64_t>(row_bytes);
   if (schedule.tile_m == 64) {
     launch_tiles<1, kTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   } else if (schedule.tile_n == kTileN) {
     launch_tiles<2, kTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
-  } else if constexpr (kWideTiles) {
+  } else if constexpr (kWideTiles<Params>) {
     launch_tiles<2, kWideTileN>(name, p, x, weight, bytes, schedule, split_workspace, stream);
   }
   if (split_workspace) {
